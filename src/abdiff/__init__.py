@@ -1,0 +1,3 @@
+"""abdiff: differential A/B regression testing for layer-wise GPU benchmarks."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,10 @@
+"""One module per subcommand; each has `register(subparsers)` setting `run=` as default."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+_NAMES = ["diff"]
+
+COMMANDS: list[ModuleType] = [importlib.import_module(f"abdiff.commands.{n}") for n in _NAMES]

@@ -1,0 +1,1 @@
+"""Launchers start worker processes: locally, or under mpirun / srun for several ranks."""

@@ -1,0 +1,23 @@
+"""The launcher interface: turn a target's single-process command into what to start.
+
+A launcher only rewrites the command (`wrap`); starting, watching and killing the
+process group is shared (`launchers/local.py: run_process`), so every launcher
+gets the same timeout and signal handling.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from abdiff.targets.base import LaunchSpec
+
+
+class Launcher(ABC):
+    """Rewrites a LaunchSpec so that it runs under this launcher."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def wrap(self, spec: LaunchSpec) -> LaunchSpec:
+        """The command to start for `spec` (argv as a list, never a shell string)."""
