@@ -176,7 +176,7 @@ def _require(data: dict, key: str, kind: type | tuple, where: str) -> Any:
     return value
 
 
-def _parse_round(data: Any, where: str) -> RoundRecord:
+def parse_round(data: Any, where: str) -> RoundRecord:
     if not isinstance(data, dict):
         raise InputError(f"{where}: a round must be an object")
     status = _require(data, "status", str, where)
@@ -227,7 +227,7 @@ def parse_run_file(data: Any, where: str) -> RunFile:
         if not isinstance(params, dict):
             raise InputError(f"{cwhere}: params must be an object")
         rounds = _require(cfg, "rounds", list, cwhere)
-        parsed = [_parse_round(r, f"{cwhere} ({cid}) rounds[{j}]") for j, r in enumerate(rounds)]
+        parsed = [parse_round(r, f"{cwhere} ({cid}) rounds[{j}]") for j, r in enumerate(rounds)]
         configs.append(ConfigRuns(cid, params, parsed))
     env = data.get("env") or {}
     if not isinstance(env, dict):

@@ -37,7 +37,8 @@ class RoundJob:
     device: str = "auto"  # auto | cpu | cuda
     cuda_graph: bool = False
     profile_kernels: bool = True
-    target_args: list[str] = field(default_factory=list)
+    target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
+    target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

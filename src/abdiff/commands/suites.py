@@ -1,0 +1,24 @@
+"""`abdiff suites`: the built-in suites with their config counts."""
+
+from __future__ import annotations
+
+import argparse
+
+from tabulate import tabulate
+
+from abdiff.suites import builtin_suites, load_suite
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("suites", help="list the built-in config suites")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = []
+    for name in sorted(builtin_suites()):
+        suite = load_suite(name)
+        expect = "; ".join(f"{k}={','.join(v)}" for k, v in suite.expect.items()) or "nothing"
+        rows.append([name, len(suite.configs), expect, suite.description])
+    print(tabulate(rows, headers=["suite", "configs", "may change", "description"]))
+    return 0

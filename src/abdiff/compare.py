@@ -1,0 +1,147 @@
+"""Compare two run files config by config: status, facts, kernels, latency.
+
+Pure functions of the two RunFiles; the policy then decides what each
+difference means. Configs present on one side only are listed, not compared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from abdiff import stats
+from abdiff.policy import apply_policy
+from abdiff.records import ConfigResult, ConfigRuns, LatencyResult, Result, RoundRecord, RunFile, \
+    Side
+
+
+def side_status(rounds: list[RoundRecord]) -> tuple[str, str | None]:
+    """`ok` when every round ran; otherwise the first failure and its error line.
+
+    A config that fails in any round is not ok: a flaky abort is still an abort.
+    """
+    for record in rounds:
+        if record.status != "ok":
+            return record.status, record.error
+    return "ok", None
+
+
+def _mode(values: list[Any]) -> Any:
+    """The most common value (by JSON form); rounds should agree, and a stray one must not win."""
+    if not values:
+        return None
+    keyed = Counter(json.dumps(v, sort_keys=True) for v in values)
+    return json.loads(keyed.most_common(1)[0][0])
+
+
+def side_facts(rounds: list[RoundRecord]) -> dict[str, Any] | None:
+    return _mode([r.facts for r in rounds if r.facts])
+
+
+def side_kernels(rounds: list[RoundRecord]) -> dict[str, int] | None:
+    return _mode([r.kernels for r in rounds if r.status == "ok" and r.kernels])
+
+
+def status_change(status_a: str, status_b: str) -> str:
+    if status_a == "ok":
+        return "same" if status_b == "ok" else "broken"
+    return "fixed" if status_b == "ok" else "still-failing"
+
+
+def facts_diff(a: dict | None, b: dict | None) -> dict[str, list[Any]]:
+    if a is None or b is None:
+        return {}
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def kernels_diff(a: dict | None, b: dict | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Multiset difference: (added in B, removed from A), with counts."""
+    if a is None or b is None:
+        return {}, {}
+    ca, cb = Counter(a), Counter(b)
+    return dict(sorted((cb - ca).items())), dict(sorted((ca - cb).items()))
+
+
+def latency_samples(config: ConfigRuns) -> list[list[float]]:
+    return [r.latency_us for r in config.rounds if r.status == "ok" and r.latency_us]
+
+
+def latency_results(
+    pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float
+) -> list[LatencyResult]:
+    """Per-config latency verdicts, with multiple-comparison control across the run."""
+    comparable = [
+        i for i, (a, b) in enumerate(pairs)
+        if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
+        and latency_samples(a) and latency_samples(b)
+    ]
+    computed = stats.latency_verdicts(
+        [stats.compare_latency(latency_samples(pairs[i][0]), latency_samples(pairs[i][1]),
+                               min_effect, alpha) for i in comparable],
+        min_effect, alpha,
+    )
+    results = [
+        LatencyResult("n/a", rounds_a=len(a.rounds), rounds_b=len(b.rounds)) for a, b in pairs
+    ]
+    for i, result in zip(comparable, computed, strict=True):
+        results[i] = result
+    return results
+
+
+def compare_runs(
+    run_a: RunFile,
+    run_b: RunFile,
+    expect: dict[str, list[str]],
+    min_effect: float = stats.DEFAULT_MIN_EFFECT,
+    alpha: float = stats.DEFAULT_ALPHA,
+    notes: list[str] | None = None,
+) -> Result:
+    """The Result of comparing B with A on the configs both measured."""
+    ids_b = {c.id for c in run_b.configs}
+    pairs = []
+    not_measured = []
+    for config_a in run_a.configs:
+        config_b = run_b.config(config_a.id)
+        if config_b is None:
+            continue
+        if config_a.rounds and config_b.rounds:
+            pairs.append((config_a, config_b))
+        else:
+            not_measured.append(config_a.id)
+    latencies = latency_results(pairs, min_effect, alpha)
+    configs = []
+    for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
+        status_a, error_a = side_status(config_a.rounds)
+        status_b, error_b = side_status(config_b.rounds)
+        added, removed = kernels_diff(side_kernels(config_a.rounds), side_kernels(config_b.rounds))
+        configs.append(ConfigResult(
+            id=config_a.id,
+            params=config_b.params or config_a.params,
+            status_a=status_a,
+            status_b=status_b,
+            status_change=status_change(status_a, status_b),
+            error_a=error_a,
+            error_b=error_b,
+            facts_changed=facts_diff(side_facts(config_a.rounds), side_facts(config_b.rounds)),
+            kernels_added=added,
+            kernels_removed=removed,
+            latency=latency,
+        ))
+    summary = apply_policy(configs, expect)
+    summary.update(min_effect=min_effect, alpha=alpha)
+    all_notes = list(notes or [])
+    if not_measured:
+        all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
+    return Result(
+        a=Side(run_a.rev, run_a.sha),
+        b=Side(run_b.rev, run_b.sha),
+        expect=expect,
+        configs=configs,
+        summary=summary,
+        suite=run_b.suite or run_a.suite,
+        target=run_b.target or run_a.target,
+        only_in_a=[c.id for c in run_a.configs if c.id not in ids_b],
+        only_in_b=[c.id for c in run_b.configs if run_a.config(c.id) is None],
+        notes=all_notes,
+    )

@@ -1,0 +1,171 @@
+"""Start one worker process, watch it, and kill its whole process group when needed.
+
+Every launcher (local, mpirun, srun) ends here: the process gets its own
+session, so a timeout, Ctrl-C or SIGTERM reaches mpirun's or torch's children
+too, and no orphan keeps a GPU busy after abdiff is gone.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import resource
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from abdiff.launchers.base import Launcher
+from abdiff.targets.base import LaunchSpec
+
+# Names never passed to benchmark code unless --pass-env names them: a pull
+# request's benchmark must not read the CI's credentials.
+SECRET_PATTERNS = (
+    "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "*_PASSWD", "*_API_KEY", "*_ACCESS_KEY*",
+    "GITHUB_TOKEN", "GH_TOKEN", "AWS_*", "AZURE_*", "GOOGLE_APPLICATION_CREDENTIALS",
+    "HF_TOKEN", "*_CREDENTIALS", "SSH_AUTH_SOCK",
+)
+KILL_GRACE_S = 3.0
+POLL_S = 0.05
+
+
+class LocalLauncher(Launcher):
+    """One process on this machine: the command as the target gives it."""
+
+    name: ClassVar[str] = "local"
+
+    def wrap(self, spec: LaunchSpec) -> LaunchSpec:
+        return spec
+
+
+def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None) -> dict[str, str]:
+    """This process's environment without credentials, plus the target's variables."""
+    keep = set(pass_env or [])
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name in keep or not any(fnmatch.fnmatchcase(name, p) for p in SECRET_PATTERNS)
+    }
+    env.update(extra)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@dataclass
+class ProcessOutcome:
+    returncode: int
+    timed_out: bool
+    stderr_path: Path
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # the leader is gone; make sure its children are too
+            os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+    proc.wait()
+
+
+def _memory_limit(max_memory_bytes: int | None):
+    if max_memory_bytes is None:
+        return None
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
+
+    return limit
+
+
+def run_process(
+    spec: LaunchSpec,
+    log_dir: Path,
+    progress_path: Path,
+    timeout_s: float | None,
+    pass_env: list[str] | None = None,
+    max_memory_bytes: int | None = None,
+) -> ProcessOutcome:
+    """Run `spec` to completion in its own session; stdout and stderr go to files in log_dir.
+
+    The timeout is an inactivity limit: it restarts whenever `progress_path`
+    grows (the worker logs each config's start), so it bounds one config, not
+    the whole round. KeyboardInterrupt and other exceptions kill the group
+    before they propagate.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stderr_path = log_dir / "stderr.txt"
+    with open(log_dir / "stdout.txt", "ab") as out, open(stderr_path, "ab") as err:
+        try:
+            proc = subprocess.Popen(
+                spec.argv,
+                cwd=spec.cwd,
+                env=worker_environment(spec.env, pass_env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=_memory_limit(max_memory_bytes),
+            )
+        except OSError as exc:
+            from abdiff.errors import InfrastructureError
+
+            raise InfrastructureError(f"cannot start {spec.argv[0]}: {exc.strerror}") from None
+        last_size, deadline = -1, None
+        try:
+            while proc.poll() is None:
+                size = progress_path.stat().st_size if progress_path.exists() else 0
+                if size != last_size:
+                    last_size = size
+                    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+                if deadline is not None and time.monotonic() > deadline:
+                    _kill_group(proc)
+                    return ProcessOutcome(proc.returncode, True, stderr_path)
+                time.sleep(POLL_S)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        # the leader exited; children it left behind in the group go with it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return ProcessOutcome(proc.returncode, False, stderr_path)
+
+
+SKIP_PREFIXES = ("Traceback", "File ", "Fatal Python error", "Current thread", "Thread 0x",
+                 "Extension modules:", "Stack (most recent", "  ", "\t", "^", "~")
+
+
+def last_meaningful_line(path: Path, limit: int = 500) -> str | None:
+    """The last stderr line that says what went wrong (not a traceback frame)."""
+    if not path.exists():
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - 65536))
+        lines = handle.read().decode("utf-8", errors="replace").splitlines()
+    for line in reversed(lines):
+        if line.strip() and not line.startswith(SKIP_PREFIXES):
+            return line.strip()[:limit]
+    return None

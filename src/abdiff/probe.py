@@ -1,0 +1,255 @@
+"""What the worker records from inside the benchmark process, and how it reports it.
+
+Facts come from live objects (never from logs), kernels from torch.profiler,
+latencies from perf_counter_ns (CPU) or CUDA events (GPU). The record log is
+the worker's only output channel: JSON lines, each flushed and fsynced, so a
+process that dies mid-suite loses only the config it was running.
+
+torch is imported inside the functions that need it: the parent abdiff process
+reads record logs through this module without paying for a torch import.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from abdiff.records import RoundRecord
+
+FACT_TEXT_LIMIT = 200
+
+
+def find_attn_metadata(run_pack: Callable[[], Any]) -> Any:
+    """The attention metadata a run pack closes over, as upstream's runner builds it.
+
+    Upstream's `create_run_pack` returns a closure over a local `attn_metadata`;
+    reading the closure finds the live object without changing the benchmark.
+    Returns None when the run pack holds none.
+    """
+    if hasattr(run_pack, "attn_metadata"):
+        return run_pack.attn_metadata
+    if inspect.isfunction(run_pack):
+        return inspect.getclosurevars(run_pack).nonlocals.get("attn_metadata")
+    return None
+
+
+def fact_value(value: Any) -> Any:
+    """A JSON value for a live attribute: shapes as lists, tensors by shape and dtype."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, list | tuple):  # torch.Size is a tuple
+        return [fact_value(v) for v in value]
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return {"shape": list(value.shape), "dtype": str(value.dtype)}
+    text = repr(value)
+    return text if len(text) <= FACT_TEXT_LIMIT else text[: FACT_TEXT_LIMIT - 3] + "..."
+
+
+def read_facts(roots: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """Resolve dotted names such as `attn_metadata.kv_lens_cuda_2d.shape` on live objects.
+
+    A name whose object or attribute does not exist records None: the TRTLLM
+    metadata has no `kv_lens_cuda_2d`, and that absence is itself a fact.
+    """
+    facts: dict[str, Any] = {}
+    for name in names:
+        head, *attrs = name.split(".")
+        obj = roots.get(head)
+        for attr in attrs:
+            if obj is None:
+                break
+            obj = getattr(obj, attr, None)
+        facts[name] = fact_value(obj)
+    return facts
+
+
+def resolve_device(requested: str) -> str:
+    """`auto` means CUDA where torch sees a GPU, else the CPU."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was requested but torch sees no CUDA device")
+    return requested
+
+
+def time_iterations(
+    fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = False
+) -> list[float]:
+    """Per-iteration latency in microseconds after `warmup` untimed calls.
+
+    CPU: perf_counter_ns around each call. CUDA: an event pair around each call,
+    read after one synchronize at the end, so timing does not serialize the
+    stream. With `cuda_graph`, the run pack is captured once and replays are
+    timed, as upstream's run.py does with use_cuda_graph.
+    """
+    if device != "cuda":
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(runs):
+            start = time.perf_counter_ns()
+            fn()
+            out.append((time.perf_counter_ns() - start) / 1000.0)
+        return out
+    import torch
+
+    step = fn
+    if cuda_graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(max(warmup, 1)):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        step = graph.replay
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(runs)]
+    for start, end in events:
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) * 1000.0 for start, end in events]
+
+
+def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
+    """Names and counts of what one call ran: CUDA kernels on a GPU, operators on the CPU.
+
+    One extra call under torch.profiler, outside the timed iterations, so the
+    profiler's overhead never reaches a latency sample.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    counts: Counter[str] = Counter()
+    for event in prof.events():
+        is_kernel = event.device_type == torch.autograd.DeviceType.CUDA
+        if (device == "cuda") == is_kernel:
+            counts[event.name] += 1
+    return dict(sorted(counts.items()))
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Facts about the process that ran: device, torch, Python."""
+    import platform
+
+    import torch
+
+    env: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__.split("+")[0],
+        "python": platform.python_version(),
+    }
+    if device == "cuda":
+        env["device_name"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+class RecordWriter:
+    """Appends the worker's events to the record log, one fsynced JSON line each."""
+
+    def __init__(self, path: Path) -> None:
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the round
+        self.facts_written: dict[str, dict[str, Any]] = {}
+
+    def _write(self, event: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(event) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def env(self, env: dict[str, Any]) -> None:
+        self._write({"event": "env", "env": env})
+
+    def start(self, config_id: str) -> None:
+        self._write({"event": "start", "id": config_id})
+
+    def facts(self, config_id: str, facts: dict[str, Any]) -> None:
+        """Facts as soon as they are read: a config that aborts later still has them."""
+        self.facts_written[config_id] = facts
+        self._write({"event": "facts", "id": config_id, "facts": facts})
+
+    def done(self, config_id: str, record: RoundRecord) -> None:
+        self._write({"event": "done", "id": config_id, "record": asdict(record)})
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+@dataclass
+class RoundLog:
+    """What a worker's record log holds once the process has ended."""
+
+    env: dict[str, Any] = field(default_factory=dict)
+    done: dict[str, RoundRecord] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    malformed: dict[str, str] = field(default_factory=dict)  # config id -> why
+
+    @property
+    def in_progress(self) -> str | None:
+        """The config that was started and never finished (where a crash happened)."""
+        pending = [cid for cid in self.started if cid not in self.done]
+        return pending[-1] if pending else None
+
+
+def read_round_log(path: Path) -> RoundLog:
+    """Parse a record log; a torn last line (process killed mid-write) is ignored."""
+    from abdiff.errors import InputError
+    from abdiff.records import parse_round
+
+    log = RoundLog()
+    if not Path(path).exists():
+        return log
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                continue  # torn final write
+            log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: not JSON"
+            continue
+        kind = event.get("event") if isinstance(event, dict) else None
+        cid = event.get("id") if isinstance(event, dict) else None
+        if kind == "env" and isinstance(event.get("env"), dict):
+            log.env = event["env"]
+        elif kind == "start" and isinstance(cid, str):
+            log.started.append(cid)
+        elif kind == "facts" and isinstance(cid, str) and isinstance(event.get("facts"), dict):
+            log.facts[cid] = event["facts"]
+        elif kind == "done" and isinstance(cid, str):
+            try:
+                log.done[cid] = parse_round(event.get("record"), f"record of {cid}")
+            except InputError as exc:
+                log.malformed[cid] = str(exc)
+        else:
+            log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: bad event"
+    return log

@@ -1,0 +1,31 @@
+"""Report formats: each module has `render(result: Result) -> str`.
+
+One interface so the CLI picks a format by name and every format renders the
+same `Result`; what the formats share (ordering, summary sentence, cell texts)
+lives in `common.py`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from abdiff.errors import InputError
+from abdiff.records import Result
+from abdiff.reports import html, json, markdown, table
+
+FORMATS: dict[str, ModuleType] = {
+    "table": table,
+    "markdown": markdown,
+    "json": json,
+    "html": html,
+}
+
+
+def render(result: Result, fmt: str) -> str:
+    """Render `result` in the named format; an unknown name is a usage error."""
+    try:
+        module = FORMATS[fmt]
+    except KeyError:
+        choices = ", ".join(FORMATS)
+        raise InputError(f"unknown report format '{fmt}' (choose from {choices})") from None
+    return module.render(result)

@@ -1,0 +1,132 @@
+"""One round of one side: every config in fresh worker processes, crashes isolated.
+
+A round starts one worker for all its configs (process start and torch import
+are the expensive part). When that worker dies in the middle of a config, the
+config gets the death as its status and a new worker takes the configs left,
+so an abort costs one process start, never another config's data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abdiff.launchers.base import Launcher
+from abdiff.launchers.local import ProcessOutcome, last_meaningful_line, run_process
+from abdiff.probe import read_round_log
+from abdiff.records import RoundRecord
+from abdiff.suites import Config
+from abdiff.targets.base import RoundJob, Target
+
+
+@dataclass
+class RoundSettings:
+    """How every worker of a run is started; the same for both sides."""
+
+    facts: list[str]
+    warmup_times: int
+    run_times: int
+    timeout_s: float | None = 600.0
+    device: str = "auto"
+    cuda_graph: bool = False
+    profile_kernels: bool = True
+    target_options: dict = field(default_factory=dict)
+    target_args: list[str] = field(default_factory=list)
+    pass_env: list[str] = field(default_factory=list)
+    max_memory_bytes: int | None = None
+
+
+@dataclass
+class RoundOutput:
+    env: dict
+    processes: int
+
+
+def death_record(outcome: ProcessOutcome, round_index: int, fallback: str) -> RoundRecord:
+    """The status of the config a worker was running when it ended abnormally."""
+    line = last_meaningful_line(outcome.stderr_path)
+    if outcome.timed_out:
+        return RoundRecord("timeout", "no progress within the per-config timeout; "
+                           "process group killed", round=round_index)
+    if outcome.signal_name:
+        reason = f"{outcome.signal_name}: {line}" if line else outcome.signal_name
+        return RoundRecord("aborted", reason, round=round_index)
+    return RoundRecord("failed", line or fallback, round=round_index)
+
+
+def run_round(
+    target: Target,
+    launcher: Launcher,
+    checkout: Path,
+    configs: list[Config],
+    settings: RoundSettings,
+    round_index: int,
+    work_dir: Path,
+    on_record: Callable[[str, RoundRecord], None],
+) -> RoundOutput:
+    """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
+
+    If abdiff itself is interrupted, the records the running worker already
+    wrote are handed over before the interrupt propagates.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    records: dict[str, RoundRecord] = {}
+    env: dict = {}
+    remaining = list(configs)
+    handed: set[str] = set()
+    processes = 0
+    while remaining:
+        attempt = work_dir / f"worker{processes}"
+        attempt.mkdir(exist_ok=True)
+        record_path = attempt / "records.jsonl"
+        job = RoundJob(
+            configs=[{"id": c.id, "params": c.params} for c in remaining],
+            facts=settings.facts,
+            record_path=str(record_path),
+            round=round_index,
+            warmup_times=settings.warmup_times,
+            run_times=settings.run_times,
+            device=settings.device,
+            cuda_graph=settings.cuda_graph,
+            profile_kernels=settings.profile_kernels,
+            target_options=settings.target_options,
+            target_args=settings.target_args,
+        )
+        job_path = attempt / "job.json"
+        job.write(job_path)
+        spec = launcher.wrap(target.round_command(checkout, job_path, job))
+        try:
+            outcome = run_process(spec, attempt, record_path, settings.timeout_s,
+                                  settings.pass_env, settings.max_memory_bytes)
+        except BaseException:
+            for cid, record in read_round_log(record_path).done.items():
+                on_record(cid, record)
+            raise
+        processes += 1
+        log = read_round_log(record_path)
+        env = env or log.env
+        for cid, record in log.done.items():
+            records[cid] = record
+        for cid, why in log.malformed.items():
+            if cid in {c.id for c in remaining}:
+                records[cid] = RoundRecord("failed", f"malformed record: {why}", round=round_index)
+        culprit = log.in_progress
+        if culprit is not None and culprit not in records:
+            records[culprit] = death_record(outcome, round_index, f"exit code {outcome.returncode}")
+            records[culprit].facts = log.facts.get(culprit, {})
+        unfinished = [c for c in remaining if c.id not in records]
+        if unfinished and culprit is None:
+            # the worker ended without starting a config: it cannot run here at all,
+            # and retrying would fail the same way
+            why = death_record(outcome, round_index, "worker wrote no record")
+            if why.status == "failed" and outcome.returncode == 0:
+                why.error = "worker exited without writing a record"
+            for config in unfinished:
+                records[config.id] = RoundRecord(why.status, why.error, round=round_index)
+            unfinished = []
+        remaining = unfinished
+        for cid in [c.id for c in configs if c.id in records and c.id not in handed]:
+            on_record(cid, records[cid])
+            handed.add(cid)
+    return RoundOutput(env, processes)

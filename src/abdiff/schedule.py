@@ -1,0 +1,222 @@
+"""Interleave A and B rounds, extend inconclusive configs, and keep every round on disk.
+
+Rounds run in randomized ABBA blocks (ABBA or BAAB per block), so slow drift
+on the machine (thermal, clocks, a neighbour's job) lands on both sides alike
+instead of on whichever side ran later. After the first rounds, configs whose
+latency verdict is still inconclusive get more blocks, up to `max_rounds`.
+
+Both run files are rewritten atomically after every round in a state folder
+keyed by what was measured; re-running the same command (or `--resume`)
+continues from the rounds already there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from abdiff.launchers.base import Launcher
+from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file, write_atomic, \
+    write_run_file
+from abdiff.rounds import RoundSettings, run_round
+from abdiff.suites import Config
+from abdiff.targets.base import Target
+
+SIDES = ("A", "B")
+
+
+@dataclass
+class Plan:
+    rounds: int = 5  # first rounds per side
+    max_rounds: int = 15  # adaptive ceiling per side
+    seed: int | None = None
+
+
+def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
+    """(side, round) slots for rounds start..start+count-1 of both sides.
+
+    Rounds go in blocks of two per side, each block ABBA or BAAB at random; an
+    odd count ends with a half block (AB or BA).
+    """
+    slots: list[tuple[str, int]] = []
+    end = start + count
+    for r in range(start, end, 2):
+        first, second = ("A", "B") if rng.random() < 0.5 else ("B", "A")
+        slots += [(first, r), (second, r)]
+        if r + 1 < end:
+            slots += [(second, r + 1), (first, r + 1)]
+    return slots
+
+
+@dataclass
+class SideRun:
+    """One side as the scheduler sees it: where it runs and what it measured so far."""
+
+    checkout: Path
+    run: RunFile
+
+
+def state_key(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Progress:
+    """A tqdm bar with ETA on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, unit="round", file=sys.stderr, leave=False,
+                         disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+
+    def add(self, extra: int) -> None:
+        self._bar.total += extra
+        self._bar.refresh()
+
+    def step(self, label: str) -> None:
+        self._bar.set_description(label)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+class Measurement:
+    """Both sides' run files and the state folder that keeps them between runs."""
+
+    def __init__(self, state_dir: Path, sides: dict[str, SideRun], seed: int) -> None:
+        self.state_dir = state_dir
+        self.sides = sides
+        self.seed = seed
+        self.processes = 0
+
+    @classmethod
+    def open(cls, state_dir: Path, sides: dict[str, SideRun], resume: bool,
+             seed: int | None) -> Measurement:
+        """Continue an unfinished measurement in `state_dir`, else start a new one.
+
+        A finished one is reused only with `resume` (to re-report without measuring).
+        """
+        state_file = state_dir / "state.json"
+        if state_file.exists():
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+            if resume or not state.get("complete"):
+                for name, side in sides.items():
+                    saved = state_dir / f"{name.lower()}.json"
+                    if saved.exists():
+                        old = load_run_file(saved)
+                        for config in side.run.configs:
+                            kept = old.config(config.id)
+                            if kept is not None:
+                                config.rounds = kept.rounds
+                        side.run.env = old.env or side.run.env
+                return cls(state_dir, sides, int(state["seed"]))
+            shutil.rmtree(state_dir)
+        seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        measurement = cls(state_dir, sides, seed)
+        measurement.save(complete=False)
+        return measurement
+
+    def save(self, complete: bool) -> None:
+        for name, side in self.sides.items():
+            write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
+        write_atomic(self.state_dir / "state.json",
+                     json.dumps({"seed": self.seed, "complete": complete}) + "\n")
+
+    def has_round(self, side: str, config_id: str, round_index: int) -> bool:
+        config = self.sides[side].run.config(config_id)
+        return config is not None and any(r.round == round_index for r in config.rounds)
+
+    def add(self, side: str, config_id: str, record: RoundRecord) -> None:
+        config = self.sides[side].run.config(config_id)
+        assert config is not None, config_id
+        config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
+        config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
+
+
+def run_slots(
+    measurement: Measurement,
+    slots: list[tuple[str, int]],
+    configs: list[Config],
+    target: Target,
+    launcher: Launcher,
+    settings: RoundSettings,
+    progress: Progress,
+) -> None:
+    """Run each (side, round) slot for the configs that lack that round; save after each."""
+    for side, round_index in slots:
+        todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)]
+        if not todo:
+            progress.step(f"{side} round {round_index + 1} (kept)")
+            continue
+        side_run = measurement.sides[side]
+        work_dir = measurement.state_dir / "logs" / f"{side}-r{round_index}"
+        if work_dir.exists():
+            shutil.rmtree(work_dir)  # a half-run round from an interrupted run
+        try:
+            output = run_round(target, launcher, side_run.checkout, todo, settings,
+                               round_index, work_dir,
+                               lambda cid, record, side=side: measurement.add(side, cid, record))
+        finally:
+            measurement.save(complete=False)
+        measurement.processes += output.processes
+        if output.env and not side_run.run.env.get("device"):
+            side_run.run.env.update(output.env)
+            measurement.save(complete=False)
+        progress.step(f"{side} round {round_index + 1}")
+
+
+def measure(
+    measurement: Measurement,
+    configs: list[Config],
+    target: Target,
+    launcher: Launcher,
+    settings: RoundSettings,
+    plan: Plan,
+    undecided: Callable[[RunFile, RunFile], list[str]],
+    quiet: bool = False,
+) -> Measurement:
+    """The first `plan.rounds` per side for all configs, then adaptive blocks."""
+    rng = random.Random(measurement.seed)
+    # one-sided measurements (`abdiff run`, baselines) use the same schedule, A's slots only
+    slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
+    progress = Progress(len(slots), quiet)
+    try:
+        run_slots(measurement, slots, configs, target, launcher, settings, progress)
+        done = plan.rounds
+        while done < plan.max_rounds:
+            if set(measurement.sides) != set(SIDES):
+                break
+            ids = set(undecided(measurement.sides["A"].run, measurement.sides["B"].run))
+            if not ids:
+                break
+            extra = min(2, plan.max_rounds - done)
+            block_slots = [s for s in schedule(extra, rng, start=done) if s[0] in measurement.sides]
+            progress.add(len(block_slots))
+            run_slots(measurement, block_slots, [c for c in configs if c.id in ids],
+                      target, launcher, settings, progress)
+            done += extra
+    finally:
+        progress.close()
+    measurement.save(complete=True)
+    return measurement
+
+
+def empty_run(rev: str, sha: str, target: str, suite: str, configs: list[Config],
+              env: dict) -> RunFile:
+    return RunFile(rev=rev, sha=sha, target=target, suite=suite, env=dict(env),
+                   configs=[ConfigRuns(c.id, dict(c.params)) for c in configs])
+
+
+def settings_fingerprint(settings: RoundSettings) -> dict:
+    """What about the settings changes the measurement (and so the state key)."""
+    data = asdict(settings)
+    for volatile in ("timeout_s", "pass_env"):
+        data.pop(volatile)
+    return data

@@ -1,0 +1,33 @@
+"""The reference target: the embedded layer-wise harness that `abdiff demo` builds.
+
+A round is `python -m abdiff.worker JOB.json` started in the checkout, so the
+checkout's own `tinyllm` package is the one imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+from abdiff.targets.base import LaunchSpec, RoundJob, Target
+
+HARNESS_PACKAGE = "tinyllm"
+RUNNER_MODULE = "tinyllm.tools.layer_wise_benchmarks.runner"
+RUNNER_FILE = "tinyllm/tools/layer_wise_benchmarks/runner.py"
+
+
+class ReferenceTarget(Target):
+    name: ClassVar[str] = "reference"
+
+    @classmethod
+    def detect(cls, root: Path) -> bool:
+        return (Path(root) / RUNNER_FILE).is_file()
+
+    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        return LaunchSpec([sys.executable, "-m", "abdiff.worker", str(job_path)], Path(checkout))
+
+    def hook_problems(self, checkout: Path) -> list[str]:
+        from abdiff.hooks import missing_hooks  # AST checks; the worker never needs them
+
+        return missing_hooks(Path(checkout), REFERENCE_HOOKS)

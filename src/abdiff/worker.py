@@ -1,0 +1,83 @@
+"""The reference target's worker: `python -m abdiff.worker JOB.json`, run inside a checkout.
+
+It imports the harness of the checkout it was started in (the working folder is
+first on sys.path), runs every config of the job in this one process, and
+appends one record per config to the record log. A Python exception fails only
+its config; an abort or a hang kills the process, and the launcher restarts a
+worker for the configs that are left.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from abdiff.probe import (
+    RecordWriter,
+    environment,
+    find_attn_metadata,
+    profile_kernels,
+    read_facts,
+    resolve_device,
+    time_iterations,
+)
+from abdiff.records import RoundRecord
+from abdiff.targets.base import RoundJob
+from abdiff.targets.reference import HARNESS_PACKAGE, RUNNER_MODULE
+
+
+def _import_runner(checkout: Path) -> type:
+    """The checkout's own Runner; refuses one imported from anywhere else."""
+    import importlib
+
+    sys.path.insert(0, str(checkout))
+    package = importlib.import_module(HARNESS_PACKAGE)
+    origin = Path(package.__file__).resolve()
+    if checkout.resolve() not in origin.parents:
+        raise RuntimeError(f"{HARNESS_PACKAGE} was imported from {origin}, not from {checkout}")
+    return importlib.import_module(RUNNER_MODULE).Runner
+
+
+def run_config(
+    runner_cls: type, config_id: str, params: dict, job: RoundJob, device: str,
+    writer: RecordWriter,
+) -> RoundRecord:
+    """Create and prepare the run pack, read facts, time iterations, then profile one call."""
+    runner = runner_cls(params["backend"], device=device)
+    run_pack = runner.create_run_pack(
+        params["run_type"],
+        batch_size=params["batch_size"],
+        seq_len_q=params["seq_len_q"],
+        seq_len_kv_cache=params["seq_len_kv_cache"],
+    )
+    facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
+    writer.facts(config_id, facts)
+    latencies = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph)
+    kernels = profile_kernels(run_pack, device) if job.profile_kernels else {}
+    return RoundRecord("ok", None, latencies, facts, kernels, job.round)
+
+
+def main(job_path: str) -> int:
+    job = RoundJob.read(Path(job_path))
+    writer = RecordWriter(Path(job.record_path))
+    device = resolve_device(job.device)
+    writer.env({**environment(device), "cuda_graph": job.cuda_graph})
+    runner_cls = _import_runner(Path.cwd())
+    for config in job.configs:
+        writer.start(config["id"])
+        try:
+            record = run_config(runner_cls, config["id"], config["params"], job, device, writer)
+        except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
+            traceback.print_exc()
+            last = f"{type(exc).__name__}: {exc}".strip().splitlines()
+            record = RoundRecord("failed", last[-1] if last else type(exc).__name__,
+                                 facts=writer.facts_written.get(config["id"], {}),
+                                 round=job.round)
+        writer.done(config["id"], record)
+    writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,308 @@
+"""Reports: every format renders the same Result; untrusted text stays inert."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from abdiff.records import ConfigResult, LatencyResult, Result, Side
+from abdiff.reports import FORMATS, common, markdown, render
+from abdiff.reports import html as html_report
+from abdiff.reports import json as json_report
+from abdiff.reports import table as table_report
+
+DG_ASSERT = "DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)"
+SDPA = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _params(backend: str, bs: int, q: int) -> dict:
+    return {"backend": backend, "run_type": "GEN", "batch_size": bs, "seq_len_q": q,
+            "seq_len_kv_cache": 2049}
+
+
+def _config(backend: str, bs: int, q: int, verdict: str, **kw) -> ConfigResult:
+    base = dict(
+        id=f"GEN-{backend}-bs{bs}-q{q}-kv2049", params=_params(backend, bs, q),
+        status_a="ok", status_b="ok", status_change="same", error_a=None, error_b=None,
+        facts_changed={}, kernels_added={}, kernels_removed={},
+        latency=LatencyResult("unchanged", 1.002, [0.995, 1.009], 0.41, 0.001, 6, 6, "rounds"),
+        in_scope=backend == "DSA", verdict=verdict,
+    )
+    base.update(kw)
+    return ConfigResult(**base)
+
+
+def make_result(**overrides) -> Result:
+    """The seed PR's pr-v1 story: DSA fixed (expected), TRTLLM MTP changed (unintended)."""
+    configs = [
+        _config("DSA", 32, 1, "unchanged"),
+        _config("TRTLLM", 32, 1, "unchanged"),
+        _config(
+            "TRTLLM", 32, 4, "unintended",
+            facts_changed={"attn_metadata.max_total_draft_tokens": [None, 3]},
+            kernels_added={SDPA: 2}, kernels_removed={"aten::bmm": 4, "aten::_softmax": 2},
+            latency=LatencyResult("slower", 1.043, [1.021, 1.066], 0.003, None, 6, 6, "rounds"),
+        ),
+        _config(
+            "DSA", 32, 4, "expected", status_a="aborted", status_b="ok", status_change="fixed",
+            error_a=f"SIGABRT: {DG_ASSERT}", latency=LatencyResult("n/a"),
+            facts_changed={"attn_metadata.kv_lens_cuda_2d.shape": [[64, 1], [64, 4]]},
+        ),
+        _config("TRTLLM", 64, 2, "inconclusive",
+                latency=LatencyResult("inconclusive", 1.012, [0.990, 1.035], 0.21, 0.30, 4, 4)),
+        _config("TRTLLM", 64, 1, "unchanged"),
+    ]
+    data = dict(
+        a=Side("main", "a" * 40), b=Side("pr-v1", "b" * 40), expect={"backend": ["DSA"]},
+        configs=configs,
+        summary={"unchanged": 3, "expected": 1, "unintended": 1, "inconclusive": 1,
+                 "configs": 6, "exit_code": 1, "min_effect": 0.02, "alpha": 0.05},
+        suite="mtp", target="reference",
+        notes=["side A is a stored baseline, not interleaved with B"],
+    )
+    data.update(overrides)
+    return Result(**data)
+
+
+def test_formats_registry() -> None:
+    assert set(FORMATS) == {"table", "markdown", "json", "html"}
+    result = make_result()
+    for name, module in FORMATS.items():
+        assert isinstance(module.render(result), str), name
+    assert render(result, "json") == json_report.render(result)
+
+
+def test_ordering_and_summary_sentence() -> None:
+    result = make_result()
+    verdicts = [c.verdict for c in common.ordered(result)]
+    assert verdicts == ["unintended", "inconclusive", "expected",
+                        "unchanged", "unchanged", "unchanged"]
+    assert common.summary_sentence(result) == (
+        "1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs"
+    )
+    assert common.verdict_line(result) == "1 unintended change"
+
+
+def test_cell_texts() -> None:
+    result = make_result()
+    trt = next(c for c in result.configs if c.verdict == "unintended")
+    assert common.latency_cell(trt.latency) == "1.043x [1.021, 1.066] p=0.003 (slower)"
+    assert common.fact_changes(trt) == ["attn_metadata.max_total_draft_tokens: None -> 3"]
+    assert common.kernel_diff(trt) == f"+{SDPA} x2, -aten::_softmax x2, -aten::bmm x4"
+    assert common.latency_cell(LatencyResult("n/a")) == "n/a"
+    assert common.min_effect(make_result(summary={})) == 0.02
+
+
+def test_table() -> None:
+    text = table_report.render(make_result())
+    lines = text.rstrip("\n").splitlines()
+    assert lines[0] == "abdiff: A: main (aaaaaaaaaa) B: pr-v1 (bbbbbbbbbb)"
+    assert "note: side A is a stored baseline, not interleaved with B" in text
+    assert lines[-1].endswith("1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs")
+    first = text.index("GEN-TRTLLM-bs32-q4")
+    assert first < text.index("GEN-TRTLLM-bs64-q2") < text.index("GEN-DSA-bs32-q4")
+    assert first < text.index("GEN-DSA-bs32-q1")
+    assert "None -> 3" in text and "+" + SDPA in text
+
+
+def _details_split(text: str) -> tuple[str, str]:
+    start = text.index("<details>")
+    end = text.index("</details>")
+    assert start < end
+    return text[:start], text[start:end]
+
+
+def test_markdown_layout() -> None:
+    text = markdown.render(make_result())
+    lines = text.splitlines()
+    assert lines[0] == "<!-- abdiff -->"
+    assert "**abdiff: 1 unintended change**" in lines[1]
+    assert "1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs" in lines[1]
+    head, folded = _details_split(text)
+    # The unintended table, outside <details>, has the fact change, kernels and latency.
+    row = next(line for line in head.splitlines() if "GEN-TRTLLM-bs32-q4" in line)
+    assert row.startswith("| ")
+    assert "max\\_total\\_draft\\_tokens: None -&gt; 3" in row
+    assert "+aten::\\_scaled\\_dot\\_product\\_flash\\_attention\\_for\\_cpu x2" in row
+    assert "-aten::bmm x4" in row
+    assert "1.043x \\[1.021, 1.066\\] p=0.003 (slower)" in row
+    # Everything else is folded.
+    for cid in ("GEN-DSA-bs32-q4", "GEN-TRTLLM-bs64-q2", "GEN-DSA-bs32-q1", "GEN-TRTLLM-bs64-q1"):
+        assert cid not in head and cid in folded
+    assert "DG\\_HOST\\_ASSERT(" in folded
+    assert "Other configs: 1 inconclusive, 1 expected, 3 unchanged" in folded
+    assert text.rstrip().endswith("</details>")
+
+
+def test_markdown_clean_run_has_no_unintended_table() -> None:
+    result = make_result()
+    result.configs = [c for c in result.configs if c.verdict != "unintended"]
+    text = markdown.render(result)
+    assert "Unintended changes" not in text
+    assert "no unintended change" in text.splitlines()[1]
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "</details><img src=x onerror=alert(1)>",
+    "@someone please look, cc @org/team",
+    "```\nrm -rf /\n```",
+    "a | b || c",
+    "`code` and ``double``",
+    "[click](https://evil.example) ![img](x)",
+    "line1\nline2\r\nline3",
+    "\x1b[31mred\x1b[0m \u202etxet desrever",
+    "fixes #123",
+    "x" * 10_000,
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_markdown_escape_hostile(text: str) -> None:
+    out = markdown.escape(text)
+    assert "<" not in out and ">" not in out.replace("&gt;", "")
+    assert "\n" not in out and "\r" not in out and "\x1b" not in out and "\u202e" not in out
+    assert re.search(r"(?<!\\)[`|\[\]]", out) is None  # every backtick, pipe, bracket escaped
+    assert re.search(r"@(?!\u200d)", out) is None  # no @mention can ping
+    assert re.search(r"#(?!\u200d)\d", out) is None  # no issue cross-reference
+    assert len(common.clip(text)) <= common.TEXT_LIMIT
+    if len(text) > common.TEXT_LIMIT:
+        assert out.endswith(common.ELLIPSIS) and len(out) < 2 * common.TEXT_LIMIT + 10
+
+
+def _hostile_result() -> Result:
+    evil = "<script>x</script> @someone ``` | " + "y" * 10_000
+    result = make_result(a=Side("<b>main</b> @bob", "a" * 40), notes=[evil])
+    cfg = result.configs[2]
+    cfg.id = "TRT|<i>@alice"
+    cfg.error_b = "```\n</details>\n@here |" + "z" * 10_000
+    cfg.facts_changed = {"attn_metadata.x|<y>": ["<b>", "@carol"]}
+    cfg.kernels_added = {"<svg onload=alert(1)>`|@dave": 1}
+    return result
+
+
+def test_markdown_report_with_hostile_strings() -> None:
+    text = markdown.render(_hostile_result())
+    assert text.splitlines()[0] == "<!-- abdiff -->"
+    for bad in ("<script", "<b>", "<i>", "<svg", "<y>", "```"):
+        assert bad not in text
+    assert text.count("<details>") == 1 and text.count("</details>") == 1
+    assert re.search(r"@(?!\u200d)\w", text) is None
+    assert max(len(line) for line in text.splitlines()) < 3000
+    # Every table row of the unintended table still has exactly its 5 cells.
+    rows = [ln for ln in text.split("<details>")[0].splitlines() if ln.startswith("| ")]
+    for row in rows:
+        assert len(re.findall(r"(?<!\\)\|", row)) == 6
+
+
+def test_markdown_stays_under_github_limit() -> None:
+    result = make_result()
+    base = result.configs[0]
+    result.configs = [
+        ConfigResult(**{**base.__dict__, "id": f"cfg-{i}-" + "k" * 150,
+                        "error_a": "e" * 5000, "kernels_added": {f"k{j}" * 30: j for j in range(9)}})
+        for i in range(800)
+    ]
+    text = markdown.render(result)
+    assert len(text) <= markdown.MAX_CHARS
+    assert "more not shown; see the JSON result." in text
+    assert text.rstrip().endswith("</details>")
+
+
+def test_json_round_trip_has_documented_keys() -> None:
+    result = make_result()
+    data = json.loads(json_report.render(result))
+    assert data["schema"] == "abdiff.result/1"
+    for key in ("a", "b", "expect", "configs", "summary"):
+        assert key in data
+    assert set(data["a"]) >= {"rev", "sha"}
+    for cfg in data["configs"]:
+        for key in ("id", "params", "status_change", "facts_changed", "kernels_added",
+                    "kernels_removed", "latency", "in_scope", "verdict"):
+            assert key in cfg
+        assert set(cfg["latency"]) >= {"verdict", "ratio", "ci", "p"}
+    trt = next(c for c in data["configs"] if c["verdict"] == "unintended")
+    assert trt["facts_changed"] == {"attn_metadata.max_total_draft_tokens": [None, 3]}
+    assert data["summary"]["exit_code"] == 1
+    assert data == json.loads(json.dumps(result.to_json()))
+
+
+def test_json_nan_becomes_null() -> None:
+    result = make_result()
+    result.configs[0].latency.ratio = float("nan")
+    assert json.loads(json_report.render(result))["configs"][0]["latency"]["ratio"] is None
+
+
+class _Balance(HTMLParser):
+    """Checks that non-void tags nest and close properly."""
+
+    VOID = {"br", "meta", "img", "hr", "input", "link"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.seen: set[str] = set()
+        self.errors: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        self.seen.add(tag)
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag: str, attrs) -> None:
+        self.seen.add(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _parse(text: str) -> _Balance:
+    parser = _Balance()
+    parser.feed(text)
+    parser.close()
+    return parser
+
+
+def test_html_is_well_formed_and_self_contained() -> None:
+    text = html_report.render(make_result())
+    parser = _parse(text)
+    assert parser.errors == [] and parser.stack == []
+    assert {"svg", "table", "circle", "line", "section"} <= parser.seen
+    assert "script" not in parser.seen
+    assert text.count("<svg") == len(common.grouped(make_result()))
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in text
+    body = "".join(parser.text)
+    assert "1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs" in body
+    assert "attn_metadata.max_total_draft_tokens: None -> 3" in body
+    assert "1.043x [1.021, 1.066] p=0.003 (slower)" in body
+    # Dashed threshold lines at 1 +/- min_effect.
+    assert text.count('stroke-dasharray="4 3"') == 2 * len(common.grouped(make_result()))
+    assert text.index("Unintended (1)") < text.index("Inconclusive (1)") < text.index("Expected")
+
+
+def test_html_escapes_hostile_strings() -> None:
+    text = html_report.render(_hostile_result())
+    parser = _parse(text)
+    assert parser.errors == [] and parser.stack == []
+    assert not {"script", "b", "i", "img"} & parser.seen
+    assert text.count("<svg") == len(common.grouped(make_result()))
+    assert "&lt;script&gt;" in text
+
+
+def test_html_without_any_ratio() -> None:
+    result = make_result()
+    for cfg in result.configs:
+        cfg.latency = LatencyResult("n/a")
+    parser = _parse(html_report.render(result))
+    assert parser.errors == [] and "svg" in parser.seen
