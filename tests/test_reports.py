@@ -202,8 +202,8 @@ def test_markdown_stays_under_github_limit() -> None:
     result = make_result()
     base = result.configs[0]
     result.configs = [
-        ConfigResult(**{**base.__dict__, "id": f"cfg-{i}-" + "k" * 150,
-                        "error_a": "e" * 5000, "kernels_added": {f"k{j}" * 30: j for j in range(9)}})
+        ConfigResult(**{**base.__dict__, "id": f"cfg-{i}-" + "k" * 150, "error_a": "e" * 5000,
+                        "kernels_added": {f"k{j}" * 30: j for j in range(9)}})
         for i in range(800)
     ]
     text = markdown.render(result)

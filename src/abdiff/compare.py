@@ -12,8 +12,15 @@ from typing import Any
 
 from abdiff import stats
 from abdiff.policy import apply_policy
-from abdiff.records import ConfigResult, ConfigRuns, LatencyResult, Result, RoundRecord, RunFile, \
-    Side
+from abdiff.records import (
+    ConfigResult,
+    ConfigRuns,
+    LatencyResult,
+    Result,
+    RoundRecord,
+    RunFile,
+    Side,
+)
 
 
 def side_status(rounds: list[RoundRecord]) -> tuple[str, str | None]:

@@ -154,20 +154,51 @@ def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (Linux /proc/cpuinfo; the platform string elsewhere)."""
+    import platform
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def gpu_driver_version() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, where it exists."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    done = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
 def environment(device: str) -> dict[str, Any]:
-    """Facts about the process that ran: device, torch, Python."""
+    """The machine a round ran on: the environment fingerprint of run files and baselines."""
     import platform
 
     import torch
 
     env: dict[str, Any] = {
         "device": device,
-        "torch": torch.__version__.split("+")[0],
+        "torch": torch.__version__,
         "python": platform.python_version(),
+        "cpu_model": cpu_model(),
     }
     if device == "cuda":
-        env["device_name"] = torch.cuda.get_device_name()
-        env["cuda"] = torch.version.cuda
+        env.update(
+            device_name=torch.cuda.get_device_name(),
+            device_count=torch.cuda.device_count(),
+            cuda=torch.version.cuda,
+            driver=gpu_driver_version(),
+        )
     return env
 
 

@@ -22,13 +22,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from abdiff.launchers.base import Launcher
-from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file, write_atomic, \
-    write_run_file
+from abdiff.records import (
+    ConfigRuns,
+    RoundRecord,
+    RunFile,
+    load_run_file,
+    write_atomic,
+    write_run_file,
+)
 from abdiff.rounds import RoundSettings, run_round
 from abdiff.suites import Config
 from abdiff.targets.base import Target
-
-SIDES = ("A", "B")
 
 
 @dataclass
@@ -179,21 +183,23 @@ def measure(
     launcher: Launcher,
     settings: RoundSettings,
     plan: Plan,
-    undecided: Callable[[RunFile, RunFile], list[str]],
+    undecided: Callable[[], list[str]] | None,
     quiet: bool = False,
 ) -> Measurement:
-    """The first `plan.rounds` per side for all configs, then adaptive blocks."""
+    """The first `plan.rounds` per side for all configs, then adaptive blocks.
+
+    `undecided` names the configs that need more rounds (None: no extension).
+    One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
+    baseline) use the same schedule, keeping the slots of the sides present.
+    """
     rng = random.Random(measurement.seed)
-    # one-sided measurements (`abdiff run`, baselines) use the same schedule, A's slots only
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
     progress = Progress(len(slots), quiet)
     try:
         run_slots(measurement, slots, configs, target, launcher, settings, progress)
         done = plan.rounds
-        while done < plan.max_rounds:
-            if set(measurement.sides) != set(SIDES):
-                break
-            ids = set(undecided(measurement.sides["A"].run, measurement.sides["B"].run))
+        while undecided is not None and done < plan.max_rounds:
+            ids = set(undecided())
             if not ids:
                 break
             extra = min(2, plan.max_rounds - done)

@@ -15,9 +15,17 @@ from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.records import Result, RunFile, write_atomic
 from abdiff.reports import FORMATS
-from abdiff.revs import SideSpec
+from abdiff.revs import SideSpec, open_repo, resolve_rev
 from abdiff.rounds import RoundSettings
-from abdiff.schedule import Plan, SideRun, empty_run, settings_fingerprint, state_key
+from abdiff.schedule import (
+    Measurement,
+    Plan,
+    SideRun,
+    empty_run,
+    measure,
+    settings_fingerprint,
+    state_key,
+)
 from abdiff.suites import Suite, load_suite
 from abdiff.targets import detect_target
 from abdiff.targets.base import Target
@@ -165,15 +173,23 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
     return bench.cache_dir / "runs" / state_key(parts)
 
 
+def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
+    """The rounds of one side (no interleaving partner), kept like a diff's."""
+    repo_root = open_repo(args.repo)
+    bench = prepare_bench(args, repo_root)
+    sides = {"A": side_run(bench, resolve_rev(repo_root, rev))}
+    measurement = Measurement.open(state_dir(bench, sides, kind), sides, args.resume, args.seed)
+    one_side = Plan(args.rounds, args.rounds)
+    measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+            one_side, None, args.quiet)
+    return sides["A"].run
+
+
 def expect_scope(args: argparse.Namespace, suite_expect: dict[str, list[str]],
                  keys: list[str]) -> dict[str, list[str]]:
     from abdiff.policy import parse_expect
 
     return parse_expect(args.expect, keys) if args.expect else suite_expect
-
-
-def runs_summary_line(runs: dict[str, RunFile], where: Path) -> str:
-    return f"abdiff: run files kept in {where} ({', '.join(sorted(runs))})"
 
 
 def check_min_effect(pct: float) -> float:

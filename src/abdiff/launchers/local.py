@@ -7,6 +7,7 @@ too, and no orphan keeps a GPU busy after abdiff is gone.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import resource
@@ -146,10 +147,8 @@ def run_process(
             _kill_group(proc)
             raise
         # the leader exited; children it left behind in the group go with it
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return ProcessOutcome(proc.returncode, False, stderr_path)
 
 

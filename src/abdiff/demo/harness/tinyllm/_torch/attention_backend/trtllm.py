@@ -23,9 +23,7 @@ import torch.nn.functional as F
 from .interface import AttentionMetadata, append_kv
 
 # (queries [B, Hkv, G*n, D], keys [B, Hkv, L, D], values, n, past, groups, scale) -> output
-KernelFn = Callable[
-    [torch.Tensor, torch.Tensor, torch.Tensor, int, int, int, float], torch.Tensor
-]
+KernelFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, int, int, float], torch.Tensor]
 
 
 @dataclass(kw_only=True, eq=False)

@@ -1,0 +1,1 @@
+"""PyTorch-flow modules (upstream: tensorrt_llm/_torch)."""

@@ -1,0 +1,1 @@
+"""Tools built on tinyllm (upstream: tensorrt_llm/tools)."""

@@ -1,0 +1,239 @@
+"""Rev ranges ("A..B", "A...B", "A..") -> two resolved sides.
+
+Everything the user types is checked before git sees it: a side that starts with
+'-' could be read by git as an option (`--upload-pack=...`), so it is refused
+here, and git is also told where options end (`--end-of-options`). git is run
+with argv lists only, never through a shell.
+
+Decisions (DESIGN.md, "revs / checkouts"):
+
+- `A..B`: A and B as given.  `A...B`: side A is the merge base of A and B (what
+  the branch B changed since it forked), side B is B.  `A..`: side B is the
+  working tree (`WORKTREE`), including uncommitted and untracked-not-ignored files.
+- A detached HEAD is fine for `A..`: the working tree is still there.  A bare
+  repository has no working tree, so `A..` is refused there (`A..B` works).
+- A commit missing from a shallow clone is reported as such, with the fix
+  (`git fetch --unshallow`), because "unknown revision" alone would mislead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError, InputError
+
+WORKTREE = "WORKTREE"
+"""The sha of side B in "A..": the working tree, with its uncommitted and untracked files."""
+
+_SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # sha1 and sha256 repositories
+_DOTS_RE = re.compile(r"\.{2,}")
+
+# Variables that would make git look at another repository or index than the one
+# we name with -C (set, for instance, when abdiff runs from a git hook).
+_REPO_ENV = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_NAMESPACE",
+)
+
+
+@dataclass(frozen=True)
+class RevRange:
+    """A parsed, not yet resolved, range. `b` None means the working tree ("A..")."""
+
+    a: str
+    b: str | None
+    merge_base: bool
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """One side to measure: what the user called it, and the commit (or WORKTREE).
+
+    `rev` is a label for reports and run files; for the merge-base side of
+    "A...B" it is `merge-base(A,B)`, for the working tree it is `WORKTREE`.
+    """
+
+    rev: str
+    sha: str
+
+
+# ---------------------------------------------------------------------------- git
+
+
+def git_env() -> dict[str, str]:
+    """The environment for git: no prompts, C messages, no inherited repository choice."""
+    env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    env.pop("LANGUAGE", None)
+    return env
+
+
+def run_git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `git -C cwd ARGS...` (argv list, no shell); a missing git is an infrastructure error.
+
+    With check=True a non-zero exit raises InfrastructureError with git's message;
+    callers that turn a failure into an InputError pass check=False.
+    """
+    argv = ["git", "-C", str(cwd), *args]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=git_env(),
+                              stdin=subprocess.DEVNULL, check=False,
+                              encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        raise InfrastructureError("git is not installed (or not on PATH)") from None
+    except OSError as exc:
+        raise InfrastructureError(f"cannot run git: {exc}") from None
+    if check and proc.returncode != 0:
+        raise InfrastructureError(
+            f"git {' '.join(args[:2])} failed in {cwd}: {git_message(proc.stderr)}")
+    return proc
+
+
+def git_message(stderr: str) -> str:
+    """git's stderr as one line (the CLI prints errors as one line)."""
+    lines = [ln.strip() for ln in stderr.splitlines()
+             if ln.strip() and not ln.startswith("hint:")]
+    return "; ".join(lines) if lines else "no message from git"
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def check_rev_syntax(rev: str, what: str = "revision") -> str:
+    """Refuse what cannot be a rev, before git sees it (an option, whitespace, control chars).
+
+    Everything git accepts as a commit-ish otherwise is left to git (`main~3`,
+    `v1.0^`, `HEAD@{1}`, a sha): `git rev-parse --verify` is the real check.
+    """
+    if not rev:
+        raise InputError(f"empty {what}")
+    if rev.startswith("-"):
+        raise InputError(f"{what} {rev!r} starts with '-': refused (it would read as an option)")
+    for ch in rev:
+        if ch.isspace() or unicodedata.category(ch).startswith(("C", "Z")):
+            raise InputError(f"{what} {rev!r} contains whitespace or a control character")
+    if ".." in rev:
+        raise InputError(f"{what} {rev!r} contains '..'")
+    return rev
+
+
+def parse_range(text: str) -> RevRange:
+    """"A..B", "A...B" or "A.." -> RevRange; anything else -> InputError.
+
+    Exactly one run of two or three dots separates the sides, so "a....b" or
+    "a..b..c" are refused rather than guessed at. Side A is required (git's
+    implicit HEAD in "..B" is a common typo here); "A..." is refused because
+    "merge base of A and the working tree" has no meaning.
+    """
+    if not isinstance(text, str):
+        raise InputError(f"range must be text, not {type(text).__name__}")
+    runs = list(_DOTS_RE.finditer(text))
+    if not runs:
+        raise InputError(f"{text!r} is not a range: expected A..B, A...B or A..")
+    if len(runs) > 1 or len(runs[0].group()) > 3:
+        raise InputError(f"{text!r} is not a range: expected exactly one '..' or '...'")
+    sep = runs[0]
+    a, b = text[: sep.start()], text[sep.end():]
+    merge_base = len(sep.group()) == 3
+    if not a:
+        raise InputError(f"{text!r}: side A is missing (write it out, e.g. HEAD{sep.group()}B)")
+    check_rev_syntax(a, "side A")
+    if not b:
+        if merge_base:
+            raise InputError(f"{text!r}: A...B needs side B (A.. compares with the working tree)")
+        return RevRange(a, None, False)
+    check_rev_syntax(b, "side B")
+    return RevRange(a, b, merge_base)
+
+
+# ---------------------------------------------------------------------------- resolving
+
+
+def open_repo(path: Path | None = None) -> Path:
+    """The root of the repository containing `path` (default: cwd); not a repo -> InputError.
+
+    For a bare repository the root is its git directory (there is no working
+    tree; "A..B" still works there, "A.." does not).
+    """
+    where = Path.cwd() if path is None else Path(path)
+    if not where.exists():
+        raise InputError(f"repository path {where} does not exist")
+    if not where.is_dir():
+        where = where.parent
+    proc = run_git(where, "rev-parse", "--is-bare-repository", "--absolute-git-dir", check=False)
+    if proc.returncode != 0:
+        raise InputError(f"{where} is not in a git repository ({git_message(proc.stderr)})")
+    bare, git_dir = proc.stdout.splitlines()[:2]
+    if bare == "true":
+        return Path(git_dir).resolve()
+    top = run_git(where, "rev-parse", "--show-toplevel", check=False)
+    if top.returncode != 0 or not top.stdout.strip():
+        # Inside the .git directory of a non-bare repository: its working tree is the parent.
+        return Path(git_dir).resolve().parent
+    return Path(top.stdout.strip()).resolve()
+
+
+def is_bare(repo_root: Path) -> bool:
+    return run_git(repo_root, "rev-parse", "--is-bare-repository").stdout.strip() == "true"
+
+
+def is_shallow(repo_root: Path) -> bool:
+    proc = run_git(repo_root, "rev-parse", "--is-shallow-repository", check=False)
+    return proc.stdout.strip() == "true"
+
+
+def _shallow_hint(repo_root: Path) -> str:
+    return (f"{repo_root} is a shallow clone and may lack this commit; "
+            "run `git fetch --unshallow` there (or fetch the commit) and retry")
+
+
+def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
+    """A rev -> its commit sha; unknown revision, or not a commit -> InputError with git's reason."""
+    check_rev_syntax(rev)
+    proc = run_git(repo_root, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}",
+                   check=False)
+    sha = proc.stdout.strip()
+    if proc.returncode == 0 and _SHA_RE.fullmatch(sha):
+        return SideSpec(rev=rev, sha=sha)
+    reason = git_message(proc.stderr)
+    if is_shallow(repo_root):
+        raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}; "
+                         + _shallow_hint(repo_root))
+    if "Needed a single revision" in reason and "error:" not in reason:
+        reason += " (no branch, tag or commit by that name)"
+    raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}")
+
+
+def merge_base(repo_root: Path, a: SideSpec, b: SideSpec) -> SideSpec:
+    """The merge base of two resolved sides (git's best one when there are several)."""
+    proc = run_git(repo_root, "merge-base", a.sha, b.sha, check=False)
+    sha = proc.stdout.strip()
+    if proc.returncode == 0 and _SHA_RE.fullmatch(sha):
+        return SideSpec(rev=f"merge-base({a.rev},{b.rev})", sha=sha)
+    if proc.returncode == 1 and not proc.stderr.strip():
+        msg = f"{a.rev}...{b.rev}: {a.rev!r} and {b.rev!r} have no merge base in {repo_root}"
+        if is_shallow(repo_root):
+            raise InputError(f"{msg}; {_shallow_hint(repo_root)}")
+        raise InputError(f"{msg} (unrelated histories); use {a.rev}..{b.rev} to compare them")
+    raise InfrastructureError(f"git merge-base failed in {repo_root}: {git_message(proc.stderr)}")
+
+
+def resolve_range(repo_root: Path, text: str) -> tuple[SideSpec, SideSpec]:
+    """Parse and resolve a range to (side A, side B)."""
+    rng = parse_range(text)
+    if rng.b is None and is_bare(repo_root):
+        raise InputError(f"{text}: {repo_root} is a bare repository, it has no working tree "
+                         "to compare with; name side B (A..B)")
+    side_a = resolve_rev(repo_root, rng.a)
+    if rng.b is None:
+        return side_a, SideSpec(rev=WORKTREE, sha=WORKTREE)
+    side_b = resolve_rev(repo_root, rng.b)
+    if rng.merge_base:
+        side_a = merge_base(repo_root, side_a, side_b)
+    return side_a, side_b

@@ -1,0 +1,313 @@
+"""`abdiff comment` against a real local HTTP server that behaves like GitHub's API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from abdiff import cli
+from abdiff.errors import InfrastructureError, InputError
+from abdiff.github import MARKER, upsert_comment
+
+TOKEN = "test-token-123"
+REPO, PR = "octo/bench", 7
+PAGE_SIZE = 2  # the fake pages after 2 comments, whatever per_page says
+
+
+@dataclass
+class FakeGitHub:
+    """State of the fake API: comments of PR 7, scripted failures, a request log."""
+
+    comments: list[dict[str, Any]] = field(default_factory=list)
+    # (method, status, headers, message, also_apply): consumed by the next matching request.
+    failures: list[tuple[str, int, dict[str, str], str, bool]] = field(default_factory=list)
+    log: list[tuple[str, str]] = field(default_factory=list)
+    next_id: int = 1000
+    base: str = ""
+    extra_link: str | None = None
+
+    def add(self, body: str) -> dict[str, Any]:
+        self.next_id += 1
+        comment = {"id": self.next_id, "body": body,
+                   "html_url": f"https://github.example/{REPO}/pull/{PR}#c{self.next_id}"}
+        self.comments.append(comment)
+        return comment
+
+
+def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # keep pytest output clean
+            pass
+
+        def _send(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _handle(self, method: str) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            state.log.append((method, self.path))
+            length = int(self.headers.get("Content-Length") or 0)
+            payload = json.loads(self.rfile.read(length)) if length else None
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                return self._send(401, {"message": "Bad credentials"})
+            apply_anyway = False
+            if state.failures and state.failures[0][0] == method:
+                _, status, headers, message, apply_anyway = state.failures.pop(0)
+                if not apply_anyway:
+                    return self._send(status, {"message": message}, headers)
+            list_path = f"/repos/{REPO}/issues/{PR}/comments"
+            if method == "GET" and url.path == list_path:
+                page = int(urllib.parse.parse_qs(url.query).get("page", ["1"])[0])
+                items = state.comments[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+                headers = {}
+                if page * PAGE_SIZE < len(state.comments):
+                    nxt = f"{state.base}{list_path}?per_page=100&page={page + 1}"
+                    headers["Link"] = f'<{nxt}>; rel="next", <{nxt}>; rel="last"'
+                elif state.extra_link:
+                    headers["Link"] = f'<{state.extra_link}>; rel="next"'
+                return self._send(200, items, headers)
+            if method == "POST" and url.path == list_path:
+                comment = state.add(payload["body"])
+                if apply_anyway:  # created, but the answer is lost in a 5xx
+                    return self._send(502, {"message": "Server Error"})
+                return self._send(201, comment)
+            prefix = f"/repos/{REPO}/issues/comments/"
+            if method == "PATCH" and url.path.startswith(prefix):
+                cid = int(url.path[len(prefix):])
+                for comment in state.comments:
+                    if comment["id"] == cid:
+                        comment["body"] = payload["body"]
+                        return self._send(200, comment)
+            return self._send(404, {"message": "Not Found"})
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+        def do_PATCH(self) -> None:
+            self._handle("PATCH")
+
+    return Handler
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    state = FakeGitHub()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    state.base = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class Sleeps(list):
+    """An injected sleep: records the waits instead of waiting."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def _upsert(gh: FakeGitHub, body: str = f"{MARKER}\nreport v2\n", **kw: Any):
+    kw.setdefault("sleep", Sleeps())
+    kw.setdefault("token", TOKEN)
+    return upsert_comment(REPO, PR, body, api_url=gh.base, **kw)
+
+
+def test_creates_when_no_marker_comment(github: FakeGitHub) -> None:
+    for text in ("first", "LGTM", "<!-- other-bot -->\nhi"):
+        github.add(text)
+    outcome = _upsert(github, body="report without marker\n")
+    assert outcome.action == "created" and outcome.method == "POST"
+    assert outcome.comment_id == github.comments[-1]["id"]
+    assert outcome.html_url and outcome.html_url.endswith(f"#c{outcome.comment_id}")
+    assert github.comments[-1]["body"] == f"{MARKER}\nreport without marker\n"
+    assert [m for m, _ in github.log] == ["GET", "GET", "POST"]  # both pages listed first
+
+
+def test_updates_marker_comment_on_page_two(github: FakeGitHub) -> None:
+    github.add("first")
+    github.add("LGTM")
+    marked = github.add(f"{MARKER}\nreport v1\n")
+    github.add("a later human comment")
+    before = [dict(c) for c in github.comments]
+    outcome = _upsert(github)
+    assert outcome.action == "updated" and outcome.method == "PATCH"
+    assert outcome.comment_id == marked["id"]
+    assert outcome.request_url.endswith(f"/issues/comments/{marked['id']}")
+    assert marked["body"] == f"{MARKER}\nreport v2\n"
+    others = [c for c in github.comments if c["id"] != marked["id"]]
+    assert others == [c for c in before if c["id"] != marked["id"]]
+    assert len(github.comments) == 4
+    assert github.log[1][1].endswith("page=2")
+    assert github.log[-1][0] == "PATCH"
+
+
+def test_502_is_retried(github: FakeGitHub) -> None:
+    github.failures.append(("GET", 502, {}, "Server Error", False))
+    sleeps = Sleeps()
+    outcome = _upsert(github, sleep=sleeps)
+    assert outcome.action == "created"
+    assert sleeps == [1.0]
+    assert [m for m, _ in github.log] == ["GET", "GET", "POST"]
+
+
+def test_429_retry_after_is_honoured(github: FakeGitHub) -> None:
+    github.add(f"{MARKER}\nold")
+    github.failures.append(("PATCH", 429, {"Retry-After": "0"}, "slow down", False))
+    sleeps = Sleeps()
+    outcome = _upsert(github, sleep=sleeps)
+    assert outcome.action == "updated"
+    assert sleeps == [0.0]
+    assert github.comments[0]["body"].endswith("report v2\n")
+
+
+def test_rate_limit_403_with_distant_reset_fails_fast(github: FakeGitHub) -> None:
+    headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "9999999999"}
+    github.failures.append(("GET", 403, headers, "API rate limit exceeded", False))
+    sleeps = Sleeps()
+    with pytest.raises(InfrastructureError) as info:
+        _upsert(github, sleep=sleeps)
+    message = str(info.value)
+    assert "403" in message and "rate limit" in message and "\n" not in message
+    assert sleeps == []
+
+
+def test_post_5xx_relists_instead_of_duplicating(github: FakeGitHub) -> None:
+    github.add("first")
+    github.failures.append(("POST", 502, {}, "", True))  # created, answer lost
+    outcome = _upsert(github)
+    assert outcome.action == "updated"
+    assert sum(c["body"].startswith(MARKER) for c in github.comments) == 1
+    assert [m for m, _ in github.log] == ["GET", "POST", "GET", "PATCH"]
+
+
+def test_persistent_5xx_gives_up_with_one_line(github: FakeGitHub) -> None:
+    github.failures += [("GET", 503, {}, "Service Unavailable", False)] * 10
+    sleeps = Sleeps()
+    with pytest.raises(InfrastructureError) as info:
+        _upsert(github, sleep=sleeps)
+    message = str(info.value)
+    assert "503" in message and "gave up after 6 tries" in message and "\n" not in message
+    assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+@pytest.mark.parametrize(
+    ("status", "message"), [(404, "Not Found"), (422, "Validation Failed"), (403, "Forbidden")]
+)
+def test_client_errors_are_one_line(github: FakeGitHub, status: int, message: str) -> None:
+    github.failures.append(("GET", status, {}, message, False))
+    sleeps = Sleeps()
+    with pytest.raises(InfrastructureError) as info:
+        _upsert(github, sleep=sleeps)
+    text = str(info.value)
+    assert str(status) in text and message in text and "\n" not in text
+    assert f"/repos/{REPO}/issues/{PR}/comments" in text
+    assert sleeps == []
+
+
+def test_bad_token_is_401_without_leaking_it(github: FakeGitHub) -> None:
+    with pytest.raises(InfrastructureError) as info:
+        _upsert(github, token="wrong-token")
+    text = str(info.value)
+    assert "401" in text and "Bad credentials" in text and "\n" not in text
+    assert "wrong-token" not in text
+
+
+def test_link_to_another_host_is_refused(github: FakeGitHub) -> None:
+    github.add("only")
+    github.extra_link = "https://attacker.example/steal"
+    with pytest.raises(InfrastructureError, match="refusing to follow"):
+        _upsert(github)
+
+
+@pytest.mark.parametrize("repo", ["octo", "octo/bench/x", "-bad/x", "octo/..", "a b/c", ""])
+def test_bad_repo_is_input_error(repo: str) -> None:
+    with pytest.raises(InputError):
+        upsert_comment(repo, PR, "x", TOKEN, dry_run=True)
+
+
+@pytest.mark.parametrize("pr", [0, -3, True])
+def test_bad_pr_is_input_error(pr: int) -> None:
+    with pytest.raises(InputError):
+        upsert_comment(REPO, pr, "x", TOKEN, dry_run=True)
+
+
+def test_missing_token_and_oversized_body_are_input_errors() -> None:
+    with pytest.raises(InputError, match="token"):
+        upsert_comment(REPO, PR, "x", "", api_url="http://127.0.0.1:9")
+    with pytest.raises(InputError, match="65536"):
+        upsert_comment(REPO, PR, "x" * 70_000, TOKEN, dry_run=True)
+
+
+def test_dry_run_touches_no_network() -> None:
+    outcome = upsert_comment(REPO, PR, "hello", "", api_url="http://127.0.0.1:9", dry_run=True)
+    assert outcome.action == "dry-run" and outcome.method == "POST"
+    assert outcome.request_url == f"http://127.0.0.1:9/repos/{REPO}/issues/{PR}/comments"
+    assert outcome.body == f"{MARKER}\nhello"
+
+
+@pytest.fixture
+def body_file(tmp_path: Path) -> Path:
+    path = tmp_path / "report.md"
+    path.write_text(f"{MARKER}\n**abdiff: no unintended change**\n", encoding="utf-8")
+    return path
+
+
+def test_cli_dry_run(body_file: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file),
+                     "--api-url", "http://127.0.0.1:9", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"POST http://127.0.0.1:9/repos/{REPO}/issues/{PR}/comments" in out
+    assert "**abdiff: no unintended change**" in out
+
+
+def test_cli_missing_token_is_exit_2(body_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "GITHUB_TOKEN" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("repo", "pr"), [(REPO, "x"), (REPO, "0"), ("nope", str(PR))])
+def test_cli_bad_arguments_are_exit_2(repo: str, pr: str, body_file: Path, capsys) -> None:
+    argv = ["comment", "--repo", repo, "--pr", pr, "--body", str(body_file), "--dry-run"]
+    assert cli.main(argv) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_cli_posts_to_server(github: FakeGitHub, body_file: Path,
+                             monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file),
+                     "--api-url", github.base])
+    assert code == 0
+    assert f"created comment {github.comments[0]['id']}" in capsys.readouterr().out
+    monkeypatch.setenv("GITHUB_TOKEN", "wrong")
+    assert cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file),
+                     "--api-url", github.base]) == 3
+    assert "401" in capsys.readouterr().err

@@ -1,0 +1,55 @@
+"""Policy: expect scopes, verdicts and the exit code (DESIGN.md, "Result")."""
+
+import pytest
+
+from abdiff.errors import InputError
+from abdiff.policy import apply_policy, in_scope, parse_expect
+from abdiff.records import ConfigResult, LatencyResult
+
+
+def config(backend: str, change: str = "same", facts=None, latency: str = "unchanged",
+           status_b: str | None = None) -> ConfigResult:
+    status_a = "ok" if change in ("same", "broken") else "aborted"
+    status_b = status_b or ("ok" if change in ("same", "fixed") else "aborted")
+    return ConfigResult(f"GEN-{backend}", {"backend": backend, "seq_len_q": 4}, status_a,
+                        status_b, change, None, None, facts or {}, {}, {},
+                        LatencyResult(latency))
+
+
+def test_parse_expect() -> None:
+    assert parse_expect(["backend=DSA", "seq_len_q=2,4"], ["backend", "seq_len_q"]) == {
+        "backend": ["DSA"], "seq_len_q": ["2", "4"]}
+    with pytest.raises(InputError, match="unknown key 'colour'"):
+        parse_expect(["colour=red"], ["backend"])
+    with pytest.raises(InputError, match="KEY=VALUE"):
+        parse_expect(["backend"], ["backend"])
+
+
+def test_scope_matches_every_key() -> None:
+    params = {"backend": "DSA", "seq_len_q": 4}
+    assert in_scope(params, {"backend": ["DSA"]})
+    assert in_scope(params, {"backend": ["DSA"], "seq_len_q": ["2", "4"]})
+    assert not in_scope(params, {"backend": ["DSA"], "seq_len_q": ["1"]})
+    assert not in_scope(params, {})
+
+
+def test_verdicts_and_exit_code() -> None:
+    expect = {"backend": ["DSA"]}
+    fixed_dsa = config("DSA", "fixed")
+    changed_trtllm = config("TRTLLM", facts={"max_total_draft_tokens": [None, 3]})
+    slower_trtllm = config("TRTLLM", latency="slower")
+    broken_dsa = config("DSA", "broken")  # in scope, but a crash is never intended
+    quiet = config("TRTLLM")
+    unsure = config("TRTLLM", latency="inconclusive")
+    configs = [fixed_dsa, changed_trtllm, slower_trtllm, broken_dsa, quiet, unsure]
+    summary = apply_policy(configs, expect)
+    assert [c.verdict for c in configs] == [
+        "expected", "unintended", "unintended", "unintended", "unchanged", "inconclusive"]
+    assert summary["exit_code"] == 1 and summary["unintended"] == 3
+    assert apply_policy([fixed_dsa, quiet, unsure], expect)["exit_code"] == 0
+
+
+def test_fixed_outside_scope_is_unintended() -> None:
+    fixed = config("TRTLLM", "fixed")
+    apply_policy([fixed], {"backend": ["DSA"]})
+    assert fixed.verdict == "unintended"
