@@ -34,9 +34,9 @@ class FakeGitHub:
     base: str = ""
     extra_link: str | None = None
 
-    def add(self, body: str) -> dict[str, Any]:
+    def add(self, body: str, login: str = "github-actions[bot]") -> dict[str, Any]:
         self.next_id += 1
-        comment = {"id": self.next_id, "body": body,
+        comment = {"id": self.next_id, "body": body, "user": {"login": login},
                    "html_url": f"https://github.example/{REPO}/pull/{PR}#c{self.next_id}"}
         self.comments.append(comment)
         return comment
@@ -161,6 +161,14 @@ def test_updates_marker_comment_on_page_two(github: FakeGitHub) -> None:
     assert len(github.comments) == 4
     assert github.log[1][1].endswith("page=2")
     assert github.log[-1][0] == "PATCH"
+
+
+def test_author_filter_ignores_marker_comments_by_others(github: FakeGitHub) -> None:
+    impostor = github.add(f"{MARKER}\nfake report", login="mallory")
+    mine = github.add(f"{MARKER}\nreport v1")
+    outcome = _upsert(github, author="github-actions[bot]")
+    assert outcome.action == "updated" and outcome.comment_id == mine["id"]
+    assert impostor["body"] == f"{MARKER}\nfake report"
 
 
 def test_502_is_retried(github: FakeGitHub) -> None:

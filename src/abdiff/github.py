@@ -216,11 +216,24 @@ class GitHubClient:
             url = match.group(1)
         raise InfrastructureError(f"GitHub API GET {url}: more than {MAX_PAGES} pages")
 
-    def find_marker_comment(self, owner: str, name: str, pr: int) -> dict[str, Any] | None:
-        """The first issue comment on the PR whose body starts with the marker."""
+    def find_marker_comment(
+        self, owner: str, name: str, pr: int, author: str | None = None
+    ) -> dict[str, Any] | None:
+        """The first issue comment on the PR whose body starts with the marker.
+
+        With `author` (e.g. "github-actions[bot]"), only that account's
+        comments count: anyone can write a comment starting with the marker,
+        and abdiff should not adopt it.
+        """
         url = self.url(f"/repos/{owner}/{name}/issues/{pr}/comments?per_page=100")
         for comment in self.paginate(url):
-            if isinstance(comment, dict) and str(comment.get("body") or "").startswith(MARKER):
+            if not isinstance(comment, dict):
+                continue
+            if not str(comment.get("body") or "").startswith(MARKER):
+                continue
+            user = comment.get("user")
+            login = user.get("login") if isinstance(user, dict) else None
+            if author is None or login == author:
                 return comment
         return None
 
@@ -256,11 +269,13 @@ def upsert_comment(
     *,
     sleep: Callable[[float], None] = time.sleep,
     max_wait: float = 120.0,
+    author: str | None = None,
 ) -> CommentOutcome:
     """Create the abdiff comment on a PR, or update the one abdiff made before.
 
     Lists the PR's issue comments (all pages), PATCHes the first whose body
-    starts with `<!-- abdiff -->`, else POSTs a new one. `dry_run` validates
+    starts with `<!-- abdiff -->` (and, given `author`, was written by that
+    login), else POSTs a new one. `dry_run` validates
     and returns the POST it would send without touching the network (whether
     it would be an update is only known by listing).
     """
@@ -276,7 +291,7 @@ def upsert_comment(
         return CommentOutcome("dry-run", "POST", create_url, body=body)
     payload = {"body": body}
     for attempt in range(2):
-        existing = client.find_marker_comment(owner, name, pr)
+        existing = client.find_marker_comment(owner, name, pr, author)
         if existing is not None:
             cid = existing.get("id")
             if not isinstance(cid, int) or isinstance(cid, bool):

@@ -194,7 +194,7 @@ def _shallow_hint(repo_root: Path) -> str:
 
 
 def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
-    """A rev -> its commit sha; unknown revision, or not a commit -> InputError with git's reason."""
+    """A rev -> its commit sha; unknown, or not a commit -> InputError with git's reason."""
     check_rev_syntax(rev)
     proc = run_git(repo_root, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}",
                    check=False)
@@ -205,6 +205,8 @@ def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
     if is_shallow(repo_root):
         raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}; "
                          + _shallow_hint(repo_root))
+    if "expected commit type" in reason:
+        raise InputError(f"revision {rev!r} in {repo_root} is not a commit: {reason}")
     if "Needed a single revision" in reason and "error:" not in reason:
         reason += " (no branch, tag or commit by that name)"
     raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}")

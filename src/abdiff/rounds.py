@@ -30,6 +30,7 @@ class RoundSettings:
     timeout_s: float | None = 600.0
     device: str = "auto"
     cuda_graph: bool = False
+    cpu_threads: int = 1
     profile_kernels: bool = True
     target_options: dict = field(default_factory=dict)
     target_args: list[str] = field(default_factory=list)
@@ -89,6 +90,7 @@ def run_round(
             run_times=settings.run_times,
             device=settings.device,
             cuda_graph=settings.cuda_graph,
+            cpu_threads=settings.cpu_threads,
             profile_kernels=settings.profile_kernels,
             target_options=settings.target_options,
             target_args=settings.target_args,

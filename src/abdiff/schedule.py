@@ -34,6 +34,8 @@ from abdiff.rounds import RoundSettings, run_round
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 
+FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
+
 
 @dataclass
 class Plan:
@@ -137,6 +139,13 @@ class Measurement:
         config = self.sides[side].run.config(config_id)
         return config is not None and any(r.round == round_index for r in config.rounds)
 
+    def settled_failure(self, side: str, config_id: str) -> bool:
+        """Failed in FAILURE_REPEATS rounds already: its status is known, and every
+        further abort would cost a process start for no new information."""
+        config = self.sides[side].run.config(config_id)
+        return config is not None and sum(r.status != "ok" for r in config.rounds) >= \
+            FAILURE_REPEATS
+
     def add(self, side: str, config_id: str, record: RoundRecord) -> None:
         config = self.sides[side].run.config(config_id)
         assert config is not None, config_id
@@ -155,7 +164,8 @@ def run_slots(
 ) -> None:
     """Run each (side, round) slot for the configs that lack that round; save after each."""
     for side, round_index in slots:
-        todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)]
+        todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
+                and not measurement.settled_failure(side, c.id)]
         if not todo:
             progress.step(f"{side} round {round_index + 1} (kept)")
             continue

@@ -350,6 +350,15 @@ def latency_verdicts(
     return results
 
 
-def needs_more_rounds(result: LatencyResult) -> bool:
-    """True when more interleaved rounds could still decide this config (inconclusive)."""
-    return result.verdict == "inconclusive"
+def needs_more_rounds(result: LatencyResult, confirm_p: float | None = None) -> bool:
+    """True when more interleaved rounds could still decide this config (inconclusive).
+
+    With `confirm_p`, a slower/faster verdict whose adjusted p is not below it
+    also asks for more rounds (a Haybittle-Peto boundary: only overwhelming
+    evidence stops early, a marginal flag is re-tested on the final data).
+    """
+    if result.verdict == "inconclusive":
+        return True
+    if confirm_p is not None and result.verdict in ("slower", "faster"):
+        return result.p is None or result.p >= confirm_p
+    return False

@@ -62,7 +62,14 @@ def main(job_path: str) -> int:
     job = RoundJob.read(Path(job_path))
     writer = RecordWriter(Path(job.record_path))
     device = resolve_device(job.device)
-    writer.env({**environment(device), "cuda_graph": job.cuda_graph})
+    if device == "cpu":
+        # OpenMP spin-barriers across all cores turn any neighbouring load into
+        # 10x outliers on a small machine; one thread keeps rounds comparable.
+        import torch
+
+        torch.set_num_threads(job.cpu_threads)
+    writer.env({**environment(device), "cuda_graph": job.cuda_graph,
+                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {})})
     runner_cls = _import_runner(Path.cwd())
     for config in job.configs:
         writer.start(config["id"])

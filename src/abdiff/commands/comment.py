@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL", DEFAULT_API_URL),
                         metavar="URL",
                         help="GitHub API root (default: $GITHUB_API_URL or %(default)s)")
+    parser.add_argument("--author", metavar="LOGIN",
+                        help="only adopt an earlier comment by this account, e.g. "
+                        "github-actions[bot] (default: any comment starting with the marker)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print what would be sent; no network, no token needed")
     parser.set_defaults(run=run)
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if not token and not args.dry_run:
         raise InputError("GITHUB_TOKEN is not set (needed to post; --dry-run needs none)")
     outcome = upsert_comment(args.repo, args.pr, body, token, api_url=args.api_url,
-                             dry_run=args.dry_run)
+                             dry_run=args.dry_run, author=args.author)
     if outcome.action == "dry-run":
         print(f"dry run: would {outcome.method} {outcome.request_url} "
               "(or PATCH the earlier abdiff comment if the PR has one)")

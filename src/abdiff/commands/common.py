@@ -82,6 +82,8 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--cuda-graph", action="store_true",
                         help="capture each run pack in a CUDA graph and time its replays")
+    parser.add_argument("--cpu-threads", type=positive_int, default=1,
+                        help="torch threads per worker on the CPU (default 1)")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                         help="pass this credential-like variable to benchmark processes")
@@ -142,6 +144,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         timeout_s=args.timeout,
         device=args.device,
         cuda_graph=args.cuda_graph,
+        cpu_threads=args.cpu_threads,
         target_options=suite.target_options,
         target_args=args.target_arg,
         pass_env=args.pass_env,

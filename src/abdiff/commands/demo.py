@@ -13,13 +13,24 @@ import sys
 from pathlib import Path
 
 from abdiff.cli import main as cli_main
-from abdiff.demo.builder import DEMO_BRANCHES, build_demo_repo, is_demo_repo
+from abdiff.demo.builder import RUNNER_PATH, build_demo_repo
 from abdiff.errors import InputError
+from abdiff.revs import run_git
+
+DEMO_BRANCHES = ("main", "pr-v1", "pr")
 
 STORY = {
     "pr-v1": (1, "hasattr(update_spec_dec_param) also reaches TRTLLM: unintended changes"),
     "pr": (0, "hasattr(kv_lens_cuda_2d) confines the fix to DSA: nothing unintended"),
 }
+
+
+def is_demo_repo(path: Path) -> bool:
+    """A repository with the demo's branches and harness, e.g. from an earlier `abdiff demo`."""
+    if not (path / ".git").exists() or not (path / RUNNER_PATH).exists():
+        return False
+    done = run_git(path, "branch", "--list", "--format=%(refname:short)", check=False)
+    return set(DEMO_BRANCHES) <= set(done.stdout.split())
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -36,6 +36,7 @@ class RoundJob:
     run_times: int = 20
     device: str = "auto"  # auto | cpu | cuda
     cuda_graph: bool = False
+    cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
     profile_kernels: bool = True
     target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
     target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim

@@ -1,0 +1,629 @@
+"""Calibration of abdiff's latency verdicts against the rules of asv, Google Benchmark and pyperf.
+
+On the same data (simulated suites with realistic noise, or replayed real
+rounds) it measures, for every rule and at equal sample budgets:
+
+- the family-wise false-alarm rate of A/A runs of a 12-config suite (any config
+  flagged slower or faster when nothing changed), with a Clopper-Pearson 95% CI;
+- the power to flag a 2%, 5% and 10% slowdown of one config (in the right
+  direction), and the "clean" detection rate at 5% (the shifted config flagged
+  and none of the 11 unchanged ones).
+
+Rules (the anchors pool all iterations of all rounds, as those tools do):
+
+- abdiff: `abdiff.stats` as shipped (Welch t on log round medians, Holm across
+  the suite, --min-effect 2%, TOST for unchanged), with the default adaptive
+  budget: 5 rounds per side, then +2 per side (one ABBA block) for
+  inconclusive configs, up to 15 (the schedule of src/abdiff/schedule.py);
+  also "fixed 5" (no extension);
+- asv (`asv compare`): Mann-Whitney U p < 0.002 and median ratio beyond 1.1;
+- Google Benchmark compare.py: Mann-Whitney U, two-sided, p < 0.05 per benchmark;
+- pyperf compare_to: Student's t-test on pooled values, p < 0.05 (and, as in
+  pyperf, unequal value counts count as "significant": its t-score raises on
+  them and the caller treats the error as significant).
+
+The anchors are shown at 5 and at 15 rounds per side (the adaptive rule's
+first and largest budget); abdiff's mean rounds per side are in the table.
+
+Noise model (per suite run, each round a fresh process that runs every config,
+A and B rounds in randomized ABBA/BAAB blocks): log latency = config base
++ shift (B only) + slow drift over the run (linear ramp of random sign plus a
+random walk) + per-process offset shared by all configs of the round + per-
+config round offset (both Student-t, 4 d.o.f.: heavy-tailed) + a cold-start
+penalty for the first process + within-round Gaussian jitter + heavy-tailed
+outlier iterations (Lomax). Profiles: `h200` (DESIGN.md's H200 measurements),
+`cpu-quiet` (a quiet dedicated CPU box), `cpu-2core` (this 2-core container,
+single-threaded torch; measured with --record).
+
+Usage:
+  python benchmarks/calibration.py                 # full run (~2-3 min on 2 cores)
+  python benchmarks/calibration.py --quick         # ~30 s
+  python benchmarks/calibration.py --record runs/cpu.json --record-rounds 30
+  python benchmarks/calibration.py --replay runs/  # real rounds from run files
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sps
+
+from abdiff import stats
+from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file, write_run_file
+
+N_CONFIGS = 12
+SHIFTS = (0.02, 0.05, 0.10)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    round_sd: float  # sd of the log per-round offset (process + config parts)
+    shared: float  # fraction of the round variance shared by all configs of a process
+    within_sd: float  # sd of log iteration jitter inside a round
+    outlier_p: float  # probability that an iteration is an outlier
+    outlier_scale: float  # outlier factor: 1 + scale * Lomax(1.5)
+    drift: float  # largest linear drift over the whole run (log)
+    walk_sd: float  # random-walk step per slot (log)
+    cold: float  # extra log latency of the first process of a run
+
+    def describe(self) -> str:
+        return (f"round sd {self.round_sd:.1%} ({self.shared:.0%} shared per process, t4 tails), "
+                f"within-round sd {self.within_sd:.1%}, outliers {self.outlier_p:.0%} x "
+                f"(1 + {self.outlier_scale:g} Lomax(1.5)), drift up to {self.drift:.1%} "
+                f"+ walk {self.walk_sd:.2%}/slot, cold start +{self.cold:.0%}")
+
+
+PROFILES = {
+    "h200": Profile("h200", 0.002, 0.5, 0.004, 0.01, 0.05, 0.003, 0.0005, 0.005),
+    "cpu-quiet": Profile("cpu-quiet", 0.01, 0.5, 0.02, 0.02, 0.2, 0.01, 0.001, 0.02),
+    "cpu-2core": Profile("cpu-2core", 0.03, 0.5, 0.025, 0.03, 0.3, 0.03, 0.003, 0.05),
+}
+
+
+@dataclass
+class Budget:
+    first: int = 5
+    max_rounds: int = 15
+    step: int = 2
+    iterations: int = 20
+
+
+@dataclass
+class Tally:
+    """Counts for one rule in one scenario."""
+
+    runs: int = 0
+    false_alarm: int = 0  # runs in which any unchanged config was flagged
+    detected: int = 0  # runs in which the shifted config was flagged slower
+    clean: int = 0  # detected and no unchanged config flagged
+    rounds: float = 0.0  # sum over runs of mean rounds per side (unchanged configs)
+    rounds_shifted: float = 0.0
+    unchanged: float = 0.0  # sum over runs of the share of unchanged configs called unchanged
+
+    def add(self, other: Tally) -> None:
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Scenario:
+    name: str
+    shifts: np.ndarray  # per config, relative slowdown of B
+    rounds_b_offset: int = 0  # B gets this many more rounds than A (unequal counts)
+    corrections: tuple[str, ...] = ("holm",)
+    anchors: bool = True
+    tallies: dict[str, Tally] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- schedule + noise
+
+
+def slot_positions(rng: np.random.Generator, budget: Budget) -> np.ndarray:
+    """Time slot of (side, round) as schedule.py orders them: ABBA/BAAB blocks.
+
+    The first `budget.first` rounds per side (an odd count ends in a half block),
+    then blocks of `budget.step` per side. Returns shape (2, max_rounds).
+    """
+    pos = np.empty((2, budget.max_rounds), dtype=int)
+    t = 0
+
+    def block(start: int, count: int) -> None:
+        nonlocal t
+        for r in range(start, start + count, 2):
+            first, second = (0, 1) if rng.random() < 0.5 else (1, 0)
+            pos[first, r], pos[second, r] = t, t + 1
+            t += 2
+            if r + 1 < start + count:
+                pos[second, r + 1], pos[first, r + 1] = t, t + 1
+                t += 2
+
+    block(0, min(budget.first, budget.max_rounds))
+    done = budget.first
+    while done < budget.max_rounds:
+        extra = min(budget.step, budget.max_rounds - done)
+        block(done, extra)
+        done += extra
+    return pos
+
+
+def student_t4(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
+    """Heavy-tailed noise with unit variance (Student t, 4 degrees of freedom)."""
+    return rng.standard_t(4, size=size) / np.sqrt(2.0)
+
+
+def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Latencies (us) of `runs` suite runs: A and B, shape (runs, configs, rounds, iterations)."""
+    n_cfg, n_r, n_it = len(shifts), budget.max_rounds, budget.iterations
+    slots = 2 * n_r
+    pos = np.stack([slot_positions(rng, budget) for _ in range(runs)])  # (runs, 2, rounds)
+    tau = np.linspace(0.0, 1.0, slots)
+    drift = (rng.uniform(-profile.drift, profile.drift, (runs, 1)) * tau
+             + np.cumsum(rng.normal(0, profile.walk_sd, (runs, slots)), axis=1))
+    process = profile.round_sd * np.sqrt(profile.shared) * student_t4(rng, (runs, slots))
+    process[:, 0] += profile.cold
+    per_config = profile.round_sd * np.sqrt(1 - profile.shared) * student_t4(
+        rng, (runs, n_cfg, slots))
+    base = np.log(rng.uniform(50, 5000, (runs, n_cfg)))
+    sides = []
+    for side in (0, 1):
+        p = pos[:, side, :]  # (runs, rounds): slot of each round
+        slot_effect = (np.take_along_axis(drift, p, 1) + np.take_along_axis(process, p, 1))
+        cfg_effect = np.take_along_axis(per_config, np.broadcast_to(p[:, None, :], (runs, n_cfg, n_r)),
+                                        2)
+        level = base[:, :, None] + slot_effect[:, None, :] + cfg_effect
+        if side == 1:
+            level = level + np.log1p(shifts)[None, :, None]
+        jitter = rng.normal(0, profile.within_sd, (runs, n_cfg, n_r, n_it))
+        outlier = rng.random((runs, n_cfg, n_r, n_it)) < profile.outlier_p
+        jitter += outlier * np.log1p(profile.outlier_scale * rng.pareto(1.5, outlier.shape))
+        sides.append(np.exp(level[..., None] + jitter))
+    return sides[0], sides[1]
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def abdiff_adaptive(a: np.ndarray, b: np.ndarray, budget: Budget, min_effect: float, alpha: float,
+                    correction: str, extra_b: int = 0, confirm_p: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """abdiff's verdicts with the adaptive extension, through `abdiff.stats`.
+
+    Returns (verdicts after the first rounds, final verdicts, rounds per side used),
+    each (runs, configs). Round-level tests run vectorized through
+    `stats.round_level_tests` (what `compare_latency` calls); verdicts come from
+    `stats.latency_verdicts` suite by suite, as compare.py calls it.
+    """
+    runs, n_cfg = a.shape[:2]
+    log_a = np.log(np.median(a, axis=-1))  # round_summary on every round
+    log_b = np.log(np.median(b, axis=-1))
+    nan = float("nan")
+    cache = [[stats.LatencyStats(nan, (nan, nan), nan, nan, 0, 0, "") for _ in range(n_cfg)]
+             for _ in range(runs)]
+    used = np.zeros((runs, n_cfg), dtype=int)
+    verdicts = np.full((runs, n_cfg), "inconclusive", dtype=object)
+    first = None
+    active = np.ones((runs, n_cfg), dtype=bool)
+    n = budget.first
+    while True:
+        idx = np.argwhere(active)
+        na, nb = n, min(n + extra_b, log_b.shape[2])
+        tests = stats.round_level_tests(log_a[idx[:, 0], idx[:, 1], :na],
+                                        log_b[idx[:, 0], idx[:, 1], :nb], min_effect, 1 - alpha)
+        for k, (r, c) in enumerate(idx):
+            cache[r][c] = stats.LatencyStats(
+                float(tests.ratio[k]), (float(tests.ci_low[k]), float(tests.ci_high[k])),
+                float(tests.p_difference[k]), float(tests.p_equivalence[k]), na, nb, "sim")
+            used[r, c] = n
+        active[:] = False
+        for r in np.unique(idx[:, 0]):
+            results = stats.latency_verdicts(cache[r], min_effect, alpha, correction=correction)
+            verdicts[r] = [res.verdict for res in results]
+            active[r] = [stats.needs_more_rounds(res, confirm_p) for res in results]
+        if first is None:
+            first = verdicts.copy()
+        if n >= budget.max_rounds or not active.any():
+            break
+        n = min(n + budget.step, budget.max_rounds)
+    return first, verdicts, used
+
+
+def pooled(x: np.ndarray, rounds: int) -> np.ndarray:
+    """Pool the iterations of the first `rounds` rounds: (runs, configs, rounds*iterations)."""
+    sub = x[:, :, :rounds, :]
+    return sub.reshape(sub.shape[0], sub.shape[1], -1)
+
+
+def anchor_flags(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """Signed flags (+1 slower, -1 faster, 0 none) of the anchor rules on pooled iterations."""
+    u = sps.mannwhitneyu(b, a, alternative="two-sided", axis=-1).pvalue
+    med = np.median(b, axis=-1) / np.median(a, axis=-1)
+    mean = b.mean(axis=-1) / a.mean(axis=-1)
+    if a.shape[-1] == b.shape[-1]:
+        t = sps.ttest_ind(b, a, axis=-1).pvalue  # Student (pooled variance), as pyperf
+        pyperf_sig = t < 0.05
+    else:  # pyperf: tscore() raises on unequal counts, is_significant_benchs() says True
+        pyperf_sig = np.ones(a.shape[:-1], dtype=bool)
+    asv_sig = (u < 0.002) & ((med > 1.1) | (med < 1 / 1.1))
+    return {
+        "asv": np.where(asv_sig, np.sign(med - 1), 0),
+        "gbench": np.where(u < 0.05, np.sign(mean - 1), 0),
+        "pyperf": np.where(pyperf_sig, np.sign(mean - 1), 0),
+    }
+
+
+def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = None,
+          unchanged: np.ndarray | None = None) -> Tally:
+    """Summarize signed flags (runs, configs) given which configs are really shifted."""
+    null = ~shifted
+    false_alarm = (flags[:, null] != 0).any(axis=1)
+    out = Tally(runs=flags.shape[0], false_alarm=int(false_alarm.sum()))
+    if shifted.any():
+        hit = (flags[:, shifted] > 0).all(axis=1)
+        out.detected = int(hit.sum())
+        out.clean = int((hit & ~false_alarm).sum())
+    if rounds is not None:
+        out.rounds = float(rounds[:, null].mean(axis=1).sum())
+        if shifted.any():
+            out.rounds_shifted = float(rounds[:, shifted].mean(axis=1).sum())
+    if unchanged is not None:
+        out.unchanged = float(unchanged[:, null].mean(axis=1).sum())
+    return out
+
+
+def signed(verdicts: np.ndarray) -> np.ndarray:
+    return np.where(verdicts == "slower", 1, np.where(verdicts == "faster", -1, 0))
+
+
+def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, min_effect: float,
+             alpha: float) -> dict[str, Tally]:
+    """Every rule on the same data; returns Tally per rule name."""
+    shifted = scenario.shifts != 0
+    out: dict[str, Tally] = {}
+    extra = scenario.rounds_b_offset
+    for correction in scenario.corrections:
+        first, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra)
+        tag = "" if correction == "holm" else ", BH"
+        out[f"abdiff (adaptive {budget.first}-{budget.max_rounds}{tag})"] = tally(
+            signed(final), shifted, used, final == "unchanged")
+        if correction == "holm":
+            _, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra,
+                                             confirm_p=alpha / 10)
+            out[f"abdiff (adaptive {budget.first}-{budget.max_rounds}, confirm)"] = tally(
+                signed(final), shifted, used, final == "unchanged")
+        if correction == "holm":
+            out[f"abdiff (fixed {budget.first})"] = tally(
+                signed(first), shifted, np.full(used.shape, budget.first), first == "unchanged")
+    if scenario.anchors:
+        budgets = [budget.first] if extra else sorted({budget.first, budget.max_rounds})
+        for rounds in budgets:
+            flags = anchor_flags(pooled(a, rounds), pooled(b, rounds + extra))
+            for name, f in flags.items():
+                out[f"{name} rule ({rounds} rounds)"] = tally(
+                    f, shifted, np.full(f.shape, rounds))
+    return out
+
+
+# --------------------------------------------------------------------------- drivers
+
+
+def sim_chunk(args: tuple) -> dict[str, Tally]:
+    profile, scenario, runs, budget, min_effect, alpha, seed = args
+    rng = np.random.default_rng(seed)
+    rounds = budget.max_rounds + scenario.rounds_b_offset
+    sim_budget = Budget(budget.first, rounds, budget.step, budget.iterations)
+    a, b = simulate(profile, scenario.shifts, runs, sim_budget, rng)
+    return evaluate(a[:, :, : budget.max_rounds], b, scenario, budget, min_effect, alpha)
+
+
+def scenarios(n_configs: int) -> list[Scenario]:
+    def shift_one(s: float) -> np.ndarray:
+        v = np.zeros(n_configs)
+        v[0] = s
+        return v
+
+    half = np.zeros(n_configs)
+    half[: n_configs // 2] = 0.10
+    out = [Scenario("A/A", np.zeros(n_configs))]
+    out += [Scenario(f"+{s:.0%}", shift_one(s)) for s in SHIFTS]
+    out.append(Scenario("A/A, B has 1 more round", np.zeros(n_configs), rounds_b_offset=1))
+    out.append(Scenario("half the suite +10% (expected scope)", half,
+                        corrections=("holm", "bh"), anchors=False))
+    return out
+
+
+def run_scenarios(make_chunks, scenario_list: list[Scenario], jobs: int) -> None:
+    """Run every scenario's chunks in a process pool and merge the tallies."""
+    work = []
+    for si, scenario in enumerate(scenario_list):
+        for args in make_chunks(scenario, si):
+            work.append((si, args))
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_call, work))
+    else:
+        results = [_call(w) for w in work]
+    for (si, _), res in zip(work, results, strict=True):
+        tallies = scenario_list[si].tallies
+        for name, t in res.items():
+            tallies.setdefault(name, Tally()).add(t)
+
+
+def _call(item: tuple) -> dict[str, Tally]:
+    _, args = item
+    if args[0] == "replay":
+        return replay_chunk(args[1:])
+    return sim_chunk(args)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def ci(k: int, n: int) -> tuple[float, float]:
+    interval = sps.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return interval.low, interval.high
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def report(title: str, scenario_list: list[Scenario]) -> str:
+    by_name = {s.name: s for s in scenario_list}
+    aa = by_name["A/A"]
+    rules = list(aa.tallies)
+    header = ["rule", "rounds/side", "A/A false alarms (95% CI)"]
+    header += [f"power +{s:.0%}" for s in SHIFTS] + ["clean +5%", "A/A unchanged"]
+    rows = []
+    for rule in rules:
+        t = aa.tallies[rule]
+        lo, hi = ci(t.false_alarm, t.runs)
+        row = [rule, f"{t.rounds / t.runs:.1f}",
+               f"{t.false_alarm}/{t.runs} = {pct(t.false_alarm / t.runs)} "
+               f"[{pct(lo)}, {pct(hi)}]"]
+        for s in SHIFTS:
+            ts = by_name[f"+{s:.0%}"].tallies[rule]
+            rounds = f" ({ts.rounds_shifted / ts.runs:.1f}r)" if rule.startswith("abdiff (a") else ""
+            row.append(pct(ts.detected / ts.runs) + rounds)
+        t5 = by_name["+5%"].tallies[rule]
+        row.append(pct(t5.clean / t5.runs))
+        row.append(pct(t.unchanged / t.runs) if rule.startswith("abdiff") else "-")
+        rows.append(row)
+    lines = [title, format_table(header, rows)]
+    extra = []
+    unequal = by_name.get("A/A, B has 1 more round")
+    if unequal:
+        for rule, t in unequal.tallies.items():
+            extra.append([f"{unequal.name}: {rule}", f"{t.false_alarm}/{t.runs}",
+                          pct(t.false_alarm / t.runs)])
+    expected = by_name.get("half the suite +10% (expected scope)")
+    if expected:
+        for rule, t in expected.tallies.items():
+            if "fixed" in rule:
+                continue
+            extra.append([f"{expected.name}: {rule}, false alarms among the unchanged half",
+                          f"{t.false_alarm}/{t.runs}", pct(t.false_alarm / t.runs)])
+    if extra:
+        lines.append(format_table(["extra scenario", "false alarms", "rate"], extra))
+    return "\n".join(lines)
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = " | ".join(f"{{:<{w}}}" for w in widths)
+    sep = "-+-".join("-" * w for w in widths)
+    return "\n".join([fmt.format(*header), sep, *(fmt.format(*r) for r in rows)]) + "\n"
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def load_replay(directory: Path, min_rounds: int) -> list[tuple[str, list[list[float]]]]:
+    """(name, rounds) of every config in the run files under `directory` with enough ok rounds."""
+    configs = []
+    files = sorted(directory.glob("*.json")) if directory.is_dir() else [directory]
+    for path in files:
+        run = load_run_file(path)
+        for cfg in run.configs:
+            rounds = [r.latency_us for r in cfg.rounds if r.status == "ok" and r.latency_us]
+            if len(rounds) >= min_rounds:
+                configs.append((f"{path.name}:{cfg.id}", rounds))
+    return configs
+
+
+def replay_arrays(pool: list[list[list[float]]], n_configs: int, runs: int, per_side: int,
+                  iterations: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A/A suites from recorded rounds: each config's rounds shuffled and split in two halves."""
+    a = np.empty((runs, n_configs, per_side, iterations))
+    b = np.empty_like(a)
+    for r, c in itertools.product(range(runs), range(n_configs)):
+        rounds = pool[c % len(pool)]
+        order = rng.permutation(len(rounds))
+        a[r, c] = [rounds[i][:iterations] for i in order[:per_side]]
+        b[r, c] = [rounds[i][:iterations] for i in order[per_side: 2 * per_side]]
+    return a, b
+
+
+def replay_chunk(args: tuple) -> dict[str, Tally]:
+    pool, scenario, runs, budget, min_effect, alpha, seed = args
+    rng = np.random.default_rng(seed)
+    a, b = replay_arrays(pool, len(scenario.shifts), runs, budget.max_rounds, budget.iterations,
+                         rng)
+    b = b * (1 + scenario.shifts)[None, :, None, None]
+    return evaluate(a, b, scenario, budget, min_effect, alpha)
+
+
+# --------------------------------------------------------------------------- record
+
+_CHILD = r"""
+import json, sys, time
+import torch
+device, threads, iters, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+if threads > 0:
+    torch.set_num_threads(threads)
+torch.manual_seed(0)
+out = {}
+for name, bs, q, kv, sdpa in json.loads(sys.argv[5]):
+    h, d = 8, 64
+    qt = torch.randn(bs * h, q, d, device=device)
+    k = torch.randn(bs * h, kv, d, device=device)
+    v = torch.randn(bs * h, kv, d, device=device)
+    def step():
+        if sdpa:
+            return torch.nn.functional.scaled_dot_product_attention(qt, k, v)
+        s = torch.bmm(qt, k.transpose(1, 2)) * d ** -0.5
+        return torch.bmm(torch.softmax(s, -1), v)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    lat = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        step()
+        sync()
+        lat.append((time.perf_counter_ns() - t0) / 1e3)
+    out[name] = lat
+print(json.dumps(out))
+"""
+
+RECORD_CONFIGS = [
+    ("GEN-bmm-bs8-q4", 8, 4, 2049, False),
+    ("GEN-sdpa-bs8-q4", 8, 4, 2049, True),
+    ("GEN-bmm-bs32-q1", 32, 1, 2049, False),
+    ("GEN-sdpa-bs32-q1", 32, 1, 2049, True),
+]
+
+
+def record(out: Path, rounds: int, device: str, threads: int, iterations: int) -> None:
+    """Time real attention steps in `rounds` fresh processes; write an abdiff.run/1 file."""
+    configs = {name: ConfigRuns(name, {"batch_size": bs, "seq_len_q": q, "seq_len_kv_cache": kv,
+                                       "op": "sdpa" if sdpa else "bmm+softmax"})
+               for name, bs, q, kv, sdpa in RECORD_CONFIGS}
+    env: dict = {"device": device, "threads": threads}
+    for i in range(rounds):
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, device, str(threads), str(iterations), "20",
+             json.dumps(RECORD_CONFIGS)],
+            capture_output=True, text=True, check=True, timeout=600)
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+        for name, lat in data.items():
+            configs[name].rounds.append(RoundRecord("ok", latency_us=lat, round=i))
+        print(f"round {i + 1}/{rounds} done", file=sys.stderr)
+    run = RunFile(rev="calibration", sha="0" * 40, target="calibration-record", suite="attention",
+                  env=env, configs=list(configs.values()))
+    write_run_file(out, run)
+    for cfg in run.configs:
+        med = np.array([np.median(r.latency_us) for r in cfg.rounds])
+        within = np.median([np.std(np.log(r.latency_us)) for r in cfg.rounds])
+        print(f"{cfg.id}: median {np.median(med):.1f} us, round-to-round sd "
+              f"{np.std(np.log(med), ddof=1):.2%}, within-round sd {within:.2%}")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def check_equivalence(seed: int) -> None:
+    """The vectorized path used here gives what compare_latency gives (a few spot checks)."""
+    rng = np.random.default_rng(seed)
+    a, b = simulate(PROFILES["cpu-quiet"], np.full(3, 0.03), 1, Budget(), rng)
+    for c in range(3):
+        ra, rb = a[0, c, :7].tolist(), b[0, c, :9].tolist()
+        direct = stats.compare_latency(ra, rb)
+        vec = stats.round_level_tests(np.log(np.median(a[0, c, :7], -1)),
+                                       np.log(np.median(b[0, c, :9], -1)),
+                                       stats.DEFAULT_MIN_EFFECT, 1 - stats.DEFAULT_ALPHA)
+        assert np.isclose(direct.p_difference, vec.p_difference[0])
+        assert np.isclose(direct.p_equivalence, vec.p_equivalence[0])
+        assert np.isclose(direct.ci[0], vec.ci_low[0]) and np.isclose(direct.ratio, vec.ratio[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=2000, help="suite runs per scenario")
+    parser.add_argument("--quick", action="store_true", help="400 runs per scenario")
+    parser.add_argument("--profiles", default=",".join(PROFILES),
+                        help=f"comma-separated, from {', '.join(PROFILES)}")
+    parser.add_argument("--configs", type=int, default=N_CONFIGS)
+    parser.add_argument("--rounds", type=int, default=5, help="first rounds per side")
+    parser.add_argument("--max-rounds", type=int, default=15)
+    parser.add_argument("--step", type=int, default=2, help="rounds per side per extension")
+    parser.add_argument("--iterations", type=int, default=20, help="timed iterations per round")
+    parser.add_argument("--alpha", type=float, default=stats.DEFAULT_ALPHA)
+    parser.add_argument("--min-effect", type=float, default=stats.DEFAULT_MIN_EFFECT)
+    parser.add_argument("--seed", type=int, default=20261202)
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--replay", type=Path, help="folder (or file) of abdiff.run/1 files")
+    parser.add_argument("--record", type=Path, help="record real rounds into this run file")
+    parser.add_argument("--record-rounds", type=int, default=30)
+    parser.add_argument("--record-device", default="cpu")
+    parser.add_argument("--record-threads", type=int, default=1, help="torch threads (0: default)")
+    args = parser.parse_args(argv)
+
+    if args.record:
+        record(args.record, args.record_rounds, args.record_device, args.record_threads,
+               args.iterations)
+        return 0
+
+    runs = 400 if args.quick else args.runs
+    budget = Budget(args.rounds, args.max_rounds, args.step, args.iterations)
+    chunk = 100
+    check_equivalence(args.seed)
+    seeds = np.random.SeedSequence(args.seed)
+    started = time.perf_counter()
+    print(f"abdiff calibration: {args.configs}-config suites, {runs} suite runs per scenario, "
+          f"alpha {args.alpha:g}, min-effect {args.min_effect:.0%}, {budget.iterations} "
+          f"iterations per round, adaptive {budget.first}..{budget.max_rounds} rounds per side "
+          f"(+{budget.step} per extension)\n")
+
+    if args.replay:
+        pool_named = load_replay(args.replay, 2 * stats.MIN_ROUNDS)
+        if not pool_named:
+            print(f"{args.replay}: no config with {2 * stats.MIN_ROUNDS}+ ok rounds", file=sys.stderr)
+            return 2
+        pool = [r for _, r in pool_named]
+        per_side = min(len(r) for r in pool) // 2
+        iters = min(len(x) for r in pool for x in r)
+        rb = Budget(min(budget.first, per_side), min(budget.max_rounds, per_side), budget.step,
+                    min(budget.iterations, iters))
+        scen = [s for s in scenarios(args.configs) if s.rounds_b_offset == 0]
+
+        def make(scenario: Scenario, si: int):
+            n_chunks = max(1, runs // chunk)
+            for child in seeds.spawn(n_chunks):
+                yield ("replay", pool, scenario, runs // n_chunks, rb, args.min_effect, args.alpha,
+                       child)
+
+        run_scenarios(make, scen, args.jobs)
+        names = ", ".join(f"{n} ({len(r)} rounds)" for n, r in pool_named)
+        print(report(f"== replay of {args.replay}: {names}; {rb.first}..{rb.max_rounds} rounds "
+                     f"per side, {rb.iterations} iterations", scen))
+    else:
+        for name in args.profiles.split(","):
+            profile = PROFILES[name]
+            scen = scenarios(args.configs)
+
+            def make(scenario: Scenario, si: int, profile: Profile = profile):
+                n_chunks = max(1, runs // chunk)
+                for child in seeds.spawn(n_chunks):
+                    yield (profile, scenario, runs // n_chunks, budget, args.min_effect,
+                           args.alpha, child)
+
+            run_scenarios(make, scen, args.jobs)
+            print(report(f"== profile {name}: {profile.describe()}", scen))
+    print(f"({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,405 @@
+"""Cached checkouts: each commit materialized once as a detached git worktree, reused.
+
+Why worktrees: the user's working tree, index, HEAD and branches must never be
+touched (DESIGN.md), and `git worktree add --detach` creates a separate folder
+with its own HEAD and index while sharing the object store (cheap, no clone).
+
+Layout under the cache folder (`default_cache_dir()`):
+
+    checkouts/<repo-key>/README.txt         says what this is and how to remove it
+    checkouts/<repo-key>/REPO               the repository's git common dir (for `cache clean`)
+    checkouts/<repo-key>/<sha>/             `git worktree add --detach` of that commit
+    checkouts/<repo-key>/<sha>.done         marker, written last (atomically), holds the sha
+    checkouts/<repo-key>/worktree-<hash>/   copy of the working tree (side B of "A..")
+    checkouts/<repo-key>/worktree-<hash>.done
+    checkouts/.locks/<repo-key>.lock        one FileLock per repository
+
+`<repo-key>` is the repository's folder name plus a short hash of its absolute
+git common dir, so two repositories (or two clones named alike) never collide,
+while the linked worktrees of one repository share a key. The marker sits beside
+the folder, not in it, so a checkout is byte-for-byte the commit (`git status`
+clean there). A folder without a valid marker was interrupted (crash, disk full)
+and is removed and rebuilt. Checkouts are treated as read-only: abdiff does not
+detect edits made inside them; `abdiff cache clean` removes them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import stat
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from abdiff.errors import InfrastructureError, InputError
+from abdiff.revs import WORKTREE, SideSpec, git_message, is_bare, run_git
+
+_SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_COPY_PREFIX = "worktree-"
+_MARKER_SUFFIX = ".done"
+_TMP_PREFIX = ".tmp-"
+_CHUNK = 1 << 20
+
+
+def default_cache_dir() -> Path:
+    """$ABDIFF_CACHE_DIR, else $XDG_CACHE_HOME/abdiff, else ~/.cache/abdiff."""
+    explicit = os.environ.get("ABDIFF_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):  # the XDG spec says to ignore relative values
+        return Path(xdg) / "abdiff"
+    return Path.home() / ".cache" / "abdiff"
+
+
+def _checkouts_root(cache_dir: Path) -> Path:
+    return cache_dir / "checkouts"
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a folder even when the benchmark left read-only files or folders in it."""
+
+    def retry(func: Callable[[str], object], p: str, _exc: object) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            func(p)
+
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=retry)
+        else:
+            shutil.rmtree(path, onerror=retry)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write then rename, so a reader sees the old file, or the whole new one."""
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _file_digest(path: Path) -> bytes:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.digest()
+
+
+def tree_digest(base: Path, files: list[str]) -> str:
+    """Content hash of these files under `base`: paths, contents, executable bits, symlinks.
+
+    Modification times are left out on purpose: the same content is the same
+    checkout, whenever it was written.
+    """
+    h = hashlib.sha256()
+    for rel in sorted(set(files)):
+        path = base / rel
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                kind, digest = b"l", hashlib.sha256(os.fsencode(os.readlink(path))).digest()
+            elif stat.S_ISREG(st.st_mode):
+                kind = b"x" if st.st_mode & 0o111 else b"f"
+                digest = _file_digest(path)
+            else:
+                continue
+        except FileNotFoundError:
+            continue
+        h.update(os.fsencode(rel) + b"\0" + kind + b"\0" + digest + b"\n")
+    return h.hexdigest()[:20]
+
+
+class CheckoutCache:
+    """The checkouts of one repository in one cache folder; safe across processes.
+
+    `created` lists the folders this instance made (not reused): a second run
+    over the same SHAs leaves it empty.
+    """
+
+    lock_timeout: float = 3600.0
+
+    def __init__(self, repo_root: Path, cache_dir: Path | None = None) -> None:
+        self.repo_root = _real(Path(repo_root))
+        self.cache_dir = _real(Path(cache_dir) if cache_dir is not None else default_cache_dir())
+        proc = run_git(self.repo_root, "rev-parse", "--git-common-dir", check=False)
+        if proc.returncode != 0:
+            raise InputError(f"{self.repo_root} is not a git repository "
+                             f"({git_message(proc.stderr)})")
+        common = Path(proc.stdout.strip())
+        self.common_dir = _real(common if common.is_absolute() else self.repo_root / common)
+        name = self.common_dir.parent.name if self.common_dir.name == ".git" \
+            else self.common_dir.name
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", name).strip("._") or "repo"
+        digest = hashlib.sha256(os.fsencode(str(self.common_dir))).hexdigest()[:12]
+        self.key = f"{safe[:40]}-{digest}"
+        self.key_dir = _checkouts_root(self.cache_dir) / self.key
+        self.created: list[Path] = []
+
+    # ------------------------------------------------------------------ public
+
+    def checkout(self, side: SideSpec) -> Path:
+        """The folder the benchmark runs in for this side, made if not cached yet."""
+        if side.sha == WORKTREE:
+            return self._working_tree_copy()
+        if not _SHA_RE.fullmatch(side.sha):
+            raise InputError(f"{side.rev}: {side.sha!r} is not a resolved commit sha")
+        with self._locked():
+            self._prepare_key_dir()
+            folder = self.key_dir / side.sha
+            if self._valid_commit_checkout(folder, side.sha):
+                return folder
+            self._discard(folder)
+            exists = run_git(self.repo_root, "cat-file", "-e", f"{side.sha}^{{commit}}",
+                             check=False)
+            if exists.returncode != 0:
+                raise InputError(f"{side.rev}: commit {side.sha} is not in {self.repo_root}")
+            proc = run_git(self.repo_root, "worktree", "add", "--detach", str(folder), side.sha,
+                           check=False)
+            if proc.returncode != 0:
+                self._discard(folder)
+                raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
+                                          f"{folder}: {git_message(proc.stderr)}")
+            _write_atomic(self._marker(folder), side.sha + "\n")
+            self.created.append(folder)
+            return folder
+
+    def clean(self) -> int:
+        """Remove every checkout of this repository in this cache; returns how many."""
+        with self._locked():
+            return _clean_key_dir(self.key_dir, self.repo_root)
+
+    # ------------------------------------------------------------------ commits
+
+    def _valid_commit_checkout(self, folder: Path, sha: str) -> bool:
+        """Marker holds the sha, the worktree's .git link exists and its HEAD is the sha."""
+        if not self._marker_ok(folder, sha) or not (folder / ".git").is_file():
+            return False
+        proc = run_git(folder, "rev-parse", "--verify", "HEAD", check=False)
+        return proc.returncode == 0 and proc.stdout.strip() == sha
+
+    # ------------------------------------------------------------------ working tree
+
+    def _working_tree_files(self) -> list[str]:
+        """Tracked and untracked-not-ignored files that exist (deleted ones are skipped)."""
+        if is_bare(self.repo_root):
+            raise InputError(f"{self.repo_root} is a bare repository: it has no working tree")
+        proc = run_git(self.repo_root, "ls-files", "--cached", "--others", "--exclude-standard",
+                       "-z")
+        names = dict.fromkeys(n for n in proc.stdout.split("\0") if n)
+        files = []
+        for rel in names:
+            path = self.repo_root / rel
+            # Directories here are submodules or nested repositories: not copied.
+            if path.is_symlink() or path.is_file():
+                files.append(rel)
+        return files
+
+    def _working_tree_copy(self) -> Path:
+        """Copy the working tree (no .git) into worktree-<content hash>, or reuse that copy.
+
+        The name comes from hashing the copy itself, so a file edited while
+        copying can never leave a folder whose content differs from its name.
+        """
+        files = self._working_tree_files()
+        digest = tree_digest(self.repo_root, files)
+        with self._locked():
+            self._prepare_key_dir()
+            folder = self.key_dir / f"{_COPY_PREFIX}{digest}"
+            if self._marker_ok(folder, digest) and folder.is_dir():
+                return folder
+        tmp = self.key_dir / f"{_TMP_PREFIX}{_COPY_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            copied = self._copy_files(files, tmp)
+            digest = tree_digest(tmp, copied)
+            with self._locked():
+                folder = self.key_dir / f"{_COPY_PREFIX}{digest}"
+                if self._marker_ok(folder, digest) and folder.is_dir():
+                    return folder
+                self._discard(folder)
+                os.rename(tmp, folder)
+                _write_atomic(self._marker(folder), digest + "\n")
+                self.created.append(folder)
+                return folder
+        except OSError as exc:
+            raise InfrastructureError(f"cannot copy the working tree of {self.repo_root} "
+                                      f"into {self.key_dir}: {exc}") from exc
+        finally:
+            _rmtree(tmp)
+
+    def _copy_files(self, files: list[str], dest: Path) -> list[str]:
+        copied = []
+        dest.mkdir(parents=True)
+        for rel in files:
+            src, dst = self.repo_root / rel, dest / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                if src.is_symlink():
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    shutil.copy2(src, dst, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # deleted since it was listed
+            copied.append(rel)
+        return copied
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _marker(folder: Path) -> Path:
+        return folder.with_name(folder.name + _MARKER_SUFFIX)
+
+    def _marker_ok(self, folder: Path, content: str) -> bool:
+        try:
+            return self._marker(folder).read_text(encoding="utf-8").strip() == content
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def _discard(self, folder: Path) -> None:
+        """Remove a half-made or invalid checkout: marker first, then worktree and folder."""
+        self._marker(folder).unlink(missing_ok=True)
+        _remove_worktree(self.repo_root, folder)
+
+    def _prepare_key_dir(self) -> None:
+        self.key_dir.mkdir(parents=True, exist_ok=True)
+        repo_file = self.key_dir / "REPO"
+        if not repo_file.exists():
+            _write_atomic(repo_file, f"{self.common_dir}\n")
+        readme = self.key_dir / "README.txt"
+        if not readme.exists():
+            _write_atomic(readme, _README.format(repo=self.repo_root, common=self.common_dir))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        locks = _checkouts_root(self.cache_dir) / ".locks"
+        try:
+            locks.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InfrastructureError(f"cannot create the cache folder {locks}: {exc}") from exc
+        lock = FileLock(str(locks / f"{self.key}.lock"), timeout=self.lock_timeout)
+        try:
+            with lock:
+                yield
+        except Timeout:
+            raise InfrastructureError(
+                f"another abdiff has held {lock.lock_file} for {self.lock_timeout:.0f} s; "
+                "is it stuck?") from None
+
+
+_README = """\
+This folder belongs to abdiff (differential A/B benchmarking).
+
+It holds cached checkouts of the git repository
+    {repo}
+    (git dir: {common})
+
+  <sha>/             a detached `git worktree` of that commit; `git worktree list`
+                     in the repository shows it. It never touches your working tree,
+                     index, HEAD or branches.
+  worktree-<hash>/   a copy of the repository's working tree (uncommitted and
+                     untracked files included), named by a hash of its content.
+  *.done             marks a complete checkout; a folder without it is rebuilt.
+
+abdiff reuses these folders across runs; do not edit files here.
+Remove them (and their `git worktree` entries) with:
+    abdiff cache clean --repo {repo}
+"""
+
+
+def _registered_worktrees(git_cwd: Path) -> list[Path]:
+    proc = run_git(git_cwd, "worktree", "list", "--porcelain", check=False)
+    if proc.returncode != 0:
+        return []
+    return [Path(line[len("worktree "):]) for line in proc.stdout.splitlines()
+            if line.startswith("worktree ")]
+
+
+def _remove_worktree(git_cwd: Path | None, folder: Path) -> None:
+    """Deregister (`git worktree remove --force --force`) and delete one checkout folder.
+
+    Only this folder's registration is removed: a plain `git worktree prune`
+    would also forget the user's own worktrees whose folders are missing (an
+    unmounted drive), which is not ours to decide.
+    """
+    if git_cwd is not None and git_cwd.exists():
+        target = _real(folder)
+        if any(_real(p) == target for p in _registered_worktrees(git_cwd)):
+            run_git(git_cwd, "worktree", "remove", "--force", "--force", str(folder),
+                    check=False)
+    _rmtree(folder)
+
+
+def _clean_key_dir(key_dir: Path, git_cwd: Path | None) -> int:
+    """Remove one repository's checkouts, their worktree registrations, and the folder."""
+    if git_cwd is not None and not git_cwd.exists():
+        git_cwd = None
+    count = 0
+    if git_cwd is not None:
+        # Registered under key_dir, folder present or not (deleted by hand).
+        root = _real(key_dir)
+        for path in _registered_worktrees(git_cwd):
+            if _real(path).parent == root:
+                run_git(git_cwd, "worktree", "remove", "--force", "--force", str(path),
+                        check=False)
+                count += not path.name.startswith(_TMP_PREFIX)
+                _rmtree(path)
+    if key_dir.is_dir():
+        for entry in key_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink() \
+                    and not entry.name.startswith(_TMP_PREFIX):
+                count += 1
+            _rmtree(entry)
+        _rmtree(key_dir)
+    return count
+
+
+def clean_cache(cache_dir: Path | None = None, repo_root: Path | None = None) -> int:
+    """Remove cached checkouts: of one repository, or (repo_root None) of every repository.
+
+    The other contents of the cache folder (measured rounds under `runs/`) stay.
+    Returns the number of checkout folders removed.
+    """
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if repo_root is not None:
+        return CheckoutCache(repo_root, cache).clean()
+    root = _checkouts_root(cache)
+    if not root.is_dir():
+        return 0
+    count = 0
+    for key_dir in sorted(root.iterdir()):
+        if not key_dir.is_dir() or key_dir.name.startswith("."):
+            continue
+        common = None
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            common = Path((key_dir / "REPO").read_text(encoding="utf-8").strip() or ".")
+        if common is None or not common.is_dir():
+            count += _clean_key_dir(key_dir, None)  # the repository is gone
+            continue
+        try:
+            cache_of_repo = CheckoutCache(common, cache)
+        except (InputError, InfrastructureError):
+            count += _clean_key_dir(key_dir, None)
+            continue
+        if cache_of_repo.key == key_dir.name:
+            count += cache_of_repo.clean()
+        else:  # moved or renamed repository: still deregister what git knows of
+            count += _clean_key_dir(key_dir, common)
+    return count

@@ -1,0 +1,76 @@
+"""`srun` inside a Slurm allocation, across nodes, as upstream's slurm_launch.sh does.
+
+upstream: `srun --mpi=pmix -N $NODES --ntasks-per-node $((NP / NODES))
+[--container-name ... --container-mounts ... --container-workdir ...] "$@"`,
+refusing to run when SLURM_JOB_ID is unset. srun exports the caller's whole
+environment to the tasks by default, so the target's variables (PYTHONPATH,
+the probe's job file) reach every rank without extra flags.
+
+The container options are used only when a container name is given
+(`ABDIFF_SRUN_CONTAINER`, or upstream's CONTAINER_NAME): the checkouts abdiff
+creates and the abdiff package itself must then be mounted in the container,
+is done from `container_mounts` plus the folders the target lists in the
+`ABDIFF_RANK_PATHS` variable of its command (checkout, probe, job folder), each
+mounted at the same path, as upstream mounts its TRTLLM_ROOT.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import ClassVar
+
+from abdiff.errors import InfrastructureError, InputError
+from abdiff.launchers.base import Launcher
+from abdiff.launchers.mpirun import launcher_available
+from abdiff.targets.base import LaunchSpec
+
+RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target's command)
+
+
+class SrunLauncher(Launcher):
+    """`srun --mpi=pmix -N NODES --ntasks-per-node NP/NODES <target command>`."""
+
+    name: ClassVar[str] = "srun"
+
+    def __init__(self, np: int, nodes: int = 1, container_name: str | None = None,
+                 container_mounts: list[str] | None = None, extra_args: list[str] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        if np < 1 or nodes < 1:
+            raise InputError(f"--np and --nodes must be at least 1, got {np} and {nodes}")
+        if np % nodes:
+            raise InputError(f"--np {np} is not a multiple of --nodes {nodes}: srun starts "
+                             "the same number of ranks on every node")
+        self.np = np
+        self.nodes = nodes
+        self._environ = environ
+        env = self.environ
+        self.container_name = container_name or env.get("ABDIFF_SRUN_CONTAINER") or env.get(
+            "CONTAINER_NAME")
+        self.container_mounts = list(container_mounts or [])
+        self.extra_args = list(extra_args or [])
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def check(self) -> None:
+        """InfrastructureError (exit 3) with the reason when srun cannot be used here."""
+        reason = launcher_available("srun", self.environ)
+        if reason:
+            raise InfrastructureError(reason)
+
+    def wrap(self, spec: LaunchSpec) -> LaunchSpec:
+        self.check()
+        argv = ["srun", "--mpi=pmix", "-N", str(self.nodes),
+                "--ntasks-per-node", str(self.np // self.nodes)]
+        if self.container_name:
+            workdir = str(spec.cwd)
+            needed = [p for p in spec.env.get(RANK_PATHS, "").split(os.pathsep) if p]
+            mounts = dict.fromkeys([*self.container_mounts,
+                                    *(f"{p}:{p}" for p in [*needed, str(spec.cwd)])])
+            argv += ["--container-name", self.container_name,
+                     "--container-mounts", ",".join(mounts),
+                     "--container-workdir", workdir]
+        argv += [*self.extra_args, *spec.argv]
+        return LaunchSpec(argv, spec.cwd, dict(spec.env))

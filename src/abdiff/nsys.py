@@ -1,0 +1,186 @@
+"""Kernel records from Nsight Systems profiles, read the way upstream's parse.py reads them.
+
+Upstream's layer-wise benchmark is usually run under `nsys profile` (its
+run.sh) and its parse.py works on the SQLite export of the report. abdiff
+reads the same tables, so a kernel record can come from an nsys profile when
+one exists, instead of (or to cross-check) torch.profiler:
+
+- `CUPTI_ACTIVITY_KIND_KERNEL`: one row per kernel launch; `demangledName`
+  (and `shortName`) are ids into `StringIds`;
+- `CUPTI_ACTIVITY_KIND_RUNTIME`: the CPU-side launch call; its `correlationId`
+  ties a kernel to the moment the host launched it (graph replays included);
+- `NVTX_EVENTS` + `ENUM_NSYS_EVENT_TYPE`: run.py wraps every iteration in an
+  NVTX range named `b={batch_size} s={seq_len_q} past={seq_len_kv_cache} ...`;
+  kernels whose launch falls in such a range belong to that iteration.
+
+Only the standard library is used (sqlite3, subprocess), so this module works
+on any machine that has the export, with or without a GPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError
+
+RUN_RANGE = re.compile(r"^b=(\d+) s=(\d+) past=(\d+)\b")
+
+
+def profile_argv(output: Path, nsys: str = "nsys") -> list[str]:
+    """`nsys profile` options of upstream's run.sh: CUDA + NVTX, capture between cudaProfilerStart/Stop.
+
+    run.py calls cudaProfilerStart just before its timed loop, so the report
+    holds the timed iterations only.
+    """
+    return [
+        nsys, "profile", "-t", "cuda,nvtx", "--cpuctxsw", "none", "--cuda-event-trace", "false",
+        "--cuda-graph-trace", "node", "-c", "cudaProfilerApi", "--capture-range-end", "stop",
+        "-s", "none", "-o", str(output), "--force-overwrite", "true",
+    ]
+
+
+def export_sqlite(report: Path, output: Path | None = None, nsys: str | None = None) -> Path:
+    """Convert a `.nsys-rep` to SQLite with `nsys export --type sqlite` (reused when up to date).
+
+    Raises InfrastructureError when nsys is not installed or the export fails:
+    without the export there is nothing to read.
+    """
+    report = Path(report)
+    output = Path(output) if output else report.with_suffix(".sqlite")
+    if output.is_file() and output.stat().st_mtime >= report.stat().st_mtime:
+        return output
+    exe = nsys or shutil.which("nsys")
+    if exe is None:
+        raise InfrastructureError(f"cannot read {report}: nsys is not on PATH (needed for "
+                                  "`nsys export --type sqlite`)")
+    argv = [exe, "export", "--type", "sqlite", "-o", str(output), "--force-overwrite=true",
+            str(report)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not output.is_file():
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        why = lines[-1] if lines else f"exit code {done.returncode}"
+        raise InfrastructureError(f"nsys export of {report} failed: {why}")
+    return output
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not Path(path).is_file():
+        raise InfrastructureError(f"{path}: no such nsys SQLite export")
+    return sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _name_column(conn: sqlite3.Connection) -> str:
+    """demangledName where the export has it (upstream's choice), else shortName."""
+    columns = _columns(conn, "CUPTI_ACTIVITY_KIND_KERNEL")
+    for name in ("demangledName", "shortName"):
+        if name in columns:
+            return name
+    raise InfrastructureError("CUPTI_ACTIVITY_KIND_KERNEL has neither demangledName nor shortName")
+
+
+def kernel_counts(path: Path) -> dict[str, int]:
+    """Every kernel launch in the export, by demangled name, with counts."""
+    conn = _connect(path)
+    try:
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in _tables(conn):
+            return {}  # a report with no kernel activity (e.g. nothing ran in the capture range)
+        column = _name_column(conn)
+        rows = conn.execute(
+            f"SELECT S.value, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
+            f"JOIN StringIds AS S ON K.{column} = S.id GROUP BY S.value"
+        ).fetchall()
+    finally:
+        conn.close()
+    return dict(sorted((str(name), int(n)) for name, n in rows))
+
+
+@dataclass
+class ShapeKernels:
+    """The iterations run.py marked for one shape, and the kernels of each."""
+
+    batch_size: int
+    seq_len_q: int
+    seq_len_kv_cache: int
+    runs: list[Counter[str]] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.batch_size, self.seq_len_q, self.seq_len_kv_cache)
+
+    def per_iteration(self) -> dict[str, int]:
+        """The kernels of one iteration: the last marked run (after warm-up, as parse.py uses)."""
+        return dict(sorted(self.runs[-1].items())) if self.runs else {}
+
+
+def _push_pop_type(conn: sqlite3.Connection) -> int | None:
+    if "ENUM_NSYS_EVENT_TYPE" not in _tables(conn):
+        return None
+    row = conn.execute(
+        "SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name = 'NvtxPushPopRange'").fetchone()
+    return int(row[0]) if row else None
+
+
+def kernels_by_shape(path: Path) -> dict[tuple[int, int, int], ShapeKernels]:
+    """Kernels of each iteration of each (batch_size, seq_len_q, seq_len_kv_cache) run.py timed.
+
+    A kernel belongs to an iteration when the host call that launched it
+    (`CUPTI_ACTIVITY_KIND_RUNTIME`, joined on `correlationId`) started inside
+    that iteration's NVTX range, which is how upstream's parse.py assigns them.
+    """
+    conn = _connect(path)
+    try:
+        tables = _tables(conn)
+        needed = {"NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
+                  "CUPTI_ACTIVITY_KIND_RUNTIME"}
+        if not needed <= tables:
+            return {}
+        event_type = _push_pop_type(conn)
+        nvtx_cols = _columns(conn, "NVTX_EVENTS")
+        text = "COALESCE(N.text, S.value)" if "text" in nvtx_cols else "S.value"
+        where = "WHERE N.eventType = ?" if event_type is not None else ""
+        params = (event_type,) if event_type is not None else ()
+        ranges = conn.execute(
+            f"SELECT N.start, N.end, {text} FROM NVTX_EVENTS AS N "
+            f"LEFT JOIN StringIds AS S ON N.textId = S.id {where} ORDER BY N.start",
+            params,
+        ).fetchall()
+        column = _name_column(conn)
+        kernels = conn.execute(
+            f"SELECT R.start, S.value FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
+            f"JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS R ON K.correlationId = R.correlationId "
+            f"JOIN StringIds AS S ON K.{column} = S.id ORDER BY R.start"
+        ).fetchall()
+    finally:
+        conn.close()
+    runs: list[tuple[int, int, ShapeKernels, Counter[str]]] = []
+    shapes: dict[tuple[int, int, int], ShapeKernels] = {}
+    for start, end, label in ranges:
+        match = RUN_RANGE.match(label or "")
+        if not match or end is None:
+            continue
+        key = (int(match[1]), int(match[2]), int(match[3]))
+        shape = shapes.setdefault(key, ShapeKernels(*key))
+        counts: Counter[str] = Counter()
+        shape.runs.append(counts)
+        runs.append((int(start), int(end), shape, counts))
+    starts = [r[0] for r in runs]
+    for launched, name in kernels:
+        i = bisect.bisect_right(starts, int(launched)) - 1
+        if i >= 0 and int(launched) < runs[i][1]:
+            runs[i][3][str(name)] += 1
+    return shapes

@@ -1,0 +1,364 @@
+"""The worktree cache against real git repositories made in tmp_path."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abdiff.checkouts import CheckoutCache, clean_cache, default_cache_dir
+from abdiff.errors import InputError
+from abdiff.revs import WORKTREE, SideSpec, resolve_range, resolve_rev
+
+
+@pytest.fixture(autouse=True)
+def _git_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed author and dates, no user or system git config, no repository above tmp_path."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.delenv("ABDIFF_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "Test")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "test@example.com")
+        monkeypatch.setenv(f"GIT_{who}_DATE", "2026-01-01T00:00:00+00:00")
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def commit_files(repo: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def make_repo(path: Path) -> tuple[Path, str, str]:
+    """A repository with a tiny importable package; returns (root, c1, c2)."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    c1 = commit_files(path, {"bench/__init__.py": "", "bench/value.py": "VALUE = 1\n",
+                             ".gitignore": "*.log\n", "gone.txt": "x\n"}, "c1")
+    c2 = commit_files(path, {"bench/value.py": "VALUE = 2\n"}, "c2")
+    return path, c1, c2
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, str, str]:
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+def user_state(root: Path) -> dict[str, str]:
+    """Everything of the user's repository that a checkout must leave as it was."""
+    return {
+        "status": git(root, "status", "--porcelain", "--untracked-files=all", "--ignored"),
+        "head": git(root, "rev-parse", "HEAD"),
+        "symbolic": git(root, "symbolic-ref", "-q", "HEAD"),
+        "branches": git(root, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "index": git(root, "ls-files", "-s"),
+        "staged": git(root, "diff", "--cached"),
+        "unstaged": git(root, "diff"),
+        "stash": git(root, "stash", "list"),
+    }
+
+
+def dirty(root: Path) -> None:
+    """An uncommitted modification, a staged file, an untracked file, an ignored one, a deletion."""
+    (root / "bench" / "value.py").write_text("VALUE = 3\n")
+    (root / "staged.txt").write_text("staged\n")
+    git(root, "add", "staged.txt")
+    (root / "bench" / "extra.py").write_text("EXTRA = 'untracked'\n")
+    (root / "debug.log").write_text("ignored\n")
+    (root / "gone.txt").unlink()
+
+
+def registered(root: Path) -> list[str]:
+    out = git(root, "worktree", "list", "--porcelain")
+    return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")]
+
+
+def checkout_is_valid(folder: Path, sha: str) -> bool:
+    return (folder.is_dir() and git(folder, "rev-parse", "HEAD") == sha
+            and git(folder, "status", "--porcelain") == ""
+            and folder.with_name(folder.name + ".done").read_text().strip() == sha)
+
+
+# ---------------------------------------------------------------- commits
+
+
+def test_checkout_both_sides(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, c1, c2 = repo
+    side_a, side_b = resolve_range(root, "main~1..main")
+    cache = CheckoutCache(root, cache_dir)
+    folder_a, folder_b = cache.checkout(side_a), cache.checkout(side_b)
+    assert (folder_a / "bench" / "value.py").read_text() == "VALUE = 1\n"
+    assert (folder_b / "bench" / "value.py").read_text() == "VALUE = 2\n"
+    assert checkout_is_valid(folder_a, c1) and checkout_is_valid(folder_b, c2)
+    assert cache.created == [folder_a, folder_b]
+    assert folder_a.parent.parent == cache_dir.resolve() / "checkouts"
+    assert "abdiff" in (folder_a.parent / "README.txt").read_text()
+    assert {str(folder_a), str(folder_b)} <= set(registered(root))
+    # The checkout is where the benchmark runs: it imports from it.
+    out = subprocess.run([sys.executable, "-c", "import bench.value as v; print(v.VALUE)"],
+                         cwd=folder_a, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"
+
+
+def test_second_run_reuses(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, c1, _ = repo
+    first = CheckoutCache(root, cache_dir)
+    folder = first.checkout(SideSpec("main~1", c1))
+    second = CheckoutCache(root, cache_dir)
+    assert second.checkout(SideSpec("main~1", c1)) == folder
+    assert second.created == []
+    assert first.checkout(SideSpec("x", c1)) == folder and first.created == [folder]
+
+
+def test_user_state_untouched(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, c1, c2 = repo
+    git(root, "branch", "side", c1)
+    dirty(root)
+    before = user_state(root)
+    cache = CheckoutCache(root, cache_dir)
+    for text in ("main~1..main", "main~1..", "side...main"):
+        for side in resolve_range(root, text):
+            cache.checkout(side)
+    assert user_state(root) == before
+    cache.clean()
+    assert user_state(root) == before
+    assert (root / "bench" / "value.py").read_text() == "VALUE = 3\n"
+
+
+def test_repositories_do_not_collide(tmp_path: Path, cache_dir: Path) -> None:
+    root1, _, _ = make_repo(tmp_path / "one" / "repo")
+    root2, _, _ = make_repo(tmp_path / "two" / "repo")
+    only_in_one = commit_files(root1, {"one.txt": "1\n"}, "c3")
+    cache1, cache2 = CheckoutCache(root1, cache_dir), CheckoutCache(root2, cache_dir)
+    assert cache1.key != cache2.key and cache1.key.startswith("repo-")
+    with pytest.raises(InputError, match="not in"):
+        cache2.checkout(SideSpec("c3", only_in_one))
+    assert checkout_is_valid(cache1.checkout(SideSpec("c3", only_in_one)), only_in_one)
+
+
+def test_bare_repository(repo: tuple[Path, str, str], tmp_path: Path, cache_dir: Path) -> None:
+    root, c1, _ = repo
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "clone", "-q", "--bare", str(root), str(bare))
+    cache = CheckoutCache(bare, cache_dir)
+    assert checkout_is_valid(cache.checkout(resolve_rev(bare, "main~1")), c1)
+    with pytest.raises(InputError, match="bare"):
+        cache.checkout(SideSpec(WORKTREE, WORKTREE))
+    assert cache.clean() == 1
+    assert registered(bare) == [str(bare.resolve())]
+
+
+def test_missing_marker_is_rebuilt(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, c1, _ = repo
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec("c1", c1))
+    folder.with_name(folder.name + ".done").unlink()
+    (folder / "half-written.tmp").write_text("garbage")
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(SideSpec("c1", c1)) == folder
+    assert again.created == [folder]
+    assert checkout_is_valid(folder, c1)
+    assert not (folder / "half-written.tmp").exists()
+
+
+def test_garbage_folder_and_bad_marker(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, c1, _ = repo
+    cache = CheckoutCache(root, cache_dir)
+    folder = cache.key_dir / c1
+    folder.mkdir(parents=True)
+    (folder / "junk").write_text("left by a crash")
+    folder.with_name(folder.name + ".done").write_text("not the sha\n")
+    assert cache.checkout(SideSpec("c1", c1)) == folder
+    assert checkout_is_valid(folder, c1)
+    assert not (folder / "junk").exists()
+
+
+def test_folder_deleted_by_hand(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    """Marker present, folder gone, registration stale: rebuilt, one registration only."""
+    root, c1, _ = repo
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec("c1", c1))
+    subprocess.run(["rm", "-rf", str(folder)], check=True)
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(SideSpec("c1", c1)) == folder and again.created == [folder]
+    assert checkout_is_valid(folder, c1)
+    assert registered(root).count(str(folder)) == 1
+
+
+_CONCURRENT = """
+import pathlib, sys, time
+from abdiff.checkouts import CheckoutCache
+from abdiff.revs import SideSpec
+root, cache, sha, ready, go = sys.argv[1:6]
+pathlib.Path(ready).touch()
+while not pathlib.Path(go).exists():
+    time.sleep(0.002)
+cc = CheckoutCache(pathlib.Path(root), pathlib.Path(cache))
+print(cc.checkout(SideSpec("x", sha)), len(cc.created))
+"""
+
+
+@pytest.mark.parametrize("which", ["sha", "worktree"])
+def test_concurrent_processes(repo: tuple[Path, str, str], cache_dir: Path, tmp_path: Path,
+                              which: str) -> None:
+    root, c1, _ = repo
+    if which == "worktree":
+        dirty(root)
+    sha = c1 if which == "sha" else WORKTREE
+    go = tmp_path / "go"
+    procs, ready = [], []
+    for i in range(3):
+        ready.append(tmp_path / f"ready{i}")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", _CONCURRENT, str(root), str(cache_dir), sha,
+             str(ready[-1]), str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=os.environ.copy()))
+    deadline = time.monotonic() + 20
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    go.touch()
+    results = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in results]
+    lines = [out.split() for out, _ in results]
+    assert len({path for path, _ in lines}) == 1
+    assert sorted(int(n) for _, n in lines) == [0, 0, 1]  # exactly one made it
+    folder = Path(lines[0][0])
+    if which == "sha":
+        assert checkout_is_valid(folder, c1)
+        assert registered(root).count(str(folder)) == 1
+    else:
+        assert (folder / "bench" / "value.py").read_text() == "VALUE = 3\n"
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+# ---------------------------------------------------------------- working tree
+
+
+def test_worktree_side(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, _, _ = repo
+    dirty(root)
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    os.symlink("bench/value.py", root / "link.py")
+    _, side_b = resolve_range(root, "main..")
+    cache = CheckoutCache(root, cache_dir)
+    folder = cache.checkout(side_b)
+    assert folder.name.startswith("worktree-") and cache.created == [folder]
+    assert (folder / "bench" / "value.py").read_text() == "VALUE = 3\n"  # modified
+    assert (folder / "bench" / "extra.py").exists()  # untracked
+    assert (folder / "staged.txt").exists()  # staged, new
+    assert not (folder / "debug.log").exists()  # ignored
+    assert not (folder / "gone.txt").exists()  # deleted
+    assert not (folder / ".git").exists()
+    assert os.access(folder / "run.sh", os.X_OK)
+    assert os.readlink(folder / "link.py") == "bench/value.py"
+    out = subprocess.run(
+        [sys.executable, "-c", "import bench.value, bench.extra; print(bench.value.VALUE)"],
+        cwd=folder, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "3"
+    # Same content: reused. Changed content: a new folder, the old one kept.
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(side_b) == folder and again.created == []
+    (root / "bench" / "extra.py").write_text("EXTRA = 'changed'\n")
+    changed = again.checkout(side_b)
+    assert changed != folder and again.created == [changed]
+    assert (changed / "bench" / "extra.py").read_text() == "EXTRA = 'changed'\n"
+
+
+def test_worktree_copy_without_marker_is_rebuilt(repo: tuple[Path, str, str],
+                                                 cache_dir: Path) -> None:
+    root, _, _ = repo
+    dirty(root)
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec(WORKTREE, WORKTREE))
+    folder.with_name(folder.name + ".done").unlink()
+    (folder / "bench" / "value.py").write_text("half")
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(SideSpec(WORKTREE, WORKTREE)) == folder
+    assert again.created == [folder]
+    assert (folder / "bench" / "value.py").read_text() == "VALUE = 3\n"
+
+
+# ---------------------------------------------------------------- clean
+
+
+def test_clean_one_repository(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, c1, c2 = repo
+    dirty(root)
+    cache = CheckoutCache(root, cache_dir)
+    folders = [cache.checkout(SideSpec("a", c1)), cache.checkout(SideSpec("b", c2)),
+               cache.checkout(SideSpec(WORKTREE, WORKTREE))]
+    (cache_dir / "runs").mkdir()  # measured rounds live beside the checkouts
+    assert cache.clean() == 3
+    assert not any(f.exists() for f in folders)
+    assert not cache.key_dir.exists()
+    assert registered(root) == [str(root.resolve())]
+    assert (cache_dir / "runs").is_dir()
+    assert cache.clean() == 0
+
+
+def test_clean_command_all_repositories(tmp_path: Path, cache_dir: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    root1, a1, _ = make_repo(tmp_path / "one")
+    root2, a2, b2 = make_repo(tmp_path / "two")
+    root3, a3, _ = make_repo(tmp_path / "three")
+    CheckoutCache(root1, cache_dir).checkout(SideSpec("a", a1))
+    for sha in (a2, b2):
+        CheckoutCache(root2, cache_dir).checkout(SideSpec("x", sha))
+    CheckoutCache(root3, cache_dir).checkout(SideSpec("a", a3))
+    subprocess.run(["rm", "-rf", str(root3)], check=True)  # a repository deleted since
+
+    from abdiff.commands import cache as cache_command  # here: the other commands load too
+
+    parser = argparse.ArgumentParser()
+    cache_command.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["cache", "clean", "--cache-dir", str(cache_dir),
+                              "--repo", str(root1)])
+    assert args.run(args) == 0
+    assert "removed 1 cached checkout " in capsys.readouterr().out
+    assert registered(root1) == [str(root1.resolve())]
+    assert len(registered(root2)) == 3
+
+    args = parser.parse_args(["cache", "clean", "--cache-dir", str(cache_dir)])
+    assert args.run(args) == 0
+    assert "removed 3 cached checkouts" in capsys.readouterr().out
+    assert registered(root2) == [str(root2.resolve())]
+    assert not [p for p in (cache_dir / "checkouts").iterdir() if not p.name.startswith(".")]
+    assert clean_cache(cache_dir) == 0
+
+
+def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "abdiff"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "abdiff"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "abdiff"
+    monkeypatch.setenv("ABDIFF_CACHE_DIR", str(tmp_path / "explicit"))
+    assert default_cache_dir() == tmp_path / "explicit"
+
+
+def test_bad_sha(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    with pytest.raises(InputError):
+        CheckoutCache(repo[0], cache_dir).checkout(SideSpec("main", "main"))
+    with pytest.raises(InputError, match="not a git repository"):
+        CheckoutCache(cache_dir.parent, cache_dir)
