@@ -110,6 +110,7 @@ class Tally:
     rounds: float = 0.0  # sum over runs of mean rounds per side (unchanged configs)
     rounds_shifted: float = 0.0
     unchanged: float = 0.0  # sum over runs of the share of unchanged configs called unchanged
+    missed_unchanged: int = 0  # runs in which the shifted config was called unchanged
 
     def add(self, other: Tally) -> None:
         for name in vars(self):
@@ -180,8 +181,8 @@ def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
     for side in (0, 1):
         p = pos[:, side, :]  # (runs, rounds): slot of each round
         slot_effect = (np.take_along_axis(drift, p, 1) + np.take_along_axis(process, p, 1))
-        cfg_effect = np.take_along_axis(per_config, np.broadcast_to(p[:, None, :], (runs, n_cfg, n_r)),
-                                        2)
+        cfg_slots = np.broadcast_to(p[:, None, :], (runs, n_cfg, n_r))
+        cfg_effect = np.take_along_axis(per_config, cfg_slots, 2)
         level = base[:, :, None] + slot_effect[:, None, :] + cfg_effect
         if side == 1:
             level = level + np.log1p(shifts)[None, :, None]
@@ -195,8 +196,10 @@ def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
 # --------------------------------------------------------------------------- rules
 
 
-def abdiff_adaptive(a: np.ndarray, b: np.ndarray, budget: Budget, min_effect: float, alpha: float,
-                    correction: str, extra_b: int = 0, confirm_p: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def abdiff_adaptive(
+    a: np.ndarray, b: np.ndarray, budget: Budget, min_effect: float, alpha: float,
+    correction: str = "holm", extra_b: int = 0, confirm_p: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """abdiff's verdicts with the adaptive extension, through `abdiff.stats`.
 
     Returns (verdicts after the first rounds, final verdicts, rounds per side used),
@@ -263,7 +266,7 @@ def anchor_flags(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = None,
-          unchanged: np.ndarray | None = None) -> Tally:
+          verdicts: np.ndarray | None = None) -> Tally:
     """Summarize signed flags (runs, configs) given which configs are really shifted."""
     null = ~shifted
     false_alarm = (flags[:, null] != 0).any(axis=1)
@@ -276,8 +279,10 @@ def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = No
         out.rounds = float(rounds[:, null].mean(axis=1).sum())
         if shifted.any():
             out.rounds_shifted = float(rounds[:, shifted].mean(axis=1).sum())
-    if unchanged is not None:
-        out.unchanged = float(unchanged[:, null].mean(axis=1).sum())
+    if verdicts is not None:
+        out.unchanged = float((verdicts[:, null] == "unchanged").mean(axis=1).sum())
+        if shifted.any():
+            out.missed_unchanged = int((verdicts[:, shifted] == "unchanged").any(axis=1).sum())
     return out
 
 
@@ -291,19 +296,19 @@ def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, m
     shifted = scenario.shifts != 0
     out: dict[str, Tally] = {}
     extra = scenario.rounds_b_offset
+    span = f"{budget.first}-{budget.max_rounds}"
+    confirm = alpha * stats.DEFAULT_CONFIRM_P / stats.DEFAULT_ALPHA
     for correction in scenario.corrections:
-        first, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra)
+        first, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra,
+                                             confirm)
         tag = "" if correction == "holm" else ", BH"
-        out[f"abdiff (adaptive {budget.first}-{budget.max_rounds}{tag})"] = tally(
-            signed(final), shifted, used, final == "unchanged")
-        if correction == "holm":
-            _, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra,
-                                             confirm_p=alpha / 10)
-            out[f"abdiff (adaptive {budget.first}-{budget.max_rounds}, confirm)"] = tally(
-                signed(final), shifted, used, final == "unchanged")
-        if correction == "holm":
-            out[f"abdiff (fixed {budget.first})"] = tally(
-                signed(first), shifted, np.full(used.shape, budget.first), first == "unchanged")
+        out[f"abdiff (adaptive {span}{tag})"] = tally(signed(final), shifted, used, final)
+        if correction != "holm":
+            continue
+        out[f"abdiff (fixed {budget.first})"] = tally(
+            signed(first), shifted, np.full(used.shape, budget.first), first)
+        _, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra, None)
+        out[f"abdiff (adaptive {span}, no confirm)"] = tally(signed(final), shifted, used, final)
     if scenario.anchors:
         budgets = [budget.first] if extra else sorted({budget.first, budget.max_rounds})
         for rounds in budgets:
@@ -393,7 +398,8 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
                f"[{pct(lo)}, {pct(hi)}]"]
         for s in SHIFTS:
             ts = by_name[f"+{s:.0%}"].tallies[rule]
-            rounds = f" ({ts.rounds_shifted / ts.runs:.1f}r)" if rule.startswith("abdiff (a") else ""
+            adaptive = rule.startswith("abdiff (a")
+            rounds = f" ({ts.rounds_shifted / ts.runs:.1f}r)" if adaptive else ""
             row.append(pct(ts.detected / ts.runs) + rounds)
         t5 = by_name["+5%"].tallies[rule]
         row.append(pct(t5.clean / t5.runs))
@@ -413,8 +419,14 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
                 continue
             extra.append([f"{expected.name}: {rule}, false alarms among the unchanged half",
                           f"{t.false_alarm}/{t.runs}", pct(t.false_alarm / t.runs)])
+    for shift in SHIFTS[:2]:
+        sc = by_name[f"+{shift:.0%}"]
+        for rule, t in sc.tallies.items():
+            if rule.startswith("abdiff"):
+                extra.append([f"+{shift:.0%}: {rule}, shifted config called unchanged",
+                              f"{t.missed_unchanged}/{t.runs}", pct(t.missed_unchanged / t.runs)])
     if extra:
-        lines.append(format_table(["extra scenario", "false alarms", "rate"], extra))
+        lines.append(format_table(["extra scenario", "count", "rate"], extra))
     return "\n".join(lines)
 
 
@@ -589,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         pool_named = load_replay(args.replay, 2 * stats.MIN_ROUNDS)
         if not pool_named:
-            print(f"{args.replay}: no config with {2 * stats.MIN_ROUNDS}+ ok rounds", file=sys.stderr)
+            print(f"{args.replay}: no config with {2 * stats.MIN_ROUNDS}+ ok rounds",
+                  file=sys.stderr)
             return 2
         pool = [r for _, r in pool_named]
         per_side = min(len(r) for r in pool) // 2

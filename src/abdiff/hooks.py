@@ -162,7 +162,8 @@ def class_assigns(node: ast.ClassDef, attribute: str) -> bool:
                 return True
         elif isinstance(stmt, ast.Assign):
             for target in stmt.targets:
-                if any(isinstance(t, ast.Name) and t.id == attribute for t in _target_names(target)):
+                names = _target_names(target)
+                if any(isinstance(t, ast.Name) and t.id == attribute for t in names):
                     return True
     for func in _functions(node.body).values():
         if func.name == attribute:  # a property (or method) of that name
@@ -253,7 +254,7 @@ class HookChecker:
         return chain
 
     def _elsewhere(self, under: str, word: str, test) -> list[str]:
-        """`path: class C` for the classes below `under` (other than the hooked one) passing `test`."""
+        """`path: class C` for the classes below `under` that pass `test` (at most three)."""
         hits = []
         for rel in self.tree.files_mentioning(under, word):
             module = self.tree.module(rel)

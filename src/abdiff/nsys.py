@@ -34,7 +34,7 @@ RUN_RANGE = re.compile(r"^b=(\d+) s=(\d+) past=(\d+)\b")
 
 
 def profile_argv(output: Path, nsys: str = "nsys") -> list[str]:
-    """`nsys profile` options of upstream's run.sh: CUDA + NVTX, capture between cudaProfilerStart/Stop.
+    """`nsys profile` options of upstream's run.sh: CUDA + NVTX, cudaProfilerApi capture range.
 
     run.py calls cudaProfilerStart just before its timed loop, so the report
     holds the timed iterations only.

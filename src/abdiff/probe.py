@@ -25,6 +25,17 @@ from typing import Any
 from abdiff.records import RoundRecord
 
 FACT_TEXT_LIMIT = 200
+# CPU operators that only make views, allocate or reshape: no compute runs, and
+# they would drown the operators that tell two kernel paths apart.
+NO_COMPUTE_OPS = frozenset(
+    f"aten::{name}" for name in (
+        "view", "_reshape_alias", "reshape", "expand", "transpose", "permute", "as_strided",
+        "unsqueeze", "squeeze", "select", "slice", "t", "alias", "detach", "lift_fresh",
+        "resolve_conj", "resolve_neg", "empty", "empty_strided", "empty_like", "_unsafe_view",
+        "unflatten", "flatten", "contiguous", "narrow", "split", "chunk", "unbind", "to",
+        "numel", "size", "stride", "is_nonzero", "item", "_local_scalar_dense", "result_type",
+    )
+)
 
 
 def find_attn_metadata(run_pack: Callable[[], Any]) -> Any:
@@ -133,6 +144,8 @@ def time_iterations(
 def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
     """Names and counts of what one call ran: CUDA kernels on a GPU, operators on the CPU.
 
+    On the CPU, operators that only make views or allocate are left out
+    (NO_COMPUTE_OPS).
     One extra call under torch.profiler, outside the timed iterations, so the
     profiler's overhead never reaches a latency sample.
     """
@@ -149,7 +162,9 @@ def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for event in prof.events():
         is_kernel = event.device_type == torch.autograd.DeviceType.CUDA
-        if (device == "cuda") == is_kernel:
+        if device == "cuda" and is_kernel:
+            counts[event.name] += 1
+        elif device != "cuda" and not is_kernel and event.name not in NO_COMPUTE_OPS:
             counts[event.name] += 1
     return dict(sorted(counts.items()))
 
@@ -210,6 +225,7 @@ class RecordWriter:
         self.facts_written: dict[str, dict[str, Any]] = {}
 
     def _write(self, event: dict[str, Any]) -> None:
+        event["t"] = time.time()  # wall clock, for the overhead breakdown (benchmarks/)
         self._handle.write(json.dumps(event) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())

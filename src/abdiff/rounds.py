@@ -71,6 +71,8 @@ def run_round(
     If abdiff itself is interrupted, the records the running worker already
     wrote are handed over before the interrupt propagates.
     """
+    # the worker runs in the checkout, not here: every path it is given must be absolute
+    work_dir = Path(work_dir).absolute()
     work_dir.mkdir(parents=True, exist_ok=True)
     records: dict[str, RoundRecord] = {}
     env: dict = {}

@@ -1,0 +1,86 @@
+"""`abdiff doctor [--target T] [--repo PATH] [A..B]`: is this machine ready, do the hooks hold?
+
+Without a range it checks the machine and, when the repository has a
+target's layout (or --target names one), the hooks in its working tree. With
+a range it materializes both sides as cached checkouts (the same ones a run
+uses) and checks the hooks in each. See abdiff/doctor.py for the exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError, InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "doctor", help="check this machine, and the probe's hooks in a checkout or both sides "
+        "of a range")
+    parser.add_argument("range", nargs="?", metavar="A..B",
+                        help="check the hooks in both sides (no GPU needed)")
+    parser.add_argument("--target", help="reference or trtllm (default: detected)")
+    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
+    parser.add_argument("--cache-dir", type=Path, help="checkout cache folder")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from abdiff.doctor import (
+        HookReport,
+        exit_code,
+        hooks_table,
+        machine_checks,
+        machine_table,
+        missing_for,
+    )
+    from abdiff.revs import open_repo
+    from abdiff.targets import TARGET_CLASSES, target_class
+
+    repo_root: Path | None = None
+    if args.repo or args.range:
+        repo_root = open_repo(args.repo)
+    else:
+        try:
+            repo_root = open_repo(None)
+        except (InputError, InfrastructureError):
+            repo_root = None  # the machine checks need no repository
+    classes = [target_class(name) for name in TARGET_CLASSES]
+    detected = next((t for t in classes if repo_root and t.detect(repo_root)), None)
+    target_cls = target_class(args.target) if args.target else (
+        detected or target_class("reference"))
+    target = target_cls()
+
+    checks = machine_checks()
+    print(machine_table(checks))
+    print()
+    for name in TARGET_CLASSES:
+        missing = missing_for(checks, name)
+        chosen = " (chosen)" if name == target_cls.name else ""
+        state = f"cannot run here: needs {', '.join(missing)}" if missing else "can run here"
+        print(f"target {name}{chosen}: {state}")
+
+    reports: list[HookReport] = []
+    if repo_root is not None and args.range:
+        from abdiff.checkouts import CheckoutCache, default_cache_dir
+        from abdiff.revs import resolve_range
+
+        side_a, side_b = resolve_range(repo_root, args.range)
+        cache = CheckoutCache(repo_root, args.cache_dir or default_cache_dir())
+        for label, side in (("A", side_a), ("B", side_b)):
+            path = cache.checkout(side)
+            reports.append(HookReport(f"{label} {side.rev} ({side.sha[:12]})", path,
+                                      target.hook_problems(path)))
+    elif repo_root is not None and (args.target or detected):
+        reports.append(HookReport("working tree", repo_root, target.hook_problems(repo_root)))
+    if reports:
+        from abdiff.targets.trtllm import TRTLLM_HOOKS, TrtllmTarget
+
+        total = len(TRTLLM_HOOKS) if isinstance(target, TrtllmTarget) else None
+        print()
+        print(f"probe hooks of target {target_cls.name}:")
+        print(hooks_table(reports, total))
+    elif repo_root is None:
+        print("\nno repository here: hooks not checked (give --repo PATH or a range)")
+    return exit_code(checks, target_cls.name, reports)

@@ -1,0 +1,199 @@
+"""`abdiff doctor`: what this machine has, what each missing piece rules out, and hook checks.
+
+Two independent questions:
+
+- the machine: GPU, torch (with CUDA), tensorrt_llm and its version,
+  deep_gemm, nsys, mpirun, srun. Each check says, per target, what its
+  absence rules out. Nothing heavy is imported: tensorrt_llm is located and
+  versioned through package metadata, never imported (importing it loads
+  CUDA libraries and takes seconds to minutes);
+- the code: in one or two checkouts, whether every hook the target's probe
+  relies on still exists (abdiff/hooks.py, ast only). This needs no GPU, so a
+  CPU-only CI machine can tell a PR author that a rename broke the probe.
+
+Exit codes: 0 when the chosen target can run here and every hook holds; 1
+when a hook is missing in a checkout (a code problem, reported first); 3
+when the hooks hold but this machine lacks something the target needs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from tabulate import tabulate
+
+TARGET_NAMES = ("reference", "trtllm")
+
+
+@dataclass
+class Check:
+    """One component: present or not, what was found, and per target what its absence costs."""
+
+    name: str
+    present: bool
+    detail: str
+    rules_out: dict[str, str]  # target -> what cannot happen without it ("" = not needed)
+    required_by: tuple[str, ...] = ()
+
+
+@dataclass
+class Machine:
+    """What the checks look at; injectable so tests need no GPU and no installed tools."""
+
+    which: Callable[[str], str | None] = shutil.which
+    find_spec: Callable[[str], object | None] = importlib.util.find_spec
+    version: Callable[[str], str | None] = field(default=lambda name: _version(name))
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    gpus: Callable[[], list[str]] = field(default=lambda: _gpus())
+    torch: Callable[[], tuple[str | None, str | None]] = field(default=lambda: _torch())
+
+
+def _version(name: str) -> str | None:
+    for dist in (name, name.replace("_", "-")):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _gpus() -> list[str]:
+    """GPU names from nvidia-smi (no CUDA context is created)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.startswith("GPU")]
+
+
+def _torch() -> tuple[str | None, str | None]:
+    """(torch version, CUDA version when torch can use a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return None, None
+    cuda = torch.version.cuda if torch.cuda.is_available() else None
+    return torch.__version__, cuda
+
+
+def _spec_origin(machine: Machine, name: str) -> str | None:
+    try:
+        spec = machine.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    locations = getattr(spec, "submodule_search_locations", None)
+    if locations:
+        return str(next(iter(locations)))
+    return getattr(spec, "origin", None)
+
+
+def machine_checks(machine: Machine | None = None) -> list[Check]:
+    """Every component abdiff's targets may use, with what its absence rules out."""
+    m = machine or Machine()
+    checks: list[Check] = []
+    gpus = m.gpus()
+    checks.append(Check(
+        "GPU", bool(gpus), "; ".join(gpus) or "nvidia-smi finds none",
+        {"trtllm": "everything: upstream's benchmark runs on CUDA only",
+         "reference": "CUDA kernel names and GPU latency (it runs on the CPU instead)"},
+        ("trtllm",)))
+    torch_version, cuda = m.torch()
+    checks.append(Check(
+        "torch", torch_version is not None, torch_version or "not importable",
+        {"trtllm": "everything", "reference": "everything"}, ("trtllm", "reference")))
+    checks.append(Check(
+        "torch with CUDA", cuda is not None,
+        f"CUDA {cuda}" if cuda else "torch sees no CUDA device",
+        {"trtllm": "everything: the probe times with CUDA events",
+         "reference": "GPU runs (CPU only)"}, ("trtllm",)))
+    trtllm_dir = _spec_origin(m, "tensorrt_llm")
+    trtllm_version = m.version("tensorrt_llm")
+    checks.append(Check(
+        "tensorrt_llm", trtllm_dir is not None,
+        f"{trtllm_version or 'unknown version'} at {trtllm_dir}" if trtllm_dir
+        else "not installed",
+        {"trtllm": "everything: each checkout's Python code needs the installed compiled parts",
+         "reference": ""}, ("trtllm",)))
+    deep_gemm = _spec_origin(m, "deep_gemm")
+    if deep_gemm is None and trtllm_dir and Path(trtllm_dir, "deep_gemm").is_dir():
+        deep_gemm = str(Path(trtllm_dir, "deep_gemm"))
+    checks.append(Check(
+        "deep_gemm", deep_gemm is not None, deep_gemm or "not found",
+        {"trtllm": "DSA configs (the DSA indexer calls DeepGEMM); TRTLLM configs still run",
+         "reference": "the real DeepGEMM kernel (the harness's Python stand-in is used)"}))
+    nsys = m.which("nsys")
+    checks.append(Check(
+        "nsys", nsys is not None, nsys or "not on PATH",
+        {"trtllm": "nsys kernel records (target option nsys); torch.profiler still names kernels",
+         "reference": ""}))
+    mpirun = m.which("mpirun")
+    checks.append(Check(
+        "mpirun", mpirun is not None, mpirun or "not on PATH",
+        {"trtllm": "--launcher mpirun: more than one GPU on a node (one rank still runs)",
+         "reference": "--launcher mpirun"}))
+    srun = m.which("srun")
+    why = ("srun is not on PATH" if srun is None else
+           None if m.environ.get("SLURM_JOB_ID") else
+           f"{srun}, but SLURM_JOB_ID is not set (not inside a Slurm allocation)")
+    checks.append(Check(
+        "srun", why is None, f"{srun} in job {m.environ.get('SLURM_JOB_ID')}" if why is None
+        else why,
+        {"trtllm": "--launcher srun: runs across nodes under Slurm",
+         "reference": "--launcher srun"}))
+    return checks
+
+
+def missing_for(checks: list[Check], target: str) -> list[str]:
+    """Names of the components `target` cannot run without that are missing."""
+    return [c.name for c in checks if target in c.required_by and not c.present]
+
+
+def machine_table(checks: list[Check], targets: tuple[str, ...] = TARGET_NAMES) -> str:
+    rows = []
+    for check in checks:
+        costs = [("-" if check.present else (check.rules_out.get(t) or "(not used)"))
+                 for t in targets]
+        rows.append([check.name, "ok" if check.present else "MISSING", check.detail, *costs])
+    headers = ["component", "status", "found", *(f"without it, {t} loses" for t in targets)]
+    return tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=[None, None, 40]
+                    + [36] * len(targets))
+
+
+@dataclass
+class HookReport:
+    """The hook problems of one checkout."""
+
+    label: str
+    path: Path
+    problems: list[str]
+
+
+def hooks_table(reports: list[HookReport], total: int | None) -> str:
+    lines = []
+    for report in reports:
+        if not report.problems:
+            count = f"all {total} hooks" if total else "all hooks"
+            lines.append(f"{report.label}: {count} present ({report.path})")
+            continue
+        lines.append(f"{report.label}: {len(report.problems)} hook(s) missing ({report.path})")
+        lines += [f"  - {problem}" for problem in report.problems]
+    return "\n".join(lines)
+
+
+def exit_code(checks: list[Check], target: str, reports: list[HookReport]) -> int:
+    if any(r.problems for r in reports):
+        return 1
+    return 3 if missing_for(checks, target) else 0

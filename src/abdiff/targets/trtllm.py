@@ -1,0 +1,612 @@
+"""The `trtllm` target: upstream's layer-wise benchmark in a TensorRT-LLM checkout.
+
+A worker process is one rank of upstream's own command,
+
+    python -u examples/layer_wise_benchmarks/run.py CONFIG.yaml --run-type GEN \\
+        --batch-size 8,32 --seq-len-q 1,2,4 --seq-len-kv-cache 2049 --model ... \\
+        --load-format DUMMY ... --warmup-times W --run-times R
+
+run unmodified in the checkout; the launcher (mpirun, srun) wraps it for N
+ranks. The probe (abdiff/trtllm_probe) enters each rank through a
+sitecustomize.py first on PYTHONPATH and wraps `Runner.create_run_pack`.
+
+How a round with many configs runs. run.py runs one config *set* per
+invocation: one model and run type, and the product of its batch-size,
+seq-len-q and seq-len-kv-cache lists, all in one process (model build,
+autotuning and KV-cache prefill are paid once). So a worker process runs one
+*block* of the job: the configs that share everything but those three shapes
+(same backend, hence model, and run type), and of those the largest product
+of shape values that contains the job's first config. The configs outside the
+block are left without records and the round runner starts the next worker
+for them, exactly as it does after a crash. An untouched suite matrix is one
+block per backend; after an abort (which happens in the autotune pass, at the
+block's largest shape) the remaining configs split into smaller blocks, so an
+aborting shape never takes the others' data with it.
+
+Which code runs. Each side must execute its own checkout's Python code on top
+of the compiled parts of the installed tensorrt_llm (upstream's precompiled
+install, `TRTLLM_USE_PRECOMPILED=1 pip install -e .`, extracts libs/, the
+bindings and the other binaries into the source tree; a git worktree has
+none). The target builds an overlay package outside the checkout: the
+checkout's files as symbolic links, plus links to the compiled entries of the
+installed package that the checkout lacks. PYTHONPATH is: probe site folder,
+overlay (or the checkout itself when nothing is installed), abdiff's own
+folder. The probe verifies at run time that `tensorrt_llm` resolves into the
+checkout and fails every config with both paths named otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from abdiff.errors import InfrastructureError, InputError
+from abdiff.hooks import Hook, missing_hooks
+from abdiff.targets.base import LaunchSpec, RoundJob, Target
+
+PACKAGE = "tensorrt_llm"
+BENCH_DIR = "examples/layer_wise_benchmarks"
+RUN_PY = f"{BENCH_DIR}/run.py"
+TOOLS_DIR = "tensorrt_llm/tools/layer_wise_benchmarks"
+RUNNER_PY = f"{TOOLS_DIR}/runner.py"
+ATTENTION = "tensorrt_llm/_torch/attention_backend"
+DSA_FILES = (f"{ATTENTION}/sparse/dsa.py", f"{ATTENTION}/sparse/dsa/metadata.py")
+SHAPES = ("batch_size", "seq_len_q", "seq_len_kv_cache")
+BACKENDS = ("DSA", "TRTLLM")
+
+# What the probe relies on in a checkout (checked by `abdiff doctor` with the ast module).
+TRTLLM_HOOKS: tuple[Hook, ...] = (
+    Hook((f"{PACKAGE}/__init__.py",), why="the package whose origin the probe verifies"),
+    Hook((RUN_PY,), calls="create_run_pack",
+         why="upstream's benchmark script; the probe times the run packs it creates"),
+    Hook((RUNNER_PY,), cls="Runner", method="create_run_pack",
+         params=("run_type", "batch_size", "seq_len_q", "seq_len_kv_cache"),
+         why="the probe wraps it and identifies configs by these arguments"),
+    Hook((RUNNER_PY,), cls="Runner", method="create_run_pack", closes_over="attn_metadata",
+         why="facts are read from the attn_metadata the run pack closes over"),
+    Hook((f"{ATTENTION}/trtllm.py",), cls="TrtllmAttentionMetadata",
+         attribute="max_total_draft_tokens", why="fact attn_metadata.max_total_draft_tokens"),
+    Hook((f"{ATTENTION}/trtllm.py",), cls="TrtllmAttentionMetadata",
+         attribute="is_spec_decoding_enabled",
+         why="fact attn_metadata.is_spec_decoding_enabled"),
+    Hook(DSA_FILES, cls="DSAtrtllmAttentionMetadata", attribute="max_draft_tokens",
+         why="fact attn_metadata.max_draft_tokens"),
+    Hook(DSA_FILES, cls="DSAtrtllmAttentionMetadata", attribute="kv_lens_cuda_2d",
+         why="fact attn_metadata.kv_lens_cuda_2d.shape; also how the probe tells DSA metadata"),
+)
+
+# Used only where the checkout's run.py cannot be read (the checkout's own wins).
+FALLBACK_CONFIG = {
+    "model": "nvidia/DeepSeek-R1-0528-FP4-v2",
+    "layer_indices": [5],
+    "tokens_per_block": 32,
+    "enable_attention_dp": True,
+    "moe_backend": "CUTLASS",
+    "balance_method": "Balanced",
+}
+DEFAULTS: dict[str, Any] = {"load_format": "DUMMY"}
+BACKEND_DEFAULTS: dict[str, dict[str, Any]] = {
+    # upstream's README: DeepSeek-V3.2 needs 64-token blocks and DeepGEMM MoE
+    "DSA": {"model": "deepseek-ai/DeepSeek-V3.2-Exp", "tokens_per_block": 64,
+            "moe_backend": "DEEPGEMM", "moe_backend_for_prefill": "DEEPGEMM"},
+    "TRTLLM": {},
+}
+# options abdiff itself sets per worker; --target-arg must not fight them
+RESERVED_ARGS = ("--run-type", "--batch-size", "--seq-len-q", "--seq-len-kv-cache",
+                 "--batch-size-list", "--seq-len-q-list", "--seq-len-kv-cache-list",
+                 "--warmup-times", "--run-times")
+OPTION_KEYS = {
+    "model": "model for every backend (overrides `models`)",
+    "models": "backend -> model, e.g. {DSA: deepseek-ai/DeepSeek-V3.2-Exp, TRTLLM: ...}",
+    "options": "run.py options for every config, e.g. {moe_backend: DEEPGEMM}",
+    "backend_options": "backend -> run.py options for that backend only",
+    "compiled": "folder of the installed tensorrt_llm package whose compiled parts to use",
+    "nsys": "true: run every rank under `nsys profile` and take kernels from its report",
+}
+
+
+# -- upstream's run.py options ---------------------------------------------------------
+@dataclass
+class RunPyOption:
+    """How one config key is spelled on run.py's command line."""
+
+    key: str
+    flag: str | None = None  # takes a value
+    list_flag: str | None = None  # takes a comma-separated list (older run.py: --x-list)
+    comma_list: bool = False  # `flag` itself parses a comma-separated list
+    true_flag: str | None = None
+    false_flag: str | None = None
+
+
+def run_py_options(run_py: Path) -> dict[str, RunPyOption]:
+    """run.py's options by config key, read with ast from its `add_argument` calls.
+
+    run.py only accepts YAML keys that are options (it raises on others), and
+    a list option's key is its dest without `_list`. Empty when the file
+    cannot be read; callers then trust the keys they are given.
+    """
+    try:
+        tree = ast.parse(Path(run_py).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError):
+        return {}
+    options: dict[str, RunPyOption] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant)
+                 and isinstance(a.value, str)]
+        long = next((f for f in flags if f.startswith("--")), None)
+        if long is None:
+            continue
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        dest_node = kw.get("dest")
+        dest = (dest_node.value if isinstance(dest_node, ast.Constant)
+                else long[2:].replace("-", "_"))
+        action_node = kw.get("action")
+        action = action_node.value if isinstance(action_node, ast.Constant) else None
+        type_node = kw.get("type")
+        type_name = type_node.id if isinstance(type_node, ast.Name) else ""
+        is_list = dest.endswith("_list")
+        key = dest[: -len("_list")] if is_list else dest
+        option = options.setdefault(key, RunPyOption(key))
+        if action == "store_true":
+            option.true_flag = long
+        elif action == "store_false":
+            option.false_flag = long
+        elif long == f"--{key.replace('_', '-')}-list":
+            option.list_flag = long
+        else:
+            option.flag = long
+            option.comma_list = is_list or type_name.startswith("comma_separated")
+    return options
+
+
+# -- the suite's target block ----------------------------------------------------------
+@dataclass
+class TrtllmOptions:
+    """The suite's `target:` block for this target (flat, or under a `trtllm:` key)."""
+
+    model: str | None = None
+    models: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compiled: str | None = None
+    nsys: bool = False
+
+    @classmethod
+    def parse(cls, block: dict[str, Any] | None, known: dict[str, RunPyOption]) -> TrtllmOptions:
+        data = dict(block or {})
+        if isinstance(data.get("trtllm"), dict):
+            data = {**{k: v for k, v in data.items() if k != "trtllm"}, **data["trtllm"]}
+        found = cls()
+        for key, value in data.items():
+            if key in ("model", "compiled"):
+                if not isinstance(value, str):
+                    raise InputError(f"suite target.{key} must be a string, got {value!r}")
+                setattr(found, key, value)
+            elif key == "nsys":
+                if not isinstance(value, bool):
+                    raise InputError(f"suite target.nsys must be true or false, got {value!r}")
+                found.nsys = value
+            elif key in ("models", "backend_options"):
+                if not isinstance(value, dict) or any(b not in BACKENDS for b in value):
+                    raise InputError(f"suite target.{key} must map backends "
+                                     f"({', '.join(BACKENDS)}) to values, got {value!r}")
+                setattr(found, key, dict(value))
+            elif key == "options":
+                if not isinstance(value, dict):
+                    raise InputError(f"suite target.options must be a mapping, got {value!r}")
+                found.options.update(value)
+            elif key in known or not known:
+                found.options[key] = value  # a run.py option given directly
+            else:
+                raise InputError(
+                    f"suite target.{key} is neither a trtllm target option "
+                    f"({', '.join(OPTION_KEYS)}) nor an option of this checkout's run.py")
+        return found
+
+
+# -- config translation ----------------------------------------------------------------
+def _group_key(params: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in params.items() if k not in SHAPES}, sort_keys=True,
+                      default=str)
+
+
+def plan_block(configs: list[dict[str, Any]], lists: bool = True) -> list[dict[str, Any]]:
+    """The configs one run.py invocation covers: see the module docstring.
+
+    The block holds the job's first config, shares its non-shape parameters,
+    and is a full product of shape values (run.py runs the product of its
+    lists, and must run no shape that is not a config of the job).
+    """
+    if not configs:
+        return []
+    first = configs[0]
+    group = [c for c in configs if _group_key(c["params"]) == _group_key(first["params"])]
+    shapes: dict[tuple, dict[str, Any]] = {}
+    for config in group:
+        shapes.setdefault(tuple(config["params"][k] for k in SHAPES), config)
+    chosen = [[first["params"][k]] for k in SHAPES]
+    if lists:
+        values = [list(dict.fromkeys(s[i] for s in shapes)) for i in range(len(SHAPES))]
+        grown = True
+        while grown:
+            grown = False
+            for i, candidates in enumerate(values):
+                for value in candidates:
+                    if value in chosen[i]:
+                        continue
+                    trial = [*chosen[:i], [*chosen[i], value], *chosen[i + 1:]]
+                    if all(s in shapes for s in _product(trial)):
+                        chosen, grown = trial, True
+    return [shapes[s] for s in _product(chosen)]
+
+
+def _product(axes: list[list[Any]]) -> list[tuple]:
+    out: list[tuple] = [()]
+    for axis in axes:
+        out = [(*prefix, v) for prefix in out for v in axis]
+    return out
+
+
+def _as_arg(option: RunPyOption, value: Any, where: str) -> list[str] | None:
+    """One setting as run.py arguments; None when run.py cannot express it."""
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        flag = option.true_flag if value else option.false_flag
+        return [flag] if flag else None
+    if isinstance(value, list | tuple):
+        flag = option.list_flag or (option.flag if option.comma_list else None)
+        if flag is None and len(value) == 1 and option.flag:
+            return [option.flag, str(value[0])]
+        return [flag, ",".join(str(v) for v in value)] if flag else None
+    return [option.flag, str(value)] if option.flag else None
+
+
+def _guess(key: str) -> RunPyOption:
+    dashed = key.replace("_", "-")
+    return RunPyOption(key, flag=f"--{dashed}", comma_list=True, true_flag=f"--{dashed}",
+                       false_flag=f"--no-{dashed}")
+
+
+def translate_configs(
+    configs: list[dict[str, Any]],
+    options: TrtllmOptions,
+    target_args: list[str],
+    *,
+    warmup_times: int,
+    run_times: int,
+    cuda_graph: bool,
+    known: dict[str, RunPyOption],
+    base: dict[str, Any],
+) -> list[str]:
+    """Suite configs of one block + target options + --target-arg -> run.py's options.
+
+    They follow upstream's own config_gen.yaml / config_ctx.yaml of the
+    checkout (`base`, passed to run.py as its YAML, see `base_config`). What
+    the suite decides goes on the command line, which run.py lets override
+    the YAML: the run type and the shape lists, the model of the config's backend
+    (DSA needs a DSA model, TRTLLM a model without it), `--load-format DUMMY`
+    unless set, the options of the target block, then `--target-arg`
+    verbatim (last, so it wins). Defaults run.py does not know are dropped;
+    an explicit option it does not know is an InputError.
+    """
+    for arg in target_args:
+        name = arg.split("=", 1)[0]
+        if name in RESERVED_ARGS:
+            raise InputError(f"--target-arg {arg}: abdiff sets {name} itself from the suite "
+                             "and its warm-up/run counts")
+    params = configs[0]["params"]
+    backend = params.get("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise InputError(f"backend {backend!r} is unknown to the trtllm target; "
+                         f"choose {' or '.join(BACKENDS)}")
+    # (value, explicit): explicit settings must be expressible, defaults may be dropped
+    settings: dict[str, tuple[Any, bool]] = {}
+    for key, value in {**DEFAULTS, **BACKEND_DEFAULTS.get(backend or "", {})}.items():
+        settings[key] = (value, False)
+    if "model" not in BACKEND_DEFAULTS.get(backend or "", {}) and "model" not in base:
+        settings["model"] = (FALLBACK_CONFIG["model"], False)
+    for key, value in {**options.options, **options.backend_options.get(backend or "", {})}.items():
+        settings[key] = (value, True)
+    model = options.model or options.models.get(backend or "")
+    if model:
+        settings["model"] = (model, True)
+    for key, value in params.items():
+        if key not in ("backend", "run_type", *SHAPES):
+            settings[key] = (value, True)
+    if cuda_graph:
+        settings["use_cuda_graph"] = (True, True)
+    elif "use_cuda_graph" not in settings:
+        settings["use_cuda_graph"] = (False, False)
+    lists = {k: list(dict.fromkeys(c["params"][k] for c in configs)) for k in SHAPES}
+    need = {"max_batch_size": max(lists["batch_size"]),
+            "max_seq_len": max(lists["seq_len_q"]) + max(lists["seq_len_kv_cache"]),
+            "max_num_tokens": max(lists["batch_size"]) * max(lists["seq_len_q"])}
+    for key, value in need.items():
+        current = settings.get(key, (base.get(key), False))[0]
+        if isinstance(current, int) and current < value:
+            settings[key] = (value, False)  # upstream's YAML value is too small for this block
+    argv: list[str] = []
+    fixed = [("run_type", params["run_type"]), *((k, lists[k]) for k in SHAPES)]
+    for key, value in fixed:
+        option = known.get(key) or _guess(key)
+        args = _as_arg(option, value, key)
+        if args is None:
+            raise InputError(f"run.py of this checkout cannot take {key} {value!r} on its "
+                             "command line")
+        argv += args
+    for key, (value, explicit) in settings.items():
+        option = known.get(key) or (None if known else _guess(key))
+        args = _as_arg(option, value, key) if option else None
+        if args is None:
+            if explicit:
+                raise InputError(f"target option {key}={value!r}: run.py of this checkout has "
+                                 "no option that takes it")
+            continue
+        argv += args
+    argv += ["--warmup-times", str(warmup_times), "--run-times", str(run_times), *target_args]
+    return argv
+
+
+def base_config(checkout: Path, run_type: str) -> tuple[str, dict[str, Any]]:
+    """upstream's example config of the checkout for this run type, as text and as data.
+
+    config_gen.yaml for GEN, config_ctx.yaml for CTX, copied verbatim: the
+    command line overrides what it sets per block, and run.py rejects YAML
+    keys it does not know, so upstream's own file is the one always valid at
+    that commit. A checkout without it gets FALLBACK_CONFIG.
+    """
+    name = "config_ctx.yaml" if run_type == "CTX" else "config_gen.yaml"
+    path = Path(checkout) / BENCH_DIR / name
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError):
+        data = None
+    if not isinstance(data, dict):
+        data = {**FALLBACK_CONFIG, "balance_ratio": None}
+        text = yaml.safe_dump(data, sort_keys=False)
+    return text, data
+
+
+# -- the compiled parts ----------------------------------------------------------------
+COMPILED_SUFFIXES = (".so", ".pyd", ".dll", ".dylib")
+
+
+def _is_compiled(name: str) -> bool:
+    return name.endswith(COMPILED_SUFFIXES) or ".so." in name
+
+
+@functools.cache
+def installed_package() -> Path | None:
+    """Folder of the tensorrt_llm package this Python would import (no import is done)."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@functools.cache
+def _compiled_dirs(package: Path) -> frozenset[str]:
+    """Relative folders of `package` that hold a compiled file somewhere below them."""
+    found: set[str] = set()
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        if any(_is_compiled(f) for f in files):
+            rel = Path(folder).relative_to(package)
+            while True:
+                found.add(rel.as_posix())
+                if rel == rel.parent:
+                    break
+                rel = rel.parent
+    return frozenset(found)
+
+
+def build_overlay(checkout: Path, compiled: Path, dest: Path) -> Path:
+    """A `tensorrt_llm` package under `dest`: the checkout's files, plus the compiled parts.
+
+    Every entry of the checkout's package is a symbolic link to it; folders
+    that also hold compiled files in the installed package are real folders
+    merged one level further down; installed entries missing from the checkout
+    are linked when they are compiled files or folders (libs/, bindings, the
+    DeepGEMM package). Installed-only `.py` files are not: they are Python
+    code the checkout deleted. Returns `dest` (the folder to put on PYTHONPATH).
+    """
+    source = Path(checkout) / PACKAGE
+    compiled = Path(compiled)
+    dirs = _compiled_dirs(compiled)
+    target = Path(dest) / PACKAGE
+    if target.exists() or target.is_symlink():
+        shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink()
+
+    def merge(src: Path, comp: Path, out: Path, rel: str) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        names = {n for n in os.listdir(src) if n != "__pycache__"}
+        for name in sorted(names):
+            child = f"{rel}/{name}" if rel else name
+            if (src / name).is_dir() and (comp / name).is_dir() and child in dirs:
+                merge(src / name, comp / name, out / name, child)
+            else:
+                (out / name).symlink_to(src / name)
+        for name in sorted(set(os.listdir(comp)) - names - {"__pycache__"}):
+            entry = comp / name
+            if entry.is_dir() or _is_compiled(name) or not name.endswith((".py", ".pyc")):
+                (out / name).symlink_to(entry)
+
+    merge(source, compiled, target, "")
+    return Path(dest)
+
+
+def _git_sha(folder: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = done.stdout.strip()
+    return sha if done.returncode == 0 and sha else None
+
+
+def checkout_version(checkout: Path) -> str | None:
+    """`__version__` of the checkout's tensorrt_llm/version.py, read without importing it."""
+    try:
+        tree = ast.parse((Path(checkout) / PACKAGE / "version.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__version__"
+                                                  for t in node.targets)
+                and isinstance(node.value, ast.Constant)):
+            return str(node.value.value)
+    return None
+
+
+def installed_info(package: Path | None) -> dict[str, Any]:
+    """Version, place and (when known) source commit of the installed compiled parts."""
+    info: dict[str, Any] = {"tensorrt_llm.compiled_location": str(package) if package else None}
+    for name in ("tensorrt_llm", "tensorrt-llm"):
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        info["tensorrt_llm.compiled_version"] = dist.version
+        direct = dist.read_text("direct_url.json")
+        if direct:
+            try:
+                url = json.loads(direct)
+            except json.JSONDecodeError:
+                url = {}
+            commit = (url.get("vcs_info") or {}).get("commit_id")
+            if not commit and str(url.get("url", "")).startswith("file://"):
+                commit = _git_sha(Path(url["url"][len("file://"):]))
+            info["tensorrt_llm.compiled_sha"] = commit
+        break
+    return info
+
+
+# -- the target ------------------------------------------------------------------------
+class TrtllmTarget(Target):
+    """Runs upstream's run.py at each checkout, with the probe in every rank."""
+
+    name: ClassVar[str] = "trtllm"
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+
+    @property
+    def default_launcher(self) -> str:
+        """mpirun like upstream's mpi_launch.sh when it is installed, else one local rank."""
+        return "mpirun" if shutil.which("mpirun") else "local"
+
+    @classmethod
+    def detect(cls, root: Path) -> bool:
+        return (Path(root) / TOOLS_DIR).is_dir()
+
+    def hook_problems(self, checkout: Path) -> list[str]:
+        return missing_hooks(Path(checkout), TRTLLM_HOOKS)
+
+    def env_info(self, checkout: Path) -> dict[str, Any]:
+        checkout = Path(checkout)
+        return {
+            "tensorrt_llm.version": checkout_version(checkout),
+            "tensorrt_llm.sha": _git_sha(checkout),
+            **installed_info(installed_package()),
+        }
+
+    def compiled_package(self, options: TrtllmOptions) -> Path | None:
+        if options.compiled:
+            path = Path(options.compiled).expanduser()
+            if (path / PACKAGE / "__init__.py").is_file():
+                path = path / PACKAGE
+            if not (path / "__init__.py").is_file():
+                raise InputError(f"suite target.compiled: {path} is not a tensorrt_llm package "
+                                 "folder")
+            return path
+        return installed_package()
+
+    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        from abdiff.trtllm_probe import PLAN_ENV, SITE_DIR
+        from abdiff.trtllm_probe.runtime import ProbePlan
+
+        checkout = Path(checkout).resolve()
+        work = Path(job_path).resolve().parent
+        known = run_py_options(checkout / RUN_PY)
+        options = TrtllmOptions.parse(job.target_options, known)
+        if job.warmup_times + job.run_times < 2:
+            raise InputError("the trtllm target needs warmup_times + run_times >= 2 to tell "
+                             "run.py's timed run pack from its warm-up ones")
+        lists_ok = not known or all(
+            known.get(k) and (known[k].list_flag or known[k].comma_list) for k in SHAPES)
+        block = plan_block(job.configs, lists=lists_ok)
+        params = block[0]["params"]
+        text, base = base_config(checkout, params["run_type"])
+        args = translate_configs(
+            block, options, list(job.target_args), warmup_times=job.warmup_times,
+            run_times=job.run_times, cuda_graph=job.cuda_graph, known=known, base=base)
+        config_path = work / "trtllm-config.yaml"
+        config_path.write_text(text, encoding="utf-8")
+
+        path_entries = [str(SITE_DIR)]
+        compiled = self.compiled_package(options)
+        if compiled is not None and not under_path(compiled, checkout):
+            path_entries.append(str(build_overlay(checkout, compiled, work / "trtllm-overlay")))
+        else:
+            path_entries.append(str(checkout))
+        abdiff_root = str(Path(__file__).resolve().parents[2])
+        path_entries.append(abdiff_root)
+        rank_paths = [str(checkout), str(work), *path_entries]
+        if os.environ.get("PYTHONPATH"):
+            path_entries.append(os.environ["PYTHONPATH"])
+
+        nsys_pending = nsys_report = None
+        if options.nsys:
+            if shutil.which("nsys") is None:
+                raise InfrastructureError("suite target.nsys is true but nsys is not on PATH")
+            nsys_pending = str(work / "records.nsys-pending.jsonl")
+            nsys_report = str(work / "nsys" / "report")
+        plan = ProbePlan(
+            record_path=str(job.record_path), round=job.round, facts=list(job.facts),
+            warmup_times=job.warmup_times, run_times=job.run_times, checkout=str(checkout),
+            run_type=params["run_type"], backend=params.get("backend"),
+            configs=[{"id": c["id"], **{k: c["params"][k] for k in SHAPES}} for c in block],
+            profile_kernels=job.profile_kernels, device=job.device, cuda_graph=job.cuda_graph,
+            nsys_pending=nsys_pending, nsys_report=nsys_report,
+            env={"trtllm.args": args, "trtllm.block": [c["id"] for c in block]},
+        )
+        plan_path = work / "trtllm-plan.json"
+        plan.write(plan_path)
+
+        argv = [self.python, "-u", str(checkout / RUN_PY), str(config_path), *args]
+        if options.nsys:
+            argv = [self.python, "-m", "abdiff.trtllm_probe.nsys_rank", "--", *argv]
+        bench = checkout / BENCH_DIR
+        env = {
+            "PYTHONPATH": os.pathsep.join(path_entries),
+            PLAN_ENV: str(plan_path),
+            "ABDIFF_RANK_PATHS": os.pathsep.join(dict.fromkeys(rank_paths)),
+        }
+        return LaunchSpec(argv, bench if bench.is_dir() else checkout, env)
+
+
+def under_path(path: Path, root: Path) -> bool:
+    """Is `path` (links resolved) `root` or inside it?"""
+    real, top = Path(path).resolve(), Path(root).resolve()
+    return real == top or top in real.parents
