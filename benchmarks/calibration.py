@@ -495,38 +495,54 @@ for name, bs, q, kv, sdpa in json.loads(sys.argv[5]):
             return torch.nn.functional.scaled_dot_product_attention(qt, k, v)
         s = torch.bmm(qt, k.transpose(1, 2)) * d ** -0.5
         return torch.bmm(torch.softmax(s, -1), v)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for _ in range(warmup):
         step()
-    sync()
-    lat = []
-    for _ in range(iters):
-        t0 = time.perf_counter_ns()
-        step()
-        sync()
-        lat.append((time.perf_counter_ns() - t0) / 1e3)
+    if device == "cuda":  # GPU time between events: no host jitter
+        torch.cuda.synchronize()
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+        marks[0].record()
+        for i in range(iters):
+            step()
+            marks[i + 1].record()
+        torch.cuda.synchronize()
+        lat = [marks[i].elapsed_time(marks[i + 1]) * 1e3 for i in range(iters)]
+    else:
+        lat = []
+        for _ in range(iters):
+            t0 = time.perf_counter_ns()
+            step()
+            lat.append((time.perf_counter_ns() - t0) / 1e3)
     out[name] = lat
 print(json.dumps(out))
 """
 
-RECORD_CONFIGS = [
-    ("GEN-bmm-bs8-q4", 8, 4, 2049, False),
-    ("GEN-sdpa-bs8-q4", 8, 4, 2049, True),
-    ("GEN-bmm-bs32-q1", 32, 1, 2049, False),
-    ("GEN-sdpa-bs32-q1", 32, 1, 2049, True),
-]
+RECORD_CONFIGS = {
+    "cpu": [
+        ("GEN-bmm-bs8-q4", 8, 4, 2049, False),
+        ("GEN-sdpa-bs8-q4", 8, 4, 2049, True),
+        ("GEN-bmm-bs32-q1", 32, 1, 2049, False),
+        ("GEN-sdpa-bs32-q1", 32, 1, 2049, True),
+    ],
+    "cuda": [  # large enough to be GPU-bound (about 0.1 to 1 ms per step on an H200)
+        ("GEN-bmm-bs128-q4", 128, 4, 8193, False),
+        ("GEN-sdpa-bs128-q4", 128, 4, 8193, True),
+        ("GEN-bmm-bs256-q1", 256, 1, 8193, False),
+        ("GEN-sdpa-bs256-q1", 256, 1, 8193, True),
+    ],
+}
 
 
 def record(out: Path, rounds: int, device: str, threads: int, iterations: int) -> None:
     """Time real attention steps in `rounds` fresh processes; write an abdiff.run/1 file."""
+    shapes = RECORD_CONFIGS["cuda" if device.startswith("cuda") else "cpu"]
     configs = {name: ConfigRuns(name, {"batch_size": bs, "seq_len_q": q, "seq_len_kv_cache": kv,
                                        "op": "sdpa" if sdpa else "bmm+softmax"})
-               for name, bs, q, kv, sdpa in RECORD_CONFIGS}
+               for name, bs, q, kv, sdpa in shapes}
     env: dict = {"device": device, "threads": threads}
     for i in range(rounds):
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, device, str(threads), str(iterations), "20",
-             json.dumps(RECORD_CONFIGS)],
+             json.dumps(shapes)],
             capture_output=True, text=True, check=True, timeout=600)
         data = json.loads(proc.stdout.strip().splitlines()[-1])
         for name, lat in data.items():

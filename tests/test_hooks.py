@@ -297,7 +297,8 @@ def test_moved_attribute_is_named_with_where_it_went(tmp_path: Path) -> None:
     root = write_upstream_tree(tmp_path / "trt")
     dsa = root / ATT / "sparse/dsa.py"
     text = dsa.read_text()
-    text = text.replace("        self.kv_lens_cuda_2d = torch.zeros(", "        buffer = torch.zeros(")
+    text = text.replace("        self.kv_lens_cuda_2d = torch.zeros(",
+                        "        buffer = torch.zeros(")
     text = text.replace("        return width == next_n",
                         "        self.kv_lens_cuda_2d = None\n        return width == next_n")
     dsa.write_text(text)

@@ -1,4 +1,4 @@
-"""mpirun and srun launchers: command lines as upstream's mpi_launch.sh / slurm_launch.sh build them."""
+"""mpirun and srun launchers: command lines as upstream's mpi_launch.sh and slurm_launch.sh."""
 
 from __future__ import annotations
 

@@ -2,12 +2,24 @@
 
 No pipeline logic lives here. Errors become exit codes: InputError -> 2,
 InfrastructureError -> 3, each printed as one line on stderr.
+
+Ctrl-C (SIGINT) and SIGTERM stop abdiff cleanly: the signal becomes an
+`Interrupted` exception, the running worker's process group is killed, the
+rounds measured so far are saved, and abdiff exits 130 (SIGINT) or 143
+(SIGTERM), 128 plus the signal number as a shell reports it. Re-running the
+same command continues where it stopped. A second signal while abdiff is
+stopping is ignored, so the stop (bounded by the kill grace period) cannot be
+cut short half-way through saving.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from abdiff.errors import InfrastructureError, InputError
 
@@ -17,6 +29,38 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(f"{self.prog}: {message} (see --help)")
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM: stop, keep what was measured, exit 128 + the signal number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into one Interrupted exception while a command runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    stopping = False
+
+    def handler(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        if stopping:
+            return  # already stopping: let the workers be killed and the rounds saved
+        stopping = True
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,21 +82,24 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        # `abdiff A..B ...` has no subcommand word: the range is the command.
-        if argv and diff.looks_like_range(argv[0]):
-            argv = ["diff", *argv]
-        args = build_parser().parse_args(argv)
-        if not getattr(args, "command", None):
-            build_parser().print_help(sys.stderr)
-            return 2
-        return int(args.run(args))
+        with _stop_on_signals():
+            # `abdiff A..B ...` has no subcommand word: the range is the command.
+            if argv and diff.looks_like_range(argv[0]):
+                argv = ["diff", *argv]
+            args = build_parser().parse_args(argv)
+            if not getattr(args, "command", None):
+                build_parser().print_help(sys.stderr)
+                return 2
+            return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
         print(f"abdiff: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("abdiff: interrupted; measured rounds are kept (re-run with --resume)",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Interrupted) and \
+            exc.signum == signal.SIGTERM else "interrupted"
+        print(f"abdiff: {what}; measured rounds are kept (re-run the same command to "
+              "continue)", file=sys.stderr)
+        return exc.exit_code if isinstance(exc, Interrupted) else 130
 
 
 if __name__ == "__main__":

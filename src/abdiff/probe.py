@@ -15,6 +15,7 @@ import enum
 import inspect
 import json
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +26,9 @@ from typing import Any
 from abdiff.records import RoundRecord
 
 FACT_TEXT_LIMIT = 200
+# Written to stderr as each config starts: a death's reason is read from the
+# worker's stderr after the last such line, never from an earlier config's output.
+STDERR_MARK = "abdiff-worker: config "
 # CPU operators that only make views, allocate or reshape: no compute runs, and
 # they would drown the operators that tell two kernel paths apart.
 NO_COMPUTE_OPS = frozenset(
@@ -234,6 +238,7 @@ class RecordWriter:
         self._write({"event": "env", "env": env})
 
     def start(self, config_id: str) -> None:
+        print(f"{STDERR_MARK}{config_id}", file=sys.stderr, flush=True)
         self._write({"event": "start", "id": config_id})
 
     def facts(self, config_id: str, facts: dict[str, Any]) -> None:

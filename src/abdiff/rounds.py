@@ -14,7 +14,7 @@ from pathlib import Path
 
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.local import ProcessOutcome, last_meaningful_line, run_process
-from abdiff.probe import read_round_log
+from abdiff.probe import STDERR_MARK, RoundLog, read_round_log
 from abdiff.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
@@ -44,16 +44,37 @@ class RoundOutput:
     processes: int
 
 
-def death_record(outcome: ProcessOutcome, round_index: int, fallback: str) -> RoundRecord:
-    """The status of the config a worker was running when it ended abnormally."""
-    line = last_meaningful_line(outcome.stderr_path)
+def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool,
+                 timeout_s: float | None = None) -> RoundRecord:
+    """The status of the config a worker was running when it ended abnormally.
+
+    With `config_started`, the reason comes from what the worker wrote to stderr
+    after that config's start mark only; otherwise (it died before starting
+    any config) from all of its stderr.
+    """
+    line = last_meaningful_line(outcome.stderr_path, since=STDERR_MARK if config_started else None)
     if outcome.timed_out:
-        return RoundRecord("timeout", "no progress within the per-config timeout; "
+        limit = f"{timeout_s:g} s" if timeout_s else "the per-config timeout"
+        return RoundRecord("timeout", f"no progress within {limit} (--timeout); "
                            "process group killed", round=round_index)
     if outcome.signal_name:
         reason = f"{outcome.signal_name}: {line}" if line else outcome.signal_name
         return RoundRecord("aborted", reason, round=round_index)
-    return RoundRecord("failed", line or fallback, round=round_index)
+    if outcome.returncode == 0:  # a clean exit is no reason by itself: say what went missing
+        why = ("worker exited with code 0 before writing this config's record" if config_started
+               else "worker exited without writing a record")
+        return RoundRecord("failed", f"{why}: {line}" if line else why, round=round_index)
+    return RoundRecord("failed", line or f"exit code {outcome.returncode}", round=round_index)
+
+
+def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str, RoundRecord]:
+    """The records a worker's log holds for `configs`; a malformed one fails its config."""
+    records = {cid: record for cid, record in log.done.items()
+               if any(c.id == cid for c in configs)}
+    for cid, why in log.malformed.items():
+        if any(c.id == cid for c in configs):
+            records[cid] = RoundRecord("failed", f"malformed record: {why}", round=round_index)
+    return records
 
 
 def run_round(
@@ -104,28 +125,24 @@ def run_round(
             outcome = run_process(spec, attempt, record_path, settings.timeout_s,
                                   settings.pass_env, settings.max_memory_bytes)
         except BaseException:
-            for cid, record in read_round_log(record_path).done.items():
+            for cid, record in finished(read_round_log(record_path), remaining,
+                                        round_index).items():
                 on_record(cid, record)
             raise
         processes += 1
         log = read_round_log(record_path)
         env = env or log.env
-        for cid, record in log.done.items():
-            records[cid] = record
-        for cid, why in log.malformed.items():
-            if cid in {c.id for c in remaining}:
-                records[cid] = RoundRecord("failed", f"malformed record: {why}", round=round_index)
+        records.update(finished(log, remaining, round_index))
         culprit = log.in_progress
         if culprit is not None and culprit not in records:
-            records[culprit] = death_record(outcome, round_index, f"exit code {outcome.returncode}")
+            records[culprit] = death_record(outcome, round_index, True, settings.timeout_s)
             records[culprit].facts = log.facts.get(culprit, {})
         unfinished = [c for c in remaining if c.id not in records]
-        if unfinished and culprit is None:
-            # the worker ended without starting a config: it cannot run here at all,
-            # and retrying would fail the same way
-            why = death_record(outcome, round_index, "worker wrote no record")
-            if why.status == "failed" and outcome.returncode == 0:
-                why.error = "worker exited without writing a record"
+        if unfinished and culprit is None and not log.done:
+            # the worker ended without finishing or starting a config: it cannot run
+            # here at all, and retrying would fail the same way. (One that finished
+            # some and died between configs made progress: a new worker takes the rest.)
+            why = death_record(outcome, round_index, False, settings.timeout_s)
             for config in unfinished:
                 records[config.id] = RoundRecord(why.status, why.error, round=round_index)
             unfinished = []

@@ -9,6 +9,7 @@ worker for the configs that are left.
 
 from __future__ import annotations
 
+import resource
 import sys
 import traceback
 from pathlib import Path
@@ -58,6 +59,23 @@ def run_config(
     return RoundRecord("ok", None, latencies, facts, kernels, job.round)
 
 
+def failure_reason(exc: BaseException) -> str:
+    """One line for a config's exception: `Type: last line of the message`.
+
+    A MemoryError says nothing by itself; it names the address-space limit
+    (`--max-memory`) it ran into, where there is one.
+    """
+    text = str(exc).strip()
+    name = type(exc).__name__
+    line = f"{name}: {text.splitlines()[-1]}" if text else name
+    if isinstance(exc, MemoryError):
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        limit = ("no address-space limit" if soft == resource.RLIM_INFINITY
+                 else f"address-space limit {soft / 2**20:.0f} MiB, --max-memory")
+        line += f" (out of memory; {limit})"
+    return line
+
+
 def main(job_path: str) -> int:
     job = RoundJob.read(Path(job_path))
     writer = RecordWriter(Path(job.record_path))
@@ -77,8 +95,7 @@ def main(job_path: str) -> int:
             record = run_config(runner_cls, config["id"], config["params"], job, device, writer)
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
             traceback.print_exc()
-            last = f"{type(exc).__name__}: {exc}".strip().splitlines()
-            record = RoundRecord("failed", last[-1] if last else type(exc).__name__,
+            record = RoundRecord("failed", failure_reason(exc),
                                  facts=writer.facts_written.get(config["id"], {}),
                                  round=job.round)
         writer.done(config["id"], record)

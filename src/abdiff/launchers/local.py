@@ -8,12 +8,15 @@ too, and no orphan keeps a GPU busy after abdiff is gone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fnmatch
 import os
 import resource
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -26,10 +29,11 @@ from abdiff.targets.base import LaunchSpec
 SECRET_PATTERNS = (
     "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "*_PASSWD", "*_API_KEY", "*_ACCESS_KEY*",
     "GITHUB_TOKEN", "GH_TOKEN", "AWS_*", "AZURE_*", "GOOGLE_APPLICATION_CREDENTIALS",
-    "HF_TOKEN", "*_CREDENTIALS", "SSH_AUTH_SOCK",
+    "HF_TOKEN", "*_CREDENTIALS", "*_PRIVATE_KEY", "SSH_AUTH_SOCK",
 )
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class LocalLauncher(Launcher):
@@ -42,12 +46,16 @@ class LocalLauncher(Launcher):
 
 
 def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None) -> dict[str, str]:
-    """This process's environment without credentials, plus the target's variables."""
+    """This process's environment without credentials, plus the target's variables.
+
+    Names match SECRET_PATTERNS whatever their case (`github_token` too).
+    """
     keep = set(pass_env or [])
     env = {
         name: value
         for name, value in os.environ.items()
-        if name in keep or not any(fnmatch.fnmatchcase(name, p) for p in SECRET_PATTERNS)
+        if name in keep
+        or not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_PATTERNS)
     }
     env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -71,32 +79,58 @@ class ProcessOutcome:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            # the leader is gone; make sure its children are too
+    """SIGTERM the process group, then SIGKILL whatever is left after a grace period.
+
+    The SIGKILL is sent even when the grace period is cut short (a second
+    Ctrl-C while waiting): no worker outlives abdiff.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=KILL_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        # the leader is gone or ignored SIGTERM; make sure it and its children are gone
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return
     proc.wait()
 
 
-def _memory_limit(max_memory_bytes: int | None):
-    if max_memory_bytes is None:
+def _parent_death_signal() -> Callable[[], None] | None:
+    """Linux: a function that makes the calling process get SIGKILL when its parent dies.
+
+    Looked up in the parent (not in the forked child, where loading a library
+    is unsafe). Other systems: None.
+    """
+    if not sys.platform.startswith("linux"):
         return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # abdiff died before the line above ran
+            os._exit(1)
 
-    return limit
+    return arm
+
+
+def _child_setup(max_memory_bytes: int | None) -> Callable[[], None]:
+    """Runs in the worker between fork and exec: memory limit, and die with abdiff.
+
+    A worker outlives a SIGKILLed abdiff otherwise (it is in its own session,
+    out of reach of the terminal's signals); the parent-death signal reaches the
+    worker process itself, and what it started is in its process group.
+    """
+    arm = _parent_death_signal()
+
+    def setup() -> None:
+        if arm is not None:
+            arm()
+        if max_memory_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
+
+    return setup
 
 
 def run_process(
@@ -126,7 +160,7 @@ def run_process(
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=_memory_limit(max_memory_bytes),
+                preexec_fn=_child_setup(max_memory_bytes),
             )
         except OSError as exc:
             from abdiff.errors import InfrastructureError
@@ -156,8 +190,13 @@ SKIP_PREFIXES = ("Traceback", "File ", "Fatal Python error", "Current thread", "
                  "Extension modules:", "Stack (most recent", "  ", "\t", "^", "~")
 
 
-def last_meaningful_line(path: Path, limit: int = 500) -> str | None:
-    """The last stderr line that says what went wrong (not a traceback frame)."""
+def last_meaningful_line(path: Path, limit: int = 500, since: str | None = None) -> str | None:
+    """The last stderr line that says what went wrong (not a traceback frame).
+
+    With `since`, only lines after the last line starting with it count: the
+    worker marks each config's start, so a config that dies silently is never
+    blamed with the previous config's traceback.
+    """
     if not path.exists():
         return None
     with open(path, "rb") as handle:
@@ -165,6 +204,8 @@ def last_meaningful_line(path: Path, limit: int = 500) -> str | None:
         handle.seek(max(0, handle.tell() - 65536))
         lines = handle.read().decode("utf-8", errors="replace").splitlines()
     for line in reversed(lines):
+        if since is not None and line.startswith(since):
+            return None
         if line.strip() and not line.startswith(SKIP_PREFIXES):
             return line.strip()[:limit]
     return None

@@ -114,7 +114,9 @@ OPTION_KEYS = {
     "backend_options": "backend -> run.py options for that backend only",
     "compiled": "folder of the installed tensorrt_llm package whose compiled parts to use",
     "nsys": "true: run every rank under `nsys profile` and take kernels from its report",
+    "python": "the ranks' Python interpreter (default: $ABDIFF_TRTLLM_PYTHON, else abdiff's)",
 }
+PYTHON_ENV = "ABDIFF_TRTLLM_PYTHON"  # e.g. `python3` when ranks run in a Slurm container
 
 
 # -- upstream's run.py options ---------------------------------------------------------
@@ -185,6 +187,7 @@ class TrtllmOptions:
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     compiled: str | None = None
     nsys: bool = False
+    python: str | None = None
 
     @classmethod
     def parse(cls, block: dict[str, Any] | None, known: dict[str, RunPyOption]) -> TrtllmOptions:
@@ -193,7 +196,7 @@ class TrtllmOptions:
             data = {**{k: v for k, v in data.items() if k != "trtllm"}, **data["trtllm"]}
         found = cls()
         for key, value in data.items():
-            if key in ("model", "compiled"):
+            if key in ("model", "compiled", "python"):
                 if not isinstance(value, str):
                     raise InputError(f"suite target.{key} must be a string, got {value!r}")
                 setattr(found, key, value)
@@ -509,7 +512,7 @@ class TrtllmTarget(Target):
     name: ClassVar[str] = "trtllm"
 
     def __init__(self, python: str | None = None) -> None:
-        self.python = python or sys.executable
+        self.python = python
 
     @property
     def default_launcher(self) -> str:
@@ -550,6 +553,9 @@ class TrtllmTarget(Target):
         work = Path(job_path).resolve().parent
         known = run_py_options(checkout / RUN_PY)
         options = TrtllmOptions.parse(job.target_options, known)
+        if job.device == "cpu":
+            raise InputError("the trtllm target runs upstream's benchmark on CUDA; --device cpu "
+                             "is for the reference target")
         if job.warmup_times + job.run_times < 2:
             raise InputError("the trtllm target needs warmup_times + run_times >= 2 to tell "
                              "run.py's timed run pack from its warm-up ones")
@@ -572,7 +578,8 @@ class TrtllmTarget(Target):
             path_entries.append(str(checkout))
         abdiff_root = str(Path(__file__).resolve().parents[2])
         path_entries.append(abdiff_root)
-        rank_paths = [str(checkout), str(work), *path_entries]
+        rank_paths = [str(checkout), str(work), *path_entries,
+                      *([str(compiled.parent)] if compiled is not None else [])]
         if os.environ.get("PYTHONPATH"):
             path_entries.append(os.environ["PYTHONPATH"])
 
@@ -594,9 +601,10 @@ class TrtllmTarget(Target):
         plan_path = work / "trtllm-plan.json"
         plan.write(plan_path)
 
-        argv = [self.python, "-u", str(checkout / RUN_PY), str(config_path), *args]
+        python = self.python or options.python or os.environ.get(PYTHON_ENV) or sys.executable
+        argv = [python, "-u", str(checkout / RUN_PY), str(config_path), *args]
         if options.nsys:
-            argv = [self.python, "-m", "abdiff.trtllm_probe.nsys_rank", "--", *argv]
+            argv = [python, "-m", "abdiff.trtllm_probe.nsys_rank", "--", *argv]
         bench = checkout / BENCH_DIR
         env = {
             "PYTHONPATH": os.pathsep.join(path_entries),

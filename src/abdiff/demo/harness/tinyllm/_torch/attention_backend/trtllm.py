@@ -105,10 +105,10 @@ def mmha_bmm_softmax(
     scale: float,
 ) -> torch.Tensor:
     """Generation kernel without announced drafts: batched matmul, softmax, matmul."""
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))
     if n > 1:
         allowed = draft_token_mask(n, past, groups, q.device)
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        scores.masked_fill_(~allowed, float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
     return torch.matmul(probs, v)
 

@@ -22,16 +22,17 @@ from tinyllm._torch.attention_backend import (
     get_attention_backend,
 )
 
-# Shapes per device: a few heads so one CPU step takes milliseconds; on CUDA the
-# indexer matches DeepGEMM's paged MQA logits constraints (64 heads of dim 128).
+# Shapes per device. On the CPU: a few query heads over one KV head (MQA, as
+# MLA's shared latent is), so one step takes milliseconds. On CUDA the indexer
+# matches DeepGEMM's paged MQA logits constraints (64 heads of dim 128).
 DEFAULT_SHAPES: dict[str, dict[str, int]] = {
     "cpu": {
         "num_heads": 8,
-        "num_kv_heads": 2,
+        "num_kv_heads": 1,
         "head_dim": 64,
         "index_n_heads": 4,
         "index_head_dim": 64,
-        "index_topk": 256,
+        "index_topk": 128,
     },
     "cuda": {
         "num_heads": 16,

@@ -155,7 +155,8 @@ def _torch_paged_mqa_logits(
     the caller to mask, as with DeepGEMM's `clean_logits=False`.
     """
     batch_size, next_n, num_heads, dim = q.shape
-    keys = kv_cache[block_table.long()].reshape(batch_size, -1, dim)[:, :max_context_len]
+    keys = kv_cache.index_select(0, block_table.reshape(-1).long())  # page gather
+    keys = keys.view(batch_size, -1, dim)[:, :max_context_len]
     scores = torch.matmul(q.reshape(batch_size, next_n * num_heads, dim), keys.transpose(1, 2))
     scores = scores.float().relu_().view(batch_size, next_n, num_heads, -1)
     scores = scores * weights.float().view(batch_size, next_n, num_heads, 1)
@@ -431,16 +432,21 @@ def sparse_attention(
     length, dim]`, topk `[rows, n, k]` local positions (-1: none). Returns
     `[rows, n, kv_heads, groups, dim]`.
     """
-    rows = k_all.shape[0]
+    rows, kv_heads, length, dim = k_all.shape
+    n, k = topk.shape[1:]
     valid = topk >= 0
-    index = topk.clamp(min=0).long()
-    row_index = torch.arange(rows, device=q.device).view(rows, 1, 1)
-    k_sel = k_all[row_index, :, index]  # [rows, n, k, kv_heads, dim]
-    v_sel = v_all[row_index, :, index]
-    scores = torch.einsum("bnhgd,bnkhd->bnhgk", q, k_sel) * scale
+    # Flat token index into the phase's history, gathered token-major:
+    # [rows * length, kv_heads, dim] is a view when kv_heads == 1 (MLA-like).
+    base = torch.arange(rows, device=q.device).view(rows, 1, 1) * length
+    flat = (topk.clamp(min=0).long() + base).view(-1)
+    k_sel = k_all.transpose(1, 2).reshape(rows * length, kv_heads, dim).index_select(0, flat)
+    v_sel = v_all.transpose(1, 2).reshape(rows * length, kv_heads, dim).index_select(0, flat)
+    k_sel = k_sel.view(rows, n, k, kv_heads, dim).permute(0, 1, 3, 4, 2)  # [.., h, dim, k]
+    v_sel = v_sel.view(rows, n, k, kv_heads, dim).permute(0, 1, 3, 2, 4)  # [.., h, k, dim]
+    scores = torch.matmul(q, k_sel) * scale  # [rows, n, kv_heads, groups, k]
     scores = scores.masked_fill(~valid[:, :, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v_sel.dtype)
-    return torch.einsum("bnhgk,bnkhd->bnhgd", probs, v_sel)
+    return torch.matmul(probs, v_sel)
 
 
 class DSATrtllmAttention(TrtllmAttention):

@@ -1,0 +1,308 @@
+"""Shared fixtures: demo repositories whose benchmark misbehaves for real, and a runner
+for the `abdiff` command as a user starts it (a separate process).
+
+`faulty_repo` is the demo repository plus two branches:
+
+- `faulty`: `Runner.create_run_pack` calls `faults.inject(batch_size)` (FAULTS_PY
+  below), which aborts, segfaults, raises, exits, hangs, eats memory or corrupts
+  the record log depending on the batch size; other batch sizes run normally;
+- `broken`: the runner module raises when imported, so no config can start.
+
+`fault_run` runs one `abdiff main..faulty` over all the faults once per test
+session; tests/test_faults.py and tests/test_security.py read its results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from abdiff.demo import build_demo_repo
+from abdiff.demo.builder import RUNNER_PATH
+
+FAULTS_MODULE = "tinyllm/tools/layer_wise_benchmarks/faults.py"
+HOSTILE = "<script>alert(1)</script> | **bold** [x](http://evil.invalid) `tick` <b>"
+GRANDCHILD = "abdiff-test-grandchild"
+
+# What the benchmark does per batch size on the `faulty` branch (any other size: nothing).
+FAULTS_PY = '''\
+"""Fault injection for abdiff's tests: misbehave for some batch sizes."""
+import ctypes
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HOSTILE = {hostile!r}
+
+
+def _job():
+    with open(sys.argv[-1]) as handle:  # the worker's argv ends with its job file
+        return json.load(handle)
+
+
+def _grandchild():
+    """A process of our own, as a benchmark's helper would be: it must die with us."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                             {grandchild!r}, _job()["record_path"]])
+
+
+def inject(batch_size):
+    dump = os.environ.get("ABDIFF_TEST_ENV_DUMP")
+    if dump:
+        with open(dump, "w") as handle:
+            json.dump(sorted(os.environ), handle)
+    if batch_size == 3:  # a host assert: message on stderr, then SIGABRT
+        _grandchild()
+        print("DG_HOST_ASSERT failed: " + HOSTILE, file=sys.stderr, flush=True)
+        os.abort()
+    if batch_size == 5:  # a real segmentation fault, silent
+        ctypes.string_at(0)
+    if batch_size == 6:
+        raise ValueError("injected failure for batch_size 6")
+    if batch_size == 7:
+        os._exit(3)
+    if batch_size == 9:  # hangs, with a helper process
+        _grandchild()
+        time.sleep(1000)
+    if batch_size == 10:  # grows until the address-space limit stops it
+        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+            raise RuntimeError("refusing to eat memory without an address-space limit")
+        hog = []
+        while True:
+            hog.append(bytearray(64 * 2**20))
+    if batch_size == 11:  # garbage in the record log
+        with open(_job()["record_path"], "a") as log:
+            log.write("this is {{not json\\n")
+    if batch_size == 12:  # a clean exit in the middle of a config
+        os._exit(0)
+    if batch_size == 13:  # a record that is JSON but not a valid record
+        job = _job()
+        cid = next(c["id"] for c in job["configs"] if c["params"]["batch_size"] == 13)
+        with open(job["record_path"], "a") as log:
+            log.write(json.dumps({{"event": "done", "id": cid,
+                                  "record": {{"status": "great"}}}}) + "\\n")
+    if batch_size == 14:  # slow, with a helper process: a window to interrupt abdiff in
+        _grandchild()
+        time.sleep(2.5)
+    if batch_size == 15:  # slow, alone
+        time.sleep(2.5)
+'''.format(hostile=HOSTILE, grandchild=GRANDCHILD)
+
+_INJECT_ANCHOR = "        s = self.shapes\n        kv_cache_manager"
+_INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import inject\n\n"
+                "        inject(batch_size)\n")
+
+
+# ---------------------------------------------------------------- git and processes
+
+
+def git_env() -> dict[str, str]:
+    """This environment without the user's or the system's git configuration."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C",
+               GIT_AUTHOR_NAME="Test", GIT_AUTHOR_EMAIL="test@example.com",
+               GIT_COMMITTER_NAME="Test", GIT_COMMITTER_EMAIL="test@example.com")
+    env.pop("ABDIFF_CACHE_DIR", None)
+    return env
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env=git_env()).stdout.strip()
+
+
+def abdiff_argv(*args: object) -> list[str]:
+    return [sys.executable, "-m", "abdiff.cli", *(str(a) for a in args)]
+
+
+def run_abdiff(*args: object, env: dict[str, str] | None = None,
+               timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """`abdiff ARGS` in a fresh process, as a user or a CI job starts it."""
+    return subprocess.run(abdiff_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          env=env or git_env(), stdin=subprocess.DEVNULL, check=False)
+
+
+def processes_mentioning(text: str, exclude: set[int] | None = None) -> dict[int, str]:
+    """Live processes (not zombies) whose command line contains `text`: pid -> cmdline."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in (exclude or set()):
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def wait_for_no_processes(text: str, timeout: float = 10.0) -> dict[int, str]:
+    """Processes mentioning `text` that are still alive after `timeout` (empty: none)."""
+    deadline = time.monotonic() + timeout
+    left = processes_mentioning(text)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = processes_mentioning(text)
+    return left
+
+
+def kill_leftovers(text: str) -> None:
+    """Test cleanup: SIGKILL what a failing test left behind (by pid, ours only)."""
+    for pid in processes_mentioning(text, exclude={os.getpid()}):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def one_line(stderr: str) -> str:
+    """The one line abdiff prints on an error; fails the test on a traceback or more lines."""
+    assert "Traceback" not in stderr, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def state_dir_of(stderr: str) -> Path:
+    match = re.search(r"^abdiff: run files in (.+)$", stderr, re.MULTILINE)
+    assert match, stderr
+    return Path(match.group(1))
+
+
+# ---------------------------------------------------------------- suites and repositories
+
+
+def write_suite(path: Path, batch_sizes: list[int], backends: tuple[str, ...] = ("TRTLLM",),
+                seq_len_q: tuple[int, ...] = (1,)) -> Path:
+    """A tiny suite: GEN, kv 64, one warm-up and three timed iterations."""
+    path.write_text(
+        "warmup_times: 1\nrun_times: 3\n"
+        "facts: [attn_metadata.max_total_draft_tokens]\n"
+        "matrix:\n  run_type: [GEN]\n"
+        f"  backend: [{', '.join(backends)}]\n"
+        f"  batch_size: [{', '.join(map(str, batch_sizes))}]\n"
+        f"  seq_len_q: [{', '.join(map(str, seq_len_q))}]\n"
+        "  seq_len_kv_cache: [64]\n", encoding="utf-8")
+    return path
+
+
+def config_id(batch_size: int, backend: str = "TRTLLM", q: int = 1) -> str:
+    return f"GEN-{backend}-bs{batch_size}-q{q}-kv64"
+
+
+def build_faulty_repo(path: Path) -> dict[str, str]:
+    """The demo repository plus the `faulty` and `broken` branches; returns branch -> sha."""
+    shas = build_demo_repo(path)
+    runner = (path / RUNNER_PATH).read_text(encoding="utf-8")
+    assert runner.count(_INJECT_ANCHOR) == 1, "the demo runner changed: update _INJECT_ANCHOR"
+    git(path, "checkout", "-q", "-b", "faulty", "main")
+    (path / FAULTS_MODULE).write_text(FAULTS_PY, encoding="utf-8")
+    (path / RUNNER_PATH).write_text(runner.replace(_INJECT_ANCHOR, _INJECT_CALL + _INJECT_ANCHOR),
+                                    encoding="utf-8")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--no-verify", "-m", "faulty benchmark")
+    shas["faulty"] = git(path, "rev-parse", "HEAD")
+    git(path, "checkout", "-q", "-b", "broken", "main")
+    (path / RUNNER_PATH).write_text(
+        runner + '\nraise RuntimeError("injected import failure: the harness cannot load")\n',
+        encoding="utf-8")
+    git(path, "commit", "-q", "--no-verify", "-am", "runner that cannot be imported")
+    shas["broken"] = git(path, "rev-parse", "HEAD")
+    git(path, "checkout", "-q", "main")
+    return shas
+
+
+@pytest.fixture(scope="session")
+def faulty_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared and read-only for tests (each test uses its own cache folder)."""
+    path = tmp_path_factory.mktemp("faulty") / "repo"
+    build_faulty_repo(path)
+    return path
+
+
+# ---------------------------------------------------------------- the fault run
+
+# batch size on `faulty` -> (B's status, B's error: exact text, or a regex)
+FAULTS: dict[int, tuple[str, str]] = {
+    3: ("aborted", re.escape("SIGABRT: DG_HOST_ASSERT failed: " + HOSTILE)),
+    5: ("aborted", "SIGSEGV"),
+    6: ("failed", "ValueError: injected failure for batch_size 6"),
+    7: ("failed", "exit code 3"),
+    9: ("timeout", re.escape("no progress within 8 s (--timeout); process group killed")),
+    10: ("failed", re.escape("MemoryError (out of memory; address-space limit 1536 MiB, "
+                             "--max-memory)")),
+    11: ("failed", r"malformed record: line \d+: not JSON"),
+    12: ("failed", re.escape("worker exited with code 0 before writing this config's record")),
+    13: ("failed", r"malformed record: .*status 'great' is not one of ok, .*"),
+}
+HEALTHY = (1, 2)
+# healthy first and last, the ValueError before silent deaths (whose reason must not borrow
+# its traceback)
+FAULT_ORDER = [1, 3, 6, 5, 7, 9, 10, 11, 12, 13, 2]
+FAULT_ROUNDS = 2
+PASSED_SECRET = "KEEP_THIS_TOKEN"
+SECRETS = ("GITHUB_TOKEN", "GH_TOKEN", "CI_JOB_TOKEN", "DB_PASSWORD", "APP_SECRET",
+           "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AZURE_CLIENT_SECRET", "OPENAI_API_KEY",
+           "GOOGLE_APPLICATION_CREDENTIALS", "HF_TOKEN", "DEPLOY_PRIVATE_KEY", "npm_token")
+
+
+@dataclass
+class FaultRun:
+    tmp: Path
+    proc: subprocess.CompletedProcess[str]
+    seconds: float
+    result: dict
+    runs: dict[str, dict]  # "A"/"B" -> run file JSON from the state folder
+    state_dir: Path
+    markdown: str
+    html: str
+    env_seen: list[str]
+    orphans: dict[int, str]
+
+
+@pytest.fixture(scope="session")
+def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> FaultRun:
+    """`abdiff main..faulty` over every fault at once, two rounds, as a CI job runs it."""
+    tmp = tmp_path_factory.mktemp("fault-run")
+    suite = write_suite(tmp / "faults.yaml", FAULT_ORDER)
+    env = git_env()
+    env.update({name: "s3cr3t" for name in SECRETS})
+    env[PASSED_SECRET] = "passed-on-purpose"
+    env["ABDIFF_TEST_PLAIN"] = "plain"
+    env["ABDIFF_TEST_ENV_DUMP"] = str(tmp / "env-seen.json")
+    start = time.monotonic()
+    try:
+        proc = run_abdiff(
+            "main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir",
+            tmp / "cache", "--target", "reference", "--rounds", FAULT_ROUNDS, "--max-rounds",
+            FAULT_ROUNDS, "--seed", 1, "--timeout", 8, "--max-memory", "1536M",
+            "--pass-env", PASSED_SECRET, "--format", "markdown", "--output", tmp / "report.md",
+            "--html", tmp / "report.html", "--json", tmp / "result.json", env=env)
+        seconds = time.monotonic() - start
+        orphans = wait_for_no_processes(str(tmp), timeout=5)
+    finally:
+        kill_leftovers(str(tmp))
+    state = state_dir_of(proc.stderr)
+    return FaultRun(
+        tmp=tmp, proc=proc, seconds=seconds,
+        result=json.loads((tmp / "result.json").read_text()),
+        runs={side: json.loads((state / f"{side.lower()}.json").read_text()) for side in "AB"},
+        state_dir=state,
+        markdown=(tmp / "report.md").read_text(), html=(tmp / "report.html").read_text(),
+        env_seen=json.loads((tmp / "env-seen.json").read_text()), orphans=orphans,
+    )

@@ -1,0 +1,431 @@
+"""The trtllm target: config translation, blocks, the command, and the probe run for real.
+
+tensorrt_llm cannot be installed here, so the probe runs against the stand-in
+tree of test_hooks.py (upstream's module paths, class names and run.py flow,
+with tiny CPU bodies), in a subprocess started exactly as the target's
+LaunchSpec says: upstream-like run.py, probe site folder first on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_hooks import git, make_upstream_repo, write_upstream_tree
+
+from abdiff.errors import InputError
+from abdiff.launchers.local import LocalLauncher, run_process
+from abdiff.probe import read_round_log
+from abdiff.rounds import RoundSettings, run_round
+from abdiff.suites import Config, load_suite
+from abdiff.targets import detect_target
+from abdiff.targets.base import RoundJob
+from abdiff.targets.trtllm import (
+    RUN_PY,
+    TrtllmOptions,
+    TrtllmTarget,
+    base_config,
+    build_overlay,
+    plan_block,
+    run_py_options,
+    translate_configs,
+)
+from abdiff.trtllm_probe import PLAN_ENV, SITE_DIR
+
+FACTS = ["attn_metadata.max_draft_tokens", "attn_metadata.max_total_draft_tokens",
+         "attn_metadata.is_spec_decoding_enabled", "attn_metadata.kv_lens_cuda_2d.shape"]
+
+
+def cfg(backend: str, bs: int, q: int, kv: int = 16, run_type: str = "GEN") -> dict:
+    params = {"run_type": run_type, "backend": backend, "batch_size": bs, "seq_len_q": q,
+              "seq_len_kv_cache": kv}
+    return {"id": f"{run_type}-{backend}-bs{bs}-q{q}-kv{kv}", "params": params}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_upstream_repo(tmp_path_factory.mktemp("upstream") / "TensorRT-LLM")
+
+
+@pytest.fixture(scope="module")
+def checkouts(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Worktrees of both branches, as the checkout cache makes them."""
+    base = tmp_path_factory.mktemp("worktrees")
+    out = {}
+    for branch in ("main", "pr"):
+        git(repo, "worktree", "add", "-q", "--detach", str(base / branch), branch)
+        out[branch] = base / branch
+    return out
+
+
+def known(checkout: Path) -> dict:
+    return run_py_options(checkout / RUN_PY)
+
+
+# ------------------------------------------------------------------ config translation
+def test_run_py_options_are_read_from_the_checkout(checkouts: dict[str, Path]) -> None:
+    options = known(checkouts["main"])
+    assert options["batch_size"].flag == "--batch-size" and options["batch_size"].comma_list
+    assert options["model"].flag == "--model" and not options["model"].comma_list
+    assert options["layer_indices"].comma_list
+    assert (options["use_cuda_graph"].true_flag, options["use_cuda_graph"].false_flag) == (
+        "--use-cuda-graph", "--no-use-cuda-graph")
+    assert "config_path" not in options
+
+
+def test_dsa_block_becomes_upstream_options(checkouts: dict[str, Path]) -> None:
+    checkout = checkouts["main"]
+    _, base = base_config(checkout, "GEN")
+    block = [cfg("DSA", bs, q, 2049) for bs in (8, 32) for q in (1, 2, 4)]
+    argv = translate_configs(block, TrtllmOptions(), [], warmup_times=3, run_times=20,
+                             cuda_graph=False, known=known(checkout), base=base)
+    assert argv == [
+        "--run-type", "GEN", "--batch-size", "8,32", "--seq-len-q", "1,2,4",
+        "--seq-len-kv-cache", "2049", "--load-format", "DUMMY",
+        "--model", "deepseek-ai/DeepSeek-V3.2-Exp", "--tokens-per-block", "64",
+        "--moe-backend", "DEEPGEMM", "--moe-backend-for-prefill", "DEEPGEMM",
+        "--no-use-cuda-graph", "--warmup-times", "3", "--run-times", "20"]
+
+
+def test_trtllm_block_keeps_upstream_model_and_takes_suite_options(
+        checkouts: dict[str, Path]) -> None:
+    checkout = checkouts["main"]
+    _, base = base_config(checkout, "GEN")
+    options = TrtllmOptions.parse(
+        {"trtllm": {"models": {"TRTLLM": "/models/DeepSeek-R1"},
+                    "backend_options": {"TRTLLM": {"moe_backend": "TRTLLM"}},
+                    "layer_indices": [5, 6], "enable_attention_dp": False}},
+        known(checkout))
+    block = [cfg("TRTLLM", 1024, 8, 9500)]
+    argv = translate_configs(block, options, ["--moe-backend", "WIDEEP"], warmup_times=1,
+                             run_times=5, cuda_graph=True, known=known(checkout), base=base)
+    text = " ".join(argv)
+    assert "--model /models/DeepSeek-R1" in text
+    assert "--layer-indices 5,6 --no-enable-attention-dp --moe-backend TRTLLM" in text
+    assert "--use-cuda-graph" in argv and "--tokens-per-block" not in argv
+    # upstream's YAML caps (max_seq_len 9220, max_num_tokens 4096) are raised when too small
+    assert argv[argv.index("--max-num-tokens") + 1] == "8192"
+    assert argv[argv.index("--max-seq-len") + 1] == "9508"
+    assert argv[-2:] == ["--moe-backend", "WIDEEP"]  # --target-arg last: it wins in run.py
+
+
+def test_translation_refuses_what_run_py_cannot_take(checkouts: dict[str, Path]) -> None:
+    checkout = checkouts["main"]
+    _, base = base_config(checkout, "GEN")
+    opts = known(checkout)
+    with pytest.raises(InputError, match="abdiff sets --batch-size itself"):
+        translate_configs([cfg("DSA", 8, 1)], TrtllmOptions(), ["--batch-size=4"],
+                          warmup_times=1, run_times=2, cuda_graph=False, known=opts, base=base)
+    with pytest.raises(InputError, match="neither a trtllm target option"):
+        TrtllmOptions.parse({"moe_backnd": "CUTLASS"}, opts)
+    with pytest.raises(InputError, match="no option that takes it"):
+        translate_configs([cfg("DSA", 8, 1)], TrtllmOptions(options={"scaled_from": True}), [],
+                          warmup_times=1, run_times=2, cuda_graph=False, known=opts, base=base)
+    with pytest.raises(InputError, match="must map backends"):
+        TrtllmOptions.parse({"models": {"FLASHINFER": "x"}}, opts)
+
+
+def test_blocks_are_products_of_one_group() -> None:
+    full = [cfg(b, bs, q) for b in ("DSA", "TRTLLM") for bs in (8, 32) for q in (1, 2, 4)]
+    ids = [c["id"] for c in plan_block(full)]
+    assert ids == [c["id"] for c in full[:6]]  # the DSA configs, one run.py invocation
+    # after DSA bs32 q4 aborted, the rest of DSA splits into product blocks
+    rest = [c for c in full if c["id"] != "GEN-DSA-bs32-q4-kv16"]
+    block = plan_block(rest)
+    assert [c["id"] for c in block] == [
+        "GEN-DSA-bs8-q1-kv16", "GEN-DSA-bs8-q2-kv16", "GEN-DSA-bs32-q1-kv16",
+        "GEN-DSA-bs32-q2-kv16"]
+    left = [c for c in rest if c not in block]
+    assert [c["id"] for c in plan_block(left)] == ["GEN-DSA-bs8-q4-kv16"]
+    assert [c["id"] for c in plan_block(full[6:], lists=False)] == ["GEN-TRTLLM-bs8-q1-kv16"]
+    assert plan_block([]) == []
+
+
+def test_the_mtp_suite_runs_as_two_invocations(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    suite = load_suite("mtp")
+    remaining = [{"id": c.id, "params": c.params} for c in suite.configs]
+    invocations = []
+    while remaining:
+        block = plan_block(remaining)
+        invocations.append(block[0]["params"]["backend"])
+        remaining = [c for c in remaining if c not in block]
+    assert invocations == ["DSA", "TRTLLM"]
+
+
+# ------------------------------------------------------------------ the command
+def job_for(tmp: Path, configs: list[dict], **kw) -> tuple[Path, RoundJob]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    job = RoundJob(configs=configs, facts=kw.pop("facts", FACTS),
+                   record_path=str(tmp / "records.jsonl"), round=0,
+                   warmup_times=kw.pop("warmup_times", 1), run_times=kw.pop("run_times", 3), **kw)
+    path = tmp / "job.json"
+    job.write(path)
+    return path, job
+
+
+def test_round_command(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    checkout = checkouts["main"]
+    configs = [cfg("TRTLLM", 4, 1), cfg("DSA", 2, 1), cfg("TRTLLM", 4, 2)]
+    job_path, job = job_for(tmp_path, configs, target_args=["--layer-indices", "3"])
+    spec = TrtllmTarget(python="python3").round_command(checkout, job_path, job)
+    assert spec.cwd == checkout.resolve() / "examples/layer_wise_benchmarks"
+    config_path = tmp_path / "trtllm-config.yaml"
+    assert spec.argv[:4] == ["python3", "-u", str(checkout.resolve() / RUN_PY), str(config_path)]
+    assert spec.argv[spec.argv.index("--seq-len-q") + 1] == "1,2"
+    assert spec.argv[-2:] == ["--layer-indices", "3"]
+    # upstream's own YAML of this commit, verbatim
+    assert config_path.read_text() == (
+        checkout / "examples/layer_wise_benchmarks/config_gen.yaml").read_text()
+    paths = spec.env["PYTHONPATH"].split(":")
+    assert paths[0] == str(SITE_DIR) and paths[1] == str(checkout.resolve())
+    plan = json.loads(Path(spec.env[PLAN_ENV]).read_text())
+    assert [c["id"] for c in plan["configs"]] == ["GEN-TRTLLM-bs4-q1-kv16",
+                                                  "GEN-TRTLLM-bs4-q2-kv16"]
+    assert plan["backend"] == "TRTLLM" and plan["checkout"] == str(checkout.resolve())
+    assert str(checkout.resolve()) in spec.env["ABDIFF_RANK_PATHS"].split(":")
+
+
+def test_detection_and_env_info(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    assert detect_target(checkouts["main"]) is TrtllmTarget
+    info = TrtllmTarget().env_info(checkouts["pr"])
+    assert info["tensorrt_llm.version"] == "1.3.0rc0-checkout"
+    assert info["tensorrt_llm.sha"] == git(checkouts["pr"], "rev-parse", "HEAD")
+    assert "tensorrt_llm.compiled_location" in info
+
+
+def fake_installed(root: Path) -> Path:
+    """An installed tensorrt_llm: compiled parts plus Python that must NOT be used."""
+    pkg = write_upstream_tree(root) / "tensorrt_llm"
+    (pkg / "version.py").write_text('__version__ = "1.2.0-installed"\n')
+    runner = pkg / "tools/layer_wise_benchmarks/runner.py"
+    runner.write_text("raise ImportError('the installed runner.py was imported')\n")
+    (pkg / "libs").mkdir()
+    (pkg / "libs/libth_common.so").write_bytes(b"\x7fELF")
+    (pkg / "bindings.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    (pkg / "deep_gemm").mkdir()
+    (pkg / "deep_gemm/__init__.py").write_text("SOURCE = 'installed deep_gemm'\n")
+    (pkg / "deep_gemm/_C.so").write_bytes(b"\x7fELF")
+    (pkg / "_torch/stale_module.py").write_text("raise ImportError('deleted in the checkout')\n")
+    return pkg
+
+
+def test_overlay_links_checkout_python_and_installed_binaries(
+        checkouts: dict[str, Path], tmp_path: Path) -> None:
+    installed = fake_installed(tmp_path / "site-packages")
+    dest = build_overlay(checkouts["pr"], installed, tmp_path / "overlay")
+    pkg = dest / "tensorrt_llm"
+    assert (pkg / "libs").resolve() == (installed / "libs").resolve()
+    assert (pkg / "bindings.cpython-311-x86_64-linux-gnu.so").resolve().parent == installed
+    assert (pkg / "deep_gemm").resolve() == installed / "deep_gemm"
+    assert (pkg / "__init__.py").resolve() == checkouts["pr"] / "tensorrt_llm/__init__.py"
+    assert (pkg / "tools").resolve() == checkouts["pr"] / "tensorrt_llm/tools"
+    assert not (pkg / "_torch/stale_module.py").exists()
+    assert not (checkouts["pr"] / "tensorrt_llm/libs").exists()  # the checkout is untouched
+    assert git(checkouts["pr"], "status", "--porcelain") == ""
+
+
+# ------------------------------------------------------------------ the probe, for real
+def run_worker(checkout: Path, work: Path, configs: list[dict], **kw) -> tuple:
+    job_path, job = job_for(work, configs, **kw)
+    spec = TrtllmTarget().round_command(checkout, job_path, job)
+    outcome = run_process(LocalLauncher().wrap(spec), work, Path(job.record_path), timeout_s=120)
+    return outcome, read_round_log(Path(job.record_path)), spec
+
+
+def test_probe_records_facts_kernels_and_latency(checkouts: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    configs = [cfg("DSA", bs, q) for bs in (2, 4) for q in (1, 2)]
+    outcome, log, _ = run_worker(checkouts["pr"], tmp_path, configs, warmup_times=2, run_times=4)
+    assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    assert set(log.done) == {c["id"] for c in configs}
+    for config in configs:
+        record = log.done[config["id"]]
+        q = config["params"]["seq_len_q"]
+        assert record.status == "ok" and len(record.latency_us) == 4
+        assert record.facts["attn_metadata.kv_lens_cuda_2d.shape"] == [
+            config["params"]["batch_size"], q]
+        assert record.facts["attn_metadata.max_total_draft_tokens"] == (q - 1 or None)
+        ops = "aten::_softmax" if q > 1 else "aten::mm"
+        assert ops in record.kernels, record.kernels
+    assert log.env["tensorrt_llm"] == "1.3.0rc0-checkout"
+    tensorrt_file = Path(log.env["tensorrt_llm_file"]).resolve()
+    assert checkouts["pr"].resolve() in tensorrt_file.parents
+    assert log.env["trtllm.block"] == [c["id"] for c in configs]
+    assert "--model deepseek-ai/DeepSeek-V3.2-Exp" in " ".join(log.env["trtllm.args"])
+
+
+def test_probe_uses_checkout_code_over_installed_compiled_parts(
+        checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """The installed package's Python must not run; its compiled folders must be reachable."""
+    installed = fake_installed(tmp_path / "site-packages")
+    checkout = tmp_path / "checkout"
+    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
+    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
+    runner.write_text(runner.read_text().replace(
+        "        attn_metadata.prepare()\n",
+        "        attn_metadata.prepare()\n"
+        "        from tensorrt_llm import deep_gemm\n"
+        "        attn_metadata.deep_gemm_source = deep_gemm.SOURCE\n"))
+    configs = [cfg("TRTLLM", 2, 1)]
+    outcome, log, spec = run_worker(
+        checkout, tmp_path / "work", configs, target_options={"compiled": str(installed)},
+        facts=["attn_metadata.deep_gemm_source", "attn_metadata.max_total_draft_tokens"])
+    assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
+    record = log.done["GEN-TRTLLM-bs2-q1-kv16"]
+    assert record.status == "ok"
+    assert record.facts["attn_metadata.deep_gemm_source"] == "installed deep_gemm"
+    assert log.env["tensorrt_llm"] == "1.3.0rc0-checkout"
+    assert spec.env["PYTHONPATH"].split(":")[1] == str(tmp_path / "work/trtllm-overlay")
+
+
+def test_probe_refuses_code_from_outside_the_checkout(checkouts: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    configs = [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 2, 2)]
+    job_path, job = job_for(tmp_path, configs)
+    spec = TrtllmTarget().round_command(checkouts["main"], job_path, job)
+    # a PYTHONPATH where another tree's tensorrt_llm comes first
+    spec.env["PYTHONPATH"] = spec.env["PYTHONPATH"].replace(
+        str(checkouts["main"].resolve()), str(checkouts["pr"].resolve()))
+    outcome = run_process(spec, tmp_path, Path(job.record_path), timeout_s=120)
+    log = read_round_log(Path(job.record_path))
+    assert outcome.returncode != 0
+    for config in configs:
+        assert log.done[config["id"]].status == "failed"
+        assert "was imported from" in log.done[config["id"]].error
+        assert "not from the checkout" in log.done[config["id"]].error
+
+
+def test_probe_fails_a_backend_the_model_cannot_build(checkouts: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    configs = [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 4, 1)]
+    outcome, log, _ = run_worker(checkouts["pr"], tmp_path, configs,
+                                 target_options={"model": "deepseek-ai/DeepSeek-V3.2-Exp"})
+    assert outcome.returncode != 0
+    errors = {log.done[c["id"]].error for c in configs}
+    assert len(errors) == 1 and "backend TRTLLM, but the model builds DSA" in errors.pop()
+
+
+def test_a_python_error_fails_its_config_and_names_it_last(checkouts: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    """run.py's nan check raising in one shape's warm-up: that config fails with the message,
+    and the last start line names it (the others were only warmed up: the next worker runs them).
+    """
+    checkout = tmp_path / "checkout"
+    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
+    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
+    runner.write_text(runner.read_text().replace(
+        "        def run_pack(*, check=False):\n",
+        "        def run_pack(*, check=False):\n"
+        "            if check and batch_size == 4:\n"
+        "                raise ValueError('Has nan, please fix weights initialization')\n"))
+    configs = [cfg("TRTLLM", bs, 1) for bs in (2, 4, 8)]
+    outcome, log, _ = run_worker(checkout, tmp_path / "work", configs)
+    assert outcome.returncode == 1
+    assert log.started[-1] == "GEN-TRTLLM-bs4-q1-kv16"
+    assert list(log.done) == ["GEN-TRTLLM-bs4-q1-kv16"]
+    record = log.done["GEN-TRTLLM-bs4-q1-kv16"]
+    assert (record.status, record.error) == (
+        "failed", "ValueError: Has nan, please fix weights initialization")
+
+
+def test_a_round_isolates_aborting_shapes(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """Through the round runner: one abort costs one process, never another config's data."""
+    configs = [Config(c["id"], c["params"]) for c in
+               [cfg("DSA", bs, q) for bs in (2, 4) for q in (1, 2)]]
+    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=120)
+    records: dict = {}
+    output = run_round(TrtllmTarget(), LocalLauncher(), checkouts["main"], configs, settings, 0,
+                       tmp_path, lambda cid, rec: records.__setitem__(cid, rec))
+    statuses = {cid: rec.status for cid, rec in records.items()}
+    assert statuses == {"GEN-DSA-bs2-q1-kv16": "ok", "GEN-DSA-bs4-q1-kv16": "ok",
+                        "GEN-DSA-bs2-q2-kv16": "aborted", "GEN-DSA-bs4-q2-kv16": "aborted"}
+    for aborted in ("GEN-DSA-bs4-q2-kv16", "GEN-DSA-bs2-q2-kv16"):
+        assert "SIGABRT" in records[aborted].error and "DG_HOST_ASSERT" in records[aborted].error
+    # 1: autotune at the largest shape (bs4 q2) aborts; 2: {2,4}x{1} runs; 3: bs2 q2 aborts
+    assert output.processes == 3
+
+
+def test_both_backends_in_one_round(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """A clean worker that leaves another block's configs: the round runner starts the next."""
+    configs = [Config(c["id"], c["params"]) for c in
+               [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 2, 2), cfg("DSA", 2, 1), cfg("DSA", 2, 2)]]
+    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=120)
+    records: dict = {}
+    run_round(TrtllmTarget(), LocalLauncher(), checkouts["pr"], configs, settings, 0, tmp_path,
+              lambda cid, rec: records.__setitem__(cid, rec))
+    assert {cid: rec.status for cid, rec in records.items()} == {c.id: "ok" for c in configs}
+    trtllm_q2 = records["GEN-TRTLLM-bs2-q2-kv16"]
+    assert trtllm_q2.facts["attn_metadata.max_total_draft_tokens"] is None
+    assert trtllm_q2.facts["attn_metadata.kv_lens_cuda_2d.shape"] is None
+
+
+def test_yaml_written_is_loadable_by_run_py(checkouts: dict[str, Path]) -> None:
+    text, data = base_config(checkouts["main"], "CTX")  # no config_ctx.yaml: the fallback
+    assert yaml.safe_load(text) == data and data["balance_method"] == "Balanced"
+    assert "balance_ratio" in data  # run.py needs it to build its balance-ratio list
+
+
+def test_doctor_checks_hooks_of_both_sides(repo: Path, tmp_path: Path, capsys) -> None:
+    """`abdiff doctor --target trtllm main..broken` in a repository where a commit broke a hook."""
+    from abdiff.cli import main
+
+    git(repo, "checkout", "-q", "-b", "broken", "pr")
+    runner = repo / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
+    runner.write_text(runner.read_text().replace("seq_len_kv_cache, kv_cache_manager",
+                                                 "past_len, kv_cache_manager"))
+    git(repo, "commit", "-q", "-am", "rename")
+    git(repo, "checkout", "-q", "main")
+    common = ["doctor", "--target", "trtllm", "--repo", str(repo),
+              "--cache-dir", str(tmp_path / "cache")]
+    assert main([*common, "main..broken"]) == 1
+    out = capsys.readouterr().out
+    assert "A main" in out and "all 8 hooks present" in out
+    assert "B broken" in out and "1 hook(s) missing" in out
+    assert "Runner.create_run_pack() no longer takes seq_len_kv_cache" in out
+    code = main([*common, "main..pr"])
+    out = capsys.readouterr().out
+    assert "missing (" not in out and "hook(s) missing" not in out
+    assert code == (0 if "target trtllm (chosen): can run here" in out else 3)
+    assert "tensorrt_llm" in out and "GPU" in out
+
+
+def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `nsys: true` each rank runs under `nsys profile` (a stand-in here) and rank 0's
+    report, exported to SQLite, gives each config's kernels."""
+    import sys
+
+    from test_nsys import Export
+
+    export = Export(tmp_path / "prepared.sqlite")
+    for start in (100, 200):
+        export.nvtx(start, start + 50, "b=2 s=1 past=16 NP1")
+        export.kernel(start + 10, "void fmhaSm90Kernel<stand-in>(...)")
+        export.kernel(start + 20, "nvjet_tst_stand_in")
+    export.close()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text(f"""#!{sys.executable}
+import shutil, subprocess, sys
+argv = sys.argv[1:]
+out = argv[argv.index("-o") + 1]
+if argv[0] == "profile":
+    command = argv[argv.index("--force-overwrite") + 2:]
+    code = subprocess.call(command)
+    open(out + ".nsys-rep", "wb").write(b"report")
+    sys.exit(code)
+shutil.copy({str(tmp_path / "prepared.sqlite")!r}, out)
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    outcome, log, spec = run_worker(checkouts["pr"], tmp_path / "work", [cfg("TRTLLM", 2, 1)],
+                                    target_options={"nsys": True})
+    assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
+    assert spec.argv[1:4] == ["-m", "abdiff.trtllm_probe.nsys_rank", "--"]
+    record = log.done["GEN-TRTLLM-bs2-q1-kv16"]
+    assert record.status == "ok" and len(record.latency_us) == 3
+    assert record.kernels == {"nvjet_tst_stand_in": 1, "void fmhaSm90Kernel<stand-in>(...)": 1}
+    assert (tmp_path / "work/nsys/report_rank0.sqlite").is_file()
