@@ -455,11 +455,16 @@ def load_replay(directory: Path, min_rounds: int) -> list[tuple[str, list[list[f
 
 def replay_arrays(pool: list[list[list[float]]], n_configs: int, runs: int, per_side: int,
                   iterations: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A/A suites from recorded rounds: each config's rounds shuffled and split in two halves."""
+    """A/A suites from recorded rounds: each config's rounds shuffled and split in two halves.
+
+    Suite slot c of run r replays recorded config (c + offset_r) mod len(pool), with a
+    random offset per run, so the shifted slot 0 visits every recorded config.
+    """
     a = np.empty((runs, n_configs, per_side, iterations))
     b = np.empty_like(a)
+    offsets = rng.integers(len(pool), size=runs)
     for r, c in itertools.product(range(runs), range(n_configs)):
-        rounds = pool[c % len(pool)]
+        rounds = pool[(c + offsets[r]) % len(pool)]
         order = rng.permutation(len(rounds))
         a[r, c] = [rounds[i][:iterations] for i in order[:per_side]]
         b[r, c] = [rounds[i][:iterations] for i in order[per_side: 2 * per_side]]
@@ -578,7 +583,7 @@ def check_equivalence(seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=2000, help="suite runs per scenario")
+    parser.add_argument("--runs", type=int, default=4000, help="suite runs per scenario")
     parser.add_argument("--quick", action="store_true", help="400 runs per scenario")
     parser.add_argument("--profiles", default=",".join(PROFILES),
                         help=f"comma-separated, from {', '.join(PROFILES)}")

@@ -14,6 +14,7 @@ session; tests/test_faults.py and tests/test_security.py read its results.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,11 +31,12 @@ from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
 
 FAULTS_MODULE = "tinyllm/tools/layer_wise_benchmarks/faults.py"
-HOSTILE = "<script>alert(1)</script> | **bold** [x](http://evil.invalid) `tick` <b>"
+HOSTILE = ("<script>alert(1)</script> | **bold** [x](http://evil.invalid) `tick` <b> "
+           "@octocat #1 \x1b[31mred")
 GRANDCHILD = "abdiff-test-grandchild"
 
 # What the benchmark does per batch size on the `faulty` branch (any other size: nothing).
-FAULTS_PY = '''\
+FAULTS_PY = f'''\
 """Fault injection for abdiff's tests: misbehave for some batch sizes."""
 import ctypes
 import json
@@ -44,7 +46,7 @@ import subprocess
 import sys
 import time
 
-HOSTILE = {hostile!r}
+HOSTILE = {HOSTILE!r}
 
 
 def _job():
@@ -55,7 +57,7 @@ def _job():
 def _grandchild():
     """A process of our own, as a benchmark's helper would be: it must die with us."""
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
-                             {grandchild!r}, _job()["record_path"]])
+                             {GRANDCHILD!r}, _job()["record_path"]])
 
 
 def inject(batch_size):
@@ -95,10 +97,10 @@ def inject(batch_size):
                                   "record": {{"status": "great"}}}}) + "\\n")
     if batch_size == 14:  # slow, with a helper process: a window to interrupt abdiff in
         _grandchild()
-        time.sleep(2.5)
+        time.sleep(2)
     if batch_size == 15:  # slow, alone
-        time.sleep(2.5)
-'''.format(hostile=HOSTILE, grandchild=GRANDCHILD)
+        time.sleep(2)
+'''
 
 _INJECT_ANCHOR = "        s = self.shapes\n        kv_cache_manager"
 _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import inject\n\n"
@@ -164,10 +166,8 @@ def wait_for_no_processes(text: str, timeout: float = 10.0) -> dict[int, str]:
 def kill_leftovers(text: str) -> None:
     """Test cleanup: SIGKILL what a failing test left behind (by pid, ours only)."""
     for pid in processes_mentioning(text, exclude={os.getpid()}):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def one_line(stderr: str) -> str:

@@ -9,20 +9,17 @@ The benchmark misbehaves on the `faulty` branch of a scratch demo repository
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
-from abdiff import records
-from abdiff.cli import main
-from abdiff.demo import build_demo_repo
-from abdiff.records import load_run_file
 from conftest import (
     FAULT_ORDER,
     FAULT_ROUNDS,
@@ -42,6 +39,11 @@ from conftest import (
     wait_for_no_processes,
     write_suite,
 )
+
+from abdiff import records
+from abdiff.cli import main
+from abdiff.demo import build_demo_repo
+from abdiff.records import load_run_file
 
 
 def _config(run: dict, batch_size: int) -> dict:
@@ -148,7 +150,10 @@ def _state_dirs(cache: Path) -> list[Path]:
 def _in_slow_config(state: Path, slow: int) -> Path | None:
     """A B worker that has finished bs1 and is inside the slow config now (its log)."""
     for log in state.glob("logs/B-r*/worker*/records.jsonl"):
-        events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        events = []
+        for line in log.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # a line being written
+                events.append(json.loads(line))
         done = {e["id"] for e in events if e["event"] == "done"}
         started = {e["id"] for e in events if e["event"] == "start"}
         if config_id(1) in done and config_id(slow) in started - done:
@@ -186,10 +191,10 @@ def _start_and_stop_midway(args: list[object], cache: Path, sig: int, slow: int,
 ], ids=["ctrl-c-then-same-command", "sigterm-then-resume"])
 def test_stop_mid_suite_keeps_rounds_and_continues(faulty_repo: Path, tmp_path: Path, sig: int,
                                                    code: int, again: list[str]) -> None:
-    suite = write_suite(tmp_path / "s.yaml", [1, 14])  # bs14 runs 2.5 s with a helper process
+    suite = write_suite(tmp_path / "s.yaml", [1, 14])  # bs14 runs 2 s with a helper process
     cache = tmp_path / "cache"
     args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
-            "--target", "reference", "--rounds", 2, "--max-rounds", 2, "--seed", 1,
+            "--target", "reference", "--rounds", 1, "--max-rounds", 1, "--seed", 1,
             "--timeout", 60, "--json", tmp_path / "result.json"]
     try:
         proc, state, log, before = _start_and_stop_midway(
@@ -222,7 +227,7 @@ def test_stop_mid_suite_keeps_rounds_and_continues(faulty_repo: Path, tmp_path: 
         kill_leftovers(str(tmp_path))
     final = _rounds_on_disk(state)
     assert kept.items() <= final.items()  # the kept rounds were reused, not measured again
-    expected = {(side, config_id(b), r) for side in "AB" for b in (1, 14) for r in (0, 1)}
+    expected = {(side, config_id(b), 0) for side in "AB" for b in (1, 14)}
     assert set(final) == expected
     # the interrupted round re-ran only the config it had not finished
     job = json.loads((log.parent.parent / "worker0" / "job.json").read_text())
@@ -238,10 +243,10 @@ def test_sigkill_leaves_valid_files_and_no_worker(faulty_repo: Path, tmp_path: P
     """abdiff killed outright (OOM killer, power cut of a CI job): the state files are
     whole JSON (they are only ever renamed into place), and the running worker dies with
     abdiff instead of running on unsupervised."""
-    suite = write_suite(tmp_path / "s.yaml", [1, 15])  # bs15 runs 2.5 s
+    suite = write_suite(tmp_path / "s.yaml", [1, 15])  # bs15 runs 2 s
     cache = tmp_path / "cache"
     args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
-            "--target", "reference", "--rounds", 2, "--max-rounds", 2, "--seed", 1,
+            "--target", "reference", "--rounds", 1, "--max-rounds", 1, "--seed", 1,
             "--timeout", 60]
     try:
         proc, state, _, before = _start_and_stop_midway(args, cache, signal.SIGKILL, 15,
@@ -317,7 +322,7 @@ def test_two_abdiffs_share_one_cache(tmp_path: Path) -> None:
     finally:
         kill_leftovers(str(tmp_path))
     for proc, (_, err) in zip(procs, outs, strict=True):
-        assert proc.returncode == 0, err
+        assert proc.returncode in (0, 1), err  # q1 configs: unchanged, or noise on one round
         assert "Traceback" not in err
     for n in range(2):
         assert json.loads((tmp_path / f"{n}.json").read_text())["summary"]["configs"] == 1
@@ -330,33 +335,77 @@ def test_two_abdiffs_share_one_cache(tmp_path: Path) -> None:
     assert not [p for p in Path(trees[0]).parent.iterdir() if p.name.startswith(".tmp-")]
 
 
-# ---------------------------------------------------------------- a checkout fails half-way
+@pytest.mark.xfail(strict=True, reason="the state folder (cache/runs/KEY) has no lock: a second "
+                   "identical command measures the same rounds and removes the first one's "
+                   "running round folder (schedule.run_slots), which then loses that round")
+def test_the_same_command_twice_at_once(faulty_repo: Path, tmp_path: Path) -> None:
+    """A CI bot retrying a job while the first is still running: the second waits for or
+    refuses the measurement in progress; neither ever reports a status it did not see."""
+    suite = write_suite(tmp_path / "s.yaml", [1, 15])  # both healthy; bs15 takes 2 s
+    cache = tmp_path / "cache"
+    args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
+            "--target", "reference", "--rounds", 1, "--max-rounds", 1, "--seed", 1, "--quiet"]
+    procs = [subprocess.Popen(abdiff_argv(*args, "--json", tmp_path / "first.json"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=git_env())]
+    try:
+        deadline = time.monotonic() + 60
+        while not list(cache.glob("runs/*/logs/A-r0/worker0/records.jsonl")) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        procs.append(subprocess.Popen(abdiff_argv(*args, "--json", tmp_path / "second.json"),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=git_env()))
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        kill_leftovers(str(tmp_path))
+    for proc, name, (_, err) in zip(procs, ("first", "second"), outs, strict=True):
+        assert "Traceback" not in err
+        if proc.returncode == 3 and name == "second":
+            assert "another abdiff" in one_line(err)
+            continue
+        assert proc.returncode in (0, 1), err
+        result = json.loads((tmp_path / f"{name}.json").read_text())
+        assert {(c["status_a"], c["status_b"]) for c in result["configs"]} == {("ok", "ok")}
 
 
-def test_checkout_failing_midway_is_detected_and_rebuilt(tmp_path: Path) -> None:
-    """`git worktree add` fails (as on a full disk), then is killed half-way; each time
-    the next run notices the incomplete checkout and builds it again."""
+# ---------------------------------------------------------------- a full disk, a killed checkout
+
+
+def _file_size_limit(limit: int):
+    """preexec_fn: every file abdiff (and what it starts) writes stops at `limit` bytes,
+    as on a full disk (EFBIG instead of ENOSPC)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_full_disk_and_killed_checkout_are_recovered(tmp_path: Path) -> None:
+    """1. The disk fills while git checks out: exit 3, one line, nothing half-made left.
+    2. abdiff dies in the middle of a checkout: the next run finds it unfinished (no marker)
+       and builds it again.
+    3. The disk fills while the report is written: exit 3, one line, the measured rounds
+       stay; `--resume` then writes the report without measuring again."""
     repo = tmp_path / "repo"
     shas = build_demo_repo(repo)
     suite = write_suite(tmp_path / "s.yaml", [1])
     cache = tmp_path / "cache"
     hook = repo / ".git" / "hooks" / "post-checkout"
     hook.parent.mkdir(exist_ok=True)
-    args = ["run", "main", "--configs", suite, "--repo", repo, "--cache-dir", cache, "--target",
-            "reference", "--rounds", 1, "--out", tmp_path / "main.json"]
+    args = ["main..pr", "--configs", suite, "--repo", repo, "--cache-dir", cache, "--target",
+            "reference", "--rounds", 1, "--max-rounds", 1, "--json", tmp_path / "result.json",
+            "--html", tmp_path / "report.html"]
     try:
-        # 1. the checkout fails: exit 3, one line, nothing half-made left behind
-        hook.write_text("#!/bin/sh\necho 'fatal: No space left on device' >&2\nexit 1\n")
-        hook.chmod(0o755)
-        failed = run_abdiff(*args)
-        assert failed.returncode == 3, failed.stderr
-        assert "cannot check out main" in one_line(failed.stderr)
+        # 1. a checkout that cannot be written
+        full = subprocess.run(abdiff_argv(*args), capture_output=True, text=True, env=git_env(),
+                              preexec_fn=_file_size_limit(2000), timeout=120, check=False)
+        assert full.returncode == 3, full.stderr
+        assert "cannot check out main" in one_line(full.stderr)
         assert _worktrees(repo) == []
-        assert not [p for p in cache.glob("checkouts/*/*") if p.name == shas["main"]]
+        assert not [p for p in cache.glob("checkouts/*/*") if p.name in shas.values()]
 
-        # 2. abdiff dies in the middle of the checkout (files written, no marker yet)
+        # 2. abdiff killed after git wrote the files, before the checkout was marked complete
         flag = tmp_path / "in-checkout"
         hook.write_text(f"#!/bin/sh\ntouch '{flag}'\nsleep 60\n")
+        hook.chmod(0o755)
         proc = subprocess.Popen(abdiff_argv(*args), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=git_env(), start_new_session=True)
         deadline = time.monotonic() + 60
@@ -365,18 +414,35 @@ def test_checkout_failing_midway_is_detected_and_rebuilt(tmp_path: Path) -> None
         assert flag.exists()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
-        half = next(p for p in cache.glob("checkouts/*/*") if p.name == shas["main"])
+        (half,) = [p for p in cache.glob("checkouts/*/*") if p.name == shas["main"]]
         assert (half / "tinyllm").is_dir() and not half.with_name(half.name + ".done").exists()
         (half / "tinyllm" / "__init__.py").write_text("raise SystemExit('half-made')\n")
-
-        # 3. the next run rebuilds it and measures
         hook.unlink()
         ok = run_abdiff(*args)
         assert ok.returncode == 0, ok.stderr
+        assert "Traceback" not in ok.stderr
+        state = state_dir_of(ok.stderr)
+        measured = _rounds_on_disk(state)
+        assert set(measured) == {(side, config_id(1), 0) for side in "AB"}
+
+        # 3. the report does not fit on the disk
+        (tmp_path / "report.html").unlink()
+        jobs = {p: p.stat().st_mtime_ns for p in state.glob("logs/*/worker*/job.json")}
+        full = subprocess.run(abdiff_argv(*args, "--resume", "--quiet"), capture_output=True,
+                              text=True, env=git_env(), preexec_fn=_file_size_limit(2000),
+                              timeout=120, check=False)
+        assert full.returncode == 3, full.stderr
+        assert "File too large" in one_line(full.stderr)
+        assert not (tmp_path / "report.html").exists()
+        assert not list(tmp_path.glob(".report.html.*"))
+        assert _rounds_on_disk(state) == measured
+        again = run_abdiff(*args, "--resume")
+        assert again.returncode == 0, again.stderr
     finally:
         kill_leftovers(str(tmp_path))
-    assert [Path(t).name for t in _worktrees(repo)] == [shas["main"]]
+    assert "</html>" in (tmp_path / "report.html").read_text()
+    assert {p: p.stat().st_mtime_ns for p in state.glob("logs/*/worker*/job.json")} == jobs
+    assert _rounds_on_disk(state) == measured
+    assert sorted(Path(t).name for t in _worktrees(repo)) == sorted([shas["main"], shas["pr"]])
     assert git(half, "status", "--porcelain") == ""
     assert half.with_name(half.name + ".done").read_text().strip() == shas["main"]
-    assert [r.status for c in load_run_file(tmp_path / "main.json").configs
-            for r in c.rounds] == ["ok"]

@@ -125,7 +125,8 @@ class Runner:
         if run_type == "GEN" and seq_len_q > 1 and announce:
             attn_metadata.update_spec_dec_param(batch_size, False, False, False,
                                                 seq_len_q - 1, seq_len_q - 1)
-        x = torch.rand(batch_size * seq_len_q, 8)
+        x = torch.rand(batch_size * seq_len_q, 8,
+                       device="cuda" if torch.cuda.is_available() else "cpu")
 
         def run_pack(*, check=False):
             if isinstance(attn_metadata, DSAtrtllmAttentionMetadata) and run_type == "GEN":
@@ -243,8 +244,17 @@ for batch_size, seq_len_q, seq_len_kv_cache in itertools.product(
     run_pack = runner.create_run_pack(args.run_type, batch_size=batch_size, request_id_begin=0,
                                       seq_len_q=seq_len_q, seq_len_kv_cache=seq_len_kv_cache)
     run_pack()
+    if args.use_cuda_graph:
+        import torch
+
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run_pack()
     for i in range(args.warmup_times + args.run_times):
-        run_pack()
+        if args.use_cuda_graph:
+            graph.replay()
+        else:
+            run_pack()
     print(f"[RANK 0]  batch_size {batch_size}  seq_len_q {seq_len_q}  "
           f"seq_len_kv_cache {seq_len_kv_cache}  mean 1.0  (us)", flush=True)
 ''',

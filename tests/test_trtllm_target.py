@@ -38,6 +38,13 @@ FACTS = ["attn_metadata.max_draft_tokens", "attn_metadata.max_total_draft_tokens
          "attn_metadata.is_spec_decoding_enabled", "attn_metadata.kv_lens_cuda_2d.shape"]
 
 
+@pytest.fixture(autouse=True)
+def cpu_unless_gpu_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in runs on the CPU (operator names as kernels) except in `gpu` tests."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 def cfg(backend: str, bs: int, q: int, kv: int = 16, run_type: str = "GEN") -> dict:
     params = {"run_type": run_type, "backend": backend, "batch_size": bs, "seq_len_q": q,
               "seq_len_kv_cache": kv}
@@ -429,3 +436,33 @@ shutil.copy({str(tmp_path / "prepared.sqlite")!r}, out)
     assert record.status == "ok" and len(record.latency_us) == 3
     assert record.kernels == {"nvjet_tst_stand_in": 1, "void fmhaSm90Kernel<stand-in>(...)": 1}
     assert (tmp_path / "work/nsys/report_rank0.sqlite").is_file()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("graph", [False, True], ids=["events", "graph-replay"])
+def test_probe_on_cuda(checkouts: dict[str, Path], tmp_path: Path, graph: bool) -> None:
+    """CUDA events around run-pack calls, or around CUDAGraph.replay with --cuda-graph."""
+    configs = [cfg("DSA", 32, q) for q in (1, 4)]
+    outcome, log, spec = run_worker(checkouts["pr"], tmp_path, configs, cuda_graph=graph,
+                                    warmup_times=3, run_times=10)
+    assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    assert log.env["device"] == "cuda"
+    assert ("--use-cuda-graph" if graph else "--no-use-cuda-graph") in spec.argv
+    kernels = {}
+    for config in configs:
+        record = log.done[config["id"]]
+        assert record.status == "ok" and len(record.latency_us) == 10
+        assert all(0 < t < 50_000 for t in record.latency_us), record.latency_us
+        assert record.kernels and not any(k.startswith("aten::") for k in record.kernels)
+        kernels[config["params"]["seq_len_q"]] = record.kernels
+    # q4 announces MTP shapes on pr: softmax runs, a kernel q1 does not launch
+    assert set(kernels[4]) - set(kernels[1])
+    print(json.dumps({"graph": graph, "latency_us": {c["id"]: log.done[c["id"]].latency_us
+                                                     for c in configs}, "kernels": kernels}))

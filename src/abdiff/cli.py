@@ -1,7 +1,8 @@
 """Command-line entry point: parses arguments and dispatches to commands/.
 
 No pipeline logic lives here. Errors become exit codes: InputError -> 2,
-InfrastructureError -> 3, each printed as one line on stderr.
+InfrastructureError and OSError (disk full, unwritable folder) -> 3, each
+printed as one line on stderr.
 
 Ctrl-C (SIGINT) and SIGTERM stop abdiff cleanly: the signal becomes an
 `Interrupted` exception, the running worker's process group is killed, the
@@ -63,6 +64,12 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error message as the one line the CLI promises (a YAML or git message may hold
+    several)."""
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from abdiff.commands import COMMANDS
 
@@ -92,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
-        print(f"abdiff: error: {exc}", file=sys.stderr)
+        print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        # a full disk, a read-only or vanished folder: the tool could not run. Never the
+        # exit 1 of an uncaught exception, which would read as "unintended change".
+        print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
+        return InfrastructureError.exit_code
     except KeyboardInterrupt as exc:
         what = "terminated (SIGTERM)" if isinstance(exc, Interrupted) and \
             exc.signum == signal.SIGTERM else "interrupted"

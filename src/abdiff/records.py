@@ -200,7 +200,8 @@ def parse_round(data: Any, where: str) -> RoundRecord:
     if error is not None and not isinstance(error, str):
         raise InputError(f"{where}: error must be a string or null")
     round_index = data.get("round")
-    if round_index is not None and (not isinstance(round_index, int) or isinstance(round_index, bool)):
+    if round_index is not None and (not isinstance(round_index, int)
+                                    or isinstance(round_index, bool)):
         raise InputError(f"{where}: round must be an integer")
     return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from abdiff.errors import InfrastructureError
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.local import ProcessOutcome, last_meaningful_line, run_process
 from abdiff.probe import STDERR_MARK, RoundLog, read_round_log
@@ -65,6 +66,25 @@ def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool
                else "worker exited without writing a record")
         return RoundRecord("failed", f"{why}: {line}" if line else why, round=round_index)
     return RoundRecord("failed", line or f"exit code {outcome.returncode}", round=round_index)
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g}{unit}"
+    return str(size)
+
+
+def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_index: int,
+                     attempt: Path) -> str:
+    """A worker that never created its record log did not get as far as abdiff's code in
+    it (python, the job file, torch, the device): nothing of the benchmark ran, so this is
+    the tool failing to run, not a status of the configs."""
+    why = death_record(outcome, round_index, False, settings.timeout_s).error
+    hint = ""
+    if settings.max_memory_bytes is not None:
+        hint = f"; is --max-memory {_size_text(settings.max_memory_bytes)} too small?"
+    return f"a worker could not start: {why}{hint} (its output is in {attempt})"
 
 
 def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str, RoundRecord]:
@@ -130,6 +150,8 @@ def run_round(
                 on_record(cid, record)
             raise
         processes += 1
+        if not record_path.exists():
+            raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt))
         log = read_round_log(record_path)
         env = env or log.env
         records.update(finished(log, remaining, round_index))

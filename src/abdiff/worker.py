@@ -78,7 +78,6 @@ def failure_reason(exc: BaseException) -> str:
 
 def main(job_path: str) -> int:
     job = RoundJob.read(Path(job_path))
-    writer = RecordWriter(Path(job.record_path))
     device = resolve_device(job.device)
     if device == "cpu":
         # OpenMP spin-barriers across all cores turn any neighbouring load into
@@ -86,6 +85,10 @@ def main(job_path: str) -> int:
         import torch
 
         torch.set_num_threads(job.cpu_threads)
+    # The record log is created once the worker's own set-up (job, torch, device) has
+    # worked: a worker that dies before leaves none, and the launcher reports that
+    # abdiff could not start it, instead of blaming every config of the benchmark.
+    writer = RecordWriter(Path(job.record_path))
     writer.env({**environment(device), "cuda_graph": job.cuda_graph,
                 **({"cpu_threads": job.cpu_threads} if device == "cpu" else {})})
     runner_cls = _import_runner(Path.cwd())

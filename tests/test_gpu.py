@@ -1,0 +1,60 @@
+"""GPU-only checks (marked `gpu`, skipped without CUDA): kernel selection, events, graphs."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+PROBE = """
+import json, sys
+sys.path.insert(0, ".")
+from tinyllm.tools.layer_wise_benchmarks import Runner
+from abdiff.probe import find_attn_metadata, profile_kernels, time_iterations
+pack = Runner("TRTLLM", device="cuda").create_run_pack(
+    "GEN", batch_size=32, seq_len_q=4, seq_len_kv_cache=2049)
+print(json.dumps({
+    "max_total_draft_tokens": find_attn_metadata(pack).max_total_draft_tokens,
+    "kernels": profile_kernels(pack, "cuda"),
+    "events": time_iterations(pack, 3, 10, "cuda"),
+    "graph": time_iterations(pack, 3, 10, "cuda", cuda_graph=True),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from abdiff.demo.builder import build_demo_repo
+
+    repo = tmp_path_factory.mktemp("gpu") / "demo"
+    build_demo_repo(repo)
+    for branch in ("main", "pr-v1"):
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", str(repo.parent / branch),
+                        branch], check=True)
+    return repo.parent
+
+
+def probe(checkout: Path) -> dict:
+    import json
+
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=checkout, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_trtllm_kernel_selection_changes_on_pr_v1(demo: Path) -> None:
+    main, pr_v1 = probe(demo / "main"), probe(demo / "pr-v1")
+    assert main["max_total_draft_tokens"] is None and pr_v1["max_total_draft_tokens"] == 3
+    assert main["kernels"] and pr_v1["kernels"]
+    assert set(main["kernels"]) != set(pr_v1["kernels"])
+    assert any("softmax" in k.lower() for k in main["kernels"])
+    assert any("sdpa" in k.lower() or "flash" in k.lower() for k in pr_v1["kernels"])
+    for result in (main, pr_v1):
+        assert len(result["events"]) == 10 and min(result["events"]) > 0
+        assert len(result["graph"]) == 10 and min(result["graph"]) > 0

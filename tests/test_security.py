@@ -1,0 +1,229 @@
+"""abdiff runs no one's code by accident: no shell, revs checked before git sees them, YAML
+loaded safely, credentials kept from benchmark processes, benchmark text escaped in reports.
+
+The end-to-end checks read the session's fault run (tests/conftest.py), whose benchmark
+really crashed with a hostile line on stderr and really saw the environment abdiff gave it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import stat
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from conftest import HOSTILE, PASSED_SECRET, SECRETS, FaultRun, config_id, write_suite
+
+from abdiff.cli import main
+from abdiff.launchers.local import worker_environment
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "abdiff"
+SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}
+
+
+def _python_files() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def _calls(tree: ast.AST) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return f"{_name(func.value)}.{func.attr}"
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+# ---------------------------------------------------------------- no shell, argv lists
+
+
+def test_no_shell_anywhere() -> None:
+    """No `shell=True`, no os.system/os.popen/getoutput, and no subprocess started from a
+    string: every command is an argv list."""
+    problems = []
+    for path in _python_files():
+        for call in _calls(ast.parse(path.read_text(encoding="utf-8"))):
+            name = _name(call.func)
+            where = f"{path.relative_to(SRC)}:{call.lineno}"
+            for kw in call.keywords:
+                if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant)
+                                              and kw.value.value is False):
+                    problems.append(f"{where}: shell={ast.unparse(kw.value)}")
+            if name in ("os.system", "os.popen", "subprocess.getoutput",
+                        "subprocess.getstatusoutput", "os.execl", "os.execlp", "os.spawnl"):
+                problems.append(f"{where}: {name}")
+            if name.split(".")[-1] in SUBPROCESS_CALLS and name.startswith("subprocess.") \
+                    and call.args and isinstance(call.args[0], ast.Constant | ast.JoinedStr):
+                problems.append(f"{where}: {name} with a string command")
+    assert problems == []
+
+
+def test_yaml_only_through_the_safe_loader() -> None:
+    unsafe = []
+    for path in _python_files():
+        text = path.read_text(encoding="utf-8")
+        for call in _calls(ast.parse(text)):
+            name = _name(call.func)
+            if name in ("yaml.load", "yaml.load_all", "yaml.unsafe_load", "yaml.full_load",
+                        "yaml.unsafe_load_all", "yaml.full_load_all"):
+                unsafe.append(f"{path.relative_to(SRC)}:{call.lineno}: {name}")
+        for loader in ("yaml.Loader", "yaml.FullLoader", "yaml.UnsafeLoader"):
+            if loader in text:
+                unsafe.append(f"{path.relative_to(SRC)}: {loader}")
+    assert unsafe == []
+
+
+def test_python_tags_in_a_suite_run_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            faulty_repo: Path) -> None:
+    pwned = tmp_path / "PWNED"
+    suite = tmp_path / "evil.yaml"
+    suite.write_text(f'description: !!python/object/apply:os.system ["touch {pwned}"]\n'
+                     "matrix: {run_type: [GEN]}\n")
+    rc = main(["main..pr", "--configs", str(suite), "--repo", str(faulty_repo),
+               "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "malformed YAML" in err and "python/object/apply" in err
+    assert not pwned.exists()
+
+
+# ---------------------------------------------------------------- revs are checked first
+
+
+@pytest.fixture
+def git_spy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `git` first on PATH that logs its argv (one line per call) and runs the real git."""
+    real = next(Path(d) / "git" for d in os.environ["PATH"].split(os.pathsep)
+                if (Path(d) / "git").is_file())
+    folder = tmp_path / "spy"
+    folder.mkdir()
+    log = tmp_path / "git-calls.log"
+    spy = folder / "git"
+    spy.write_text(f'#!/bin/sh\nprintf "%s " "$@" >> "{log}"\necho >> "{log}"\n'
+                   f'exec "{real}" "$@"\n')
+    spy.chmod(spy.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    log.touch()
+    return log
+
+
+OPTION_REVS = [
+    ["main..--upload-pack=touch {pwned}"],
+    ["main...--upload-pack=touch {pwned}"],
+    ["diff", "--upload-pack=touch {pwned}..main"],
+    ["diff", "--", "--upload-pack=touch {pwned}..main"],
+    ["run", "--", "--upload-pack=touch {pwned}"],
+    ["baseline", "refresh", "rel", "--rev=--upload-pack=touch {pwned}"],
+    ["baseline:rel..--upload-pack=touch {pwned}"],
+    ["main..pr --upload-pack=touch {pwned}"],
+    ["main..pr\n--upload-pack=touch {pwned}"],
+    ["doctor", "main..--upload-pack=touch {pwned}"],
+]
+
+
+@pytest.mark.parametrize("words", OPTION_REVS, ids=lambda w: " ".join(w)[:40])
+def test_option_like_revs_never_reach_git(words: list[str], tmp_path: Path, faulty_repo: Path,
+                                          git_spy: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A rev such as `--upload-pack=CMD` is refused before git runs with it (git would run
+    CMD); the answer is one line and exit 2."""
+    pwned = tmp_path / "PWNED"
+    suite = write_suite(tmp_path / "s.yaml", [1])
+    argv = [w.format(pwned=pwned) for w in words]
+    options = ["--repo", str(faulty_repo)]
+    if argv[0] != "doctor":
+        options += ["--configs", str(suite), "--cache-dir", str(tmp_path / "cache")]
+    if argv[0] == "run":
+        options += ["--out", str(tmp_path / "run.json")]
+    rc = main([*argv, *options])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "upload-pack" not in git_spy.read_text()
+    assert not pwned.exists()
+
+
+# ---------------------------------------------------------------- credentials stay out
+
+
+def test_benchmark_never_sees_credentials(fault_run: FaultRun) -> None:
+    """The benchmark process of a real run saw none of the credential-like variables of
+    abdiff's environment, whatever their case, except the one named by --pass-env."""
+    seen = set(fault_run.env_seen)
+    assert not seen & set(SECRETS), seen & set(SECRETS)
+    assert PASSED_SECRET in seen
+    assert "ABDIFF_TEST_PLAIN" in seen and "PATH" in seen
+
+
+@pytest.mark.parametrize("name", [*SECRETS, "SSH_AUTH_SOCK", "MY_SERVICE_CREDENTIALS",
+                                  "DJANGO_SECRET_KEY", "github_token", "Api_Password"])
+def test_credential_patterns(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "x")
+    assert name not in worker_environment({})
+    assert worker_environment({}, pass_env=[name])[name] == "x"
+
+
+@pytest.mark.parametrize("name", ["PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TOKENIZERS_PARALLELISM",
+                                  "OMP_NUM_THREADS", "SECRETARY", "PASSWORD_RULES"])
+def test_ordinary_variables_pass(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(name, "x")
+    assert worker_environment({})[name] == "x"
+
+
+# ---------------------------------------------------------------- benchmark text is inert
+
+
+def test_hostile_error_line_is_escaped_in_markdown(fault_run: FaultRun) -> None:
+    """The aborting benchmark's stderr line reaches the PR comment as inert text: no HTML,
+    no link, no mention, no code span, no extra table cell, no terminal escape."""
+    md = fault_run.markdown
+    row = next(line for line in md.splitlines() if config_id(3) in line)
+    assert "SIGABRT: DG\\_HOST\\_ASSERT failed: &lt;script&gt;alert(1)&lt;/script&gt; \\|" in row
+    for raw in ("<script>", "</script>", "<b>", "[x](", "`tick`", "**bold**", "\x1b", "@octocat"):
+        assert raw not in md
+    assert "@\u200docto" in row and "#\u200d1" in row
+    header = next(line for line in md.splitlines() if line.startswith("| Config |"))
+    cells = len(re.findall(r"(?<!\\)\|", header))
+    assert len(re.findall(r"(?<!\\)\|", row)) == cells
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self.tags: list[str] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append(tag)
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        (self.scripts if self._in_script else self.text).append(data)
+
+
+def test_hostile_error_line_is_escaped_in_html(fault_run: FaultRun) -> None:
+    page = _Text()
+    page.feed(fault_run.html)
+    shown = HOSTILE.replace("\x1b", "")  # control characters are dropped, the rest shown
+    assert any(shown in text for text in page.text), "the error line is shown as text"
+    assert not any("alert(1)" in script for script in page.scripts)
+    assert "b" not in page.tags
+    assert "<script>alert" not in fault_run.html
+
+
+def test_hostile_error_line_is_clean_in_the_terminal_table(
+        fault_run: FaultRun, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = fault_run.state_dir / "a.json", fault_run.state_dir / "b.json"
+    assert main(["compare", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "DG_HOST_ASSERT failed: <script>" in out  # shown, as text
+    assert "\x1b" not in out
