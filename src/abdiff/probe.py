@@ -265,9 +265,14 @@ class RoundLog:
 
     @property
     def in_progress(self) -> str | None:
-        """The config that was started and never finished (where a crash happened)."""
-        pending = [cid for cid in self.started if cid not in self.done]
-        return pending[-1] if pending else None
+        """The config named by the last start line, unless it finished: where a crash happened.
+
+        A worker may start a config again (upstream's run.py interleaves shapes),
+        so only the last start line says what was running when the process died.
+        """
+        if self.started and self.started[-1] not in self.done:
+            return self.started[-1]
+        return None
 
 
 def read_round_log(path: Path) -> RoundLog:

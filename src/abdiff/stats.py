@@ -45,9 +45,10 @@ bounds that by alpha only for one look at exact tests; abdiff looks up to six
 times (5 rounds, then +2 per side up to 15) and real rounds are not exactly
 normal. Measured (benchmarks/calibration.py, docs/statistics.md): at 0.01 the
 A/A rate was about 1.0% for independent configs with normal round noise and
-1.4% on real host-timed H200 rounds; at 0.005 it was 0.4-0.7% and 1.0%, and
-0.0-0.5% on every other profile and replay. Noise below the 2% threshold
-(GPU, device-timed) loses no power at 0.005: a 5% shift is found every time.
+1.4% on real host-timed H200 rounds; at 0.005 it was 0.4-0.7% and 0.9%, and
+0.0-0.5% on every other noise profile and replay (demo on the 2-core CPU:
+0.3%). Noise below the 2% threshold (device-timed GPU rounds) loses no power
+at 0.005: a 5% shift is found every time.
 """
 
 DEFAULT_EQUIVALENCE_ALPHA = 0.05
@@ -63,8 +64,9 @@ DEFAULT_CONFIRM_P = DEFAULT_ALPHA / 10
 A flag with weaker evidence asks for more rounds (`needs_more_rounds`) and is
 decided on the final data: a Haybittle-Peto boundary. Without it every look of
 the adaptive extension is another chance for an A/A config to cross alpha
-(calibration: A/A false alarms 2.6% instead of 1.0% on replayed H200 rounds,
-1.5% instead of 0.5% on replayed CPU rounds, at almost the same power).
+(calibration, A/A false alarms without -> with it: replayed host-timed H200
+rounds 2.3% -> 0.9%, demo rounds on the 2-core CPU 1.2% -> 0.3%, at almost the
+same power).
 """
 
 DEFAULT_CONFIRM_EQUIVALENCE_P: float | None = None
@@ -248,7 +250,7 @@ def compare_latency(
         return LatencyStats(ratio, (nan, nan), nan, nan, na, nb,
                             f"{_METHOD}: needs 2+ rounds per side for a test")
     tests = round_level_tests(log_a, log_b, min_effect, 1 - alpha)
-    method = f"{_METHOD}, {1 - alpha:.0%} CI; TOST +-{min_effect:.1%}"
+    method = f"{_METHOD}, {100 * (1 - alpha):g}% CI; TOST +-{100 * min_effect:g}%"
     if (np.ptp(log_a) == 0) and (np.ptp(log_b) == 0):
         method += " (no round-to-round variation: exact)"
     return LatencyStats(
