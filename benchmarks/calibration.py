@@ -62,6 +62,7 @@ from abdiff import stats
 from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file, write_run_file
 
 N_CONFIGS = 12
+CONFIDENCE = 1 - 2 * stats.DEFAULT_EQUIVALENCE_ALPHA  # compare_latency's interval
 SHIFTS = (0.02, 0.05, 0.10)
 
 
@@ -222,7 +223,7 @@ def abdiff_adaptive(
         idx = np.argwhere(active)
         na, nb = n, min(n + extra_b, log_b.shape[2])
         tests = stats.round_level_tests(log_a[idx[:, 0], idx[:, 1], :na],
-                                        log_b[idx[:, 0], idx[:, 1], :nb], min_effect, 1 - alpha)
+                                        log_b[idx[:, 0], idx[:, 1], :nb], min_effect, CONFIDENCE)
         for k, (r, c) in enumerate(idx):
             cache[r][c] = stats.LatencyStats(
                 float(tests.ratio[k]), (float(tests.ci_low[k]), float(tests.ci_high[k])),
@@ -575,7 +576,7 @@ def check_equivalence(seed: int) -> None:
         direct = stats.compare_latency(ra, rb)
         vec = stats.round_level_tests(np.log(np.median(a[0, c, :7], -1)),
                                        np.log(np.median(b[0, c, :9], -1)),
-                                       stats.DEFAULT_MIN_EFFECT, 1 - stats.DEFAULT_ALPHA)
+                                       stats.DEFAULT_MIN_EFFECT, CONFIDENCE)
         assert np.isclose(direct.p_difference, vec.p_difference[0])
         assert np.isclose(direct.p_equivalence, vec.p_equivalence[0])
         assert np.isclose(direct.ci[0], vec.ci_low[0]) and np.isclose(direct.ratio, vec.ratio[0])

@@ -359,8 +359,6 @@ def test_bad_baselines(content: str, pattern: str, repos: dict[str, Path], suite
 # ---------------------------------------------------------------- abdiff's own state
 
 
-@pytest.mark.xfail(strict=True, reason="schedule.py Measurement.open reads state.json with a "
-                   "bare json.loads: a damaged state folder is a traceback (lead's file)")
 def test_damaged_state_folder_is_one_line(repos: dict[str, Path], tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A state folder whose state.json was damaged (by hand, a disk error): one line naming

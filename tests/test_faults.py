@@ -335,9 +335,6 @@ def test_two_abdiffs_share_one_cache(tmp_path: Path) -> None:
     assert not [p for p in Path(trees[0]).parent.iterdir() if p.name.startswith(".tmp-")]
 
 
-@pytest.mark.xfail(strict=True, reason="the state folder (cache/runs/KEY) has no lock: a second "
-                   "identical command measures the same rounds and removes the first one's "
-                   "running round folder (schedule.run_slots), which then loses that round")
 def test_the_same_command_twice_at_once(faulty_repo: Path, tmp_path: Path) -> None:
     """A CI bot retrying a job while the first is still running: the second waits for or
     refuses the measurement in progress; neither ever reports a status it did not see."""

@@ -181,13 +181,35 @@ def test_min_effect_gate():
     assert r.verdict == "unchanged"
 
 
-def test_confidence_level_follows_alpha():
+def test_interval_is_the_tost_interval():
+    """The reported interval is the 90% one: inside the margin exactly when TOST succeeds."""
     rng = np.random.default_rng(12)
     a, b = make_rounds(rng, 6, round_sd=0.02), make_rounds(rng, 6, round_sd=0.02)
-    narrow = stats.compare_latency(a, b, alpha=0.10)
-    wide = stats.compare_latency(a, b, alpha=0.001)
-    assert wide.ci[0] < narrow.ci[0] < narrow.ratio < narrow.ci[1] < wide.ci[1]
-    assert narrow.p_difference == pytest.approx(wide.p_difference)
+    s = stats.compare_latency(a, b)
+    assert "90% CI" in s.method
+    inside = s.ci[0] > 1 / 1.02 and s.ci[1] < 1.02
+    assert inside == (s.p_equivalence < stats.DEFAULT_EQUIVALENCE_ALPHA)
+    wide = stats.compare_latency(a, b, equivalence_alpha=0.005)
+    assert wide.ci[0] < s.ci[0] < s.ratio < s.ci[1] < wide.ci[1]
+    assert wide.p_difference == pytest.approx(s.p_difference)
+    # alpha does not change the statistics, only the verdict level
+    assert stats.compare_latency(a, b, alpha=0.2) == s
+
+
+def test_slower_interval_excludes_one_and_unchanged_interval_is_inside_margin():
+    rng = np.random.default_rng(14)
+    seen = set()
+    for _ in range(20):
+        a, b = make_rounds(rng, 6, round_sd=0.01), make_rounds(rng, 6, 1.04, round_sd=0.01)
+        c = make_rounds(rng, 10, round_sd=0.004)
+        for r in stats.latency_verdicts([stats.compare_latency(a, b),
+                                         stats.compare_latency(c, make_rounds(rng, 10, 1.005))]):
+            seen.add(r.verdict)
+            if r.verdict == "slower":
+                assert r.ci[0] > 1
+            if r.verdict == "unchanged":
+                assert r.ci[0] > 1 / 1.02 and r.ci[1] < 1.02
+    assert {"slower", "unchanged"} <= seen
 
 
 def test_hand_written_constant_rounds():
@@ -230,7 +252,7 @@ def test_aa_suite_false_alarms_are_rare():
     log_meds = rng.normal(0, 0.02, (n_suites, n_cfg, 2, n_rounds))
     tests = stats.round_level_tests(log_meds[:, :, 0].reshape(-1, n_rounds),
                                     log_meds[:, :, 1].reshape(-1, n_rounds),
-                                    stats.DEFAULT_MIN_EFFECT, 1 - stats.DEFAULT_ALPHA)
+                                    stats.DEFAULT_MIN_EFFECT, 0.9)
     alarms = 0
     for s in range(n_suites):
         rows = range(s * n_cfg, (s + 1) * n_cfg)

@@ -37,8 +37,8 @@ def load_baseline(folder: Path, name: str) -> RunFile:
     path = baseline_path(folder, name)
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in Path(folder).glob("*.json"))) or "none"
-        raise InputError(f"baseline {name!r} not found in {folder} (known: {known}); "
-                         f"create it with `abdiff baseline refresh {name} --rev REV --configs SUITE`")
+        raise InputError(f"baseline {name!r} not found in {folder} (known: {known}); create it "
+                         f"with `abdiff baseline refresh {name} --rev REV --configs SUITE`")
     return load_run_file(path)
 
 

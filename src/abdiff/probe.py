@@ -166,9 +166,8 @@ def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for event in prof.events():
         is_kernel = event.device_type == torch.autograd.DeviceType.CUDA
-        if device == "cuda" and is_kernel:
-            counts[event.name] += 1
-        elif device != "cuda" and not is_kernel and event.name not in NO_COMPUTE_OPS:
+        wanted = is_kernel if device == "cuda" else event.name not in NO_COMPUTE_OPS
+        if wanted and is_kernel == (device == "cuda"):
             counts[event.name] += 1
     return dict(sorted(counts.items()))
 

@@ -17,10 +17,14 @@ import json
 import random
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
+from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers.base import Launcher
 from abdiff.records import (
     ConfigRuns,
@@ -108,10 +112,16 @@ class Measurement:
         """Continue an unfinished measurement in `state_dir`, else start a new one.
 
         A finished one is reused only with `resume` (to re-report without measuring).
+        The caller holds `state_lock(state_dir)` while measuring.
         """
         state_file = state_dir / "state.json"
         if state_file.exists():
-            state = json.loads(state_file.read_text(encoding="utf-8"))
+            try:
+                state = json.loads(state_file.read_text(encoding="utf-8"))
+                seed = int(state["seed"])
+            except (ValueError, KeyError, TypeError, OSError) as exc:
+                raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
+                                 f"{state_dir} to measure again") from None
             if resume or not state.get("complete"):
                 for name, side in sides.items():
                     saved = state_dir / f"{name.lower()}.json"
@@ -122,7 +132,7 @@ class Measurement:
                             if kept is not None:
                                 config.rounds = kept.rounds
                         side.run.env = old.env or side.run.env
-                return cls(state_dir, sides, int(state["seed"]))
+                return cls(state_dir, sides, seed)
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         measurement = cls(state_dir, sides, seed)
@@ -151,6 +161,28 @@ class Measurement:
         assert config is not None, config_id
         config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
+
+
+def state_lock(state_dir: Path) -> FileLock:
+    """Held while measuring: a second identical command must not redo the same rounds."""
+    locks = state_dir.parent.with_name("locks")  # beside runs/, so runs/ holds only states
+    locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(locks / f"{state_dir.name}.lock", timeout=0)
+
+
+@contextmanager
+def exclusive(state_dir: Path) -> Iterator[None]:
+    """The state folder's lock, or one clear error when another abdiff holds it."""
+    lock = state_lock(state_dir)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise InfrastructureError(f"another abdiff is measuring the same runs ({state_dir}); wait for "
+                         "it to finish, then re-run to reuse its rounds") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def run_slots(

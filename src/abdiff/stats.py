@@ -96,7 +96,7 @@ class LatencyStats:
     """One config's latency comparison before multiple-comparison control.
 
     `ratio` is B/A (the geometric mean of B's round medians over A's); `ci` is
-    its (1 - alpha) confidence interval; `p_difference` the raw two-sided
+    its 90% confidence interval (the TOST's); `p_difference` the raw two-sided
     Welch p-value; `p_equivalence` the TOST p-value against the margin
     (+-`min_effect`). NaN where the rounds do not define them.
     """
@@ -222,6 +222,8 @@ def compare_latency(
     b_rounds: list[list[float]],
     min_effect: float = DEFAULT_MIN_EFFECT,
     alpha: float = DEFAULT_ALPHA,
+    *,
+    equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
 ) -> LatencyStats:
     """Compare one config's latency, B against A, at the level of rounds.
 
@@ -229,8 +231,15 @@ def compare_latency(
     rounds may have different iteration counts and the sides different round
     counts. Each round becomes its median (`round_summary`), and
     `round_level_tests` compares the log medians with Welch's t-test (two
-    sided; `ci` is the (1 - alpha) interval of the ratio B/A) and a TOST
-    against +-log(1 + min_effect). Iterations are never pooled across rounds.
+    sided, `p_difference`) and a TOST against +-log(1 + min_effect)
+    (`p_equivalence`). Iterations are never pooled across rounds.
+
+    `ci` is the (1 - 2 * equivalence_alpha) interval of the ratio B/A, 90% by
+    default: the interval the TOST uses, so "unchanged" is exactly "the
+    interval lies inside +-min_effect", and every "slower"/"faster" (raw
+    p < alpha < 2 * equivalence_alpha) has an interval that excludes 1.
+    `alpha` is only validated here: the p-values do not depend on it, the
+    family-wise level is applied by `latency_verdicts`.
 
     Few rounds never crash and never decide: with fewer than 2 rounds on a
     side there is no between-round variance, so `ci`, `p_difference` and
@@ -239,6 +248,9 @@ def compare_latency(
     rounds are ignored; a non-positive or non-finite latency is a ValueError.
     """
     _check_levels(min_effect, alpha)
+    if not 0 < equivalence_alpha < 0.5:
+        raise ValueError(f"equivalence_alpha must be between 0 and 0.5, got {equivalence_alpha}")
+    confidence = 1 - 2 * equivalence_alpha
     log_a = _log_round_summaries(a_rounds)
     log_b = _log_round_summaries(b_rounds)
     na, nb = len(log_a), len(log_b)
@@ -249,8 +261,8 @@ def compare_latency(
         ratio = float(np.exp(log_b.mean() - log_a.mean()))
         return LatencyStats(ratio, (nan, nan), nan, nan, na, nb,
                             f"{_METHOD}: needs 2+ rounds per side for a test")
-    tests = round_level_tests(log_a, log_b, min_effect, 1 - alpha)
-    method = f"{_METHOD}, {100 * (1 - alpha):g}% CI; TOST +-{100 * min_effect:g}%"
+    tests = round_level_tests(log_a, log_b, min_effect, confidence)
+    method = f"{_METHOD}, {100 * confidence:g}% CI; TOST +-{100 * min_effect:g}%"
     if (np.ptp(log_a) == 0) and (np.ptp(log_b) == 0):
         method += " (no round-to-round variation: exact)"
     return LatencyStats(
@@ -324,7 +336,7 @@ def latency_verdicts(
     `min_effect` must be the one given to `compare_latency` (it set the TOST
     margin). The result's `p` is the **adjusted** p-value (None when the config
     is not in the family), `p_equivalence` the raw TOST p (no adjustment, see
-    DEFAULT_EQUIVALENCE_ALPHA), `ci` the per-config (1 - alpha) interval of
+    DEFAULT_EQUIVALENCE_ALPHA), `ci` the per-config 90% interval of
     `compare_latency`.
     """
     _check_levels(min_effect, alpha)

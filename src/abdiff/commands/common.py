@@ -22,6 +22,7 @@ from abdiff.schedule import (
     Plan,
     SideRun,
     empty_run,
+    exclusive,
     measure,
     settings_fingerprint,
     state_key,
@@ -150,7 +151,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         pass_env=args.pass_env,
         max_memory_bytes=args.max_memory,
     )
-    cache_dir = args.cache_dir or default_cache_dir()
+    cache_dir = (args.cache_dir or default_cache_dir()).resolve()
     return Bench(suite, target, launcher, settings, CheckoutCache(repo_root, cache_dir), cache_dir)
 
 
@@ -181,10 +182,11 @@ def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
     repo_root = open_repo(args.repo)
     bench = prepare_bench(args, repo_root)
     sides = {"A": side_run(bench, resolve_rev(repo_root, rev))}
-    measurement = Measurement.open(state_dir(bench, sides, kind), sides, args.resume, args.seed)
-    one_side = Plan(args.rounds, args.rounds)
-    measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-            one_side, None, args.quiet)
+    where = state_dir(bench, sides, kind)
+    with exclusive(where):
+        measurement = Measurement.open(where, sides, args.resume, args.seed)
+        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+                Plan(args.rounds, args.rounds), None, args.quiet)
     return sides["A"].run
 
 

@@ -35,7 +35,7 @@ from abdiff.errors import InputError
 from abdiff.probe import environment, resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import open_repo, resolve_range
-from abdiff.schedule import Measurement, Plan, SideRun, measure
+from abdiff.schedule import Measurement, Plan, SideRun, exclusive, measure
 from abdiff.stats import DEFAULT_ALPHA, needs_more_rounds
 from abdiff.suites.loader import MATRIX_KEYS
 
@@ -79,11 +79,12 @@ def measure_and_compare(
     expect: dict, min_effect: float, notes: list[str],
 ) -> Result:
     where = state_dir(bench, sides, "diff")
-    measurement = Measurement.open(where, sides, args.resume, args.seed)
     run_b = sides["B"].run
-    measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-            Plan(args.rounds, max(args.rounds, args.max_rounds)),
-            undecided_configs(run_a, run_b, expect, min_effect), args.quiet)
+    with exclusive(where):
+        measurement = Measurement.open(where, sides, args.resume, args.seed)
+        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+                Plan(args.rounds, max(args.rounds, args.max_rounds)),
+                undecided_configs(run_a, run_b, expect, min_effect), args.quiet)
     if not args.quiet:
         print(f"abdiff: run files in {where}", file=sys.stderr)
     return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes)

@@ -199,5 +199,6 @@ def load_suite(name_or_path: str, allow_large: bool = False) -> Suite:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"{path}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+        why = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
+        raise InputError(f"{path}: malformed YAML{at}: {why}") from None
     return parse_suite(data, name, str(path), allow_large)
