@@ -14,8 +14,10 @@ Rules (the anchors pool all iterations of all rounds, as those tools do):
 - abdiff: `abdiff.stats` as shipped (Welch t on log round medians, Holm across
   the suite, --min-effect 2%, TOST for unchanged), with the default adaptive
   budget: 5 rounds per side, then +2 per side (one ABBA block) for
-  inconclusive configs, up to 15 (the schedule of src/abdiff/schedule.py);
-  also "fixed 5" (no extension);
+  configs for which `stats.needs_more_rounds` says so, up to 15 (the
+  schedule of src/abdiff/schedule.py); also "fixed 5" (no extension) and
+  "no confirm" (extension for inconclusive configs only, without the
+  early-stopping boundary for marginal slower/faster flags);
 - asv (`asv compare`): Mann-Whitney U p < 0.002 and median ratio beyond 1.1;
 - Google Benchmark compare.py: Mann-Whitney U, two-sided, p < 0.05 per benchmark;
 - pyperf compare_to: Student's t-test on pooled values, p < 0.05 (and, as in
@@ -32,13 +34,18 @@ random walk) + per-process offset shared by all configs of the round + per-
 config round offset (both Student-t, 4 d.o.f.: heavy-tailed) + a cold-start
 penalty for the first process + within-round Gaussian jitter + heavy-tailed
 outlier iterations (Lomax). Profiles: `h200` (DESIGN.md's H200 measurements),
-`cpu-quiet` (a quiet dedicated CPU box), `cpu-2core` (this 2-core container,
-single-threaded torch; measured with --record).
+`cpu-quiet` (a quiet dedicated CPU box), `cpu-2core` (this 2-core container
+when idle, single-threaded torch; measured with --record).
+
+Replay (`--replay DIR`): each recorded config's rounds are split at random into
+two sides (A/A); for power, side B of one config (rotating over the recorded
+configs) is multiplied by 1 + shift. Results and their reading: docs/statistics.md.
 
 Usage:
-  python benchmarks/calibration.py                 # full run (~2-3 min on 2 cores)
-  python benchmarks/calibration.py --quick         # ~30 s
+  python benchmarks/calibration.py                 # full run (about 95 s on 2 cores)
+  python benchmarks/calibration.py --quick         # about 8 s
   python benchmarks/calibration.py --record runs/cpu.json --record-rounds 30
+  python benchmarks/calibration.py --record runs/h200.json --record-device cuda
   python benchmarks/calibration.py --replay runs/  # real rounds from run files
 """
 
@@ -59,6 +66,7 @@ import numpy as np
 from scipy import stats as sps
 
 from abdiff import stats
+from abdiff.errors import InputError
 from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file, write_run_file
 
 N_CONFIGS = 12
@@ -621,7 +629,11 @@ def main(argv: list[str] | None = None) -> int:
           f"(+{budget.step} per extension)\n")
 
     if args.replay:
-        pool_named = load_replay(args.replay, 2 * stats.MIN_ROUNDS)
+        try:
+            pool_named = load_replay(args.replay, 2 * stats.MIN_ROUNDS)
+        except InputError as exc:
+            print(f"calibration: {exc}", file=sys.stderr)
+            return 2
         if not pool_named:
             print(f"{args.replay}: no config with {2 * stats.MIN_ROUNDS}+ ok rounds",
                   file=sys.stderr)

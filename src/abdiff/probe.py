@@ -26,6 +26,10 @@ from typing import Any
 from abdiff.records import RoundRecord
 
 FACT_TEXT_LIMIT = 200
+# Wall time of warm-up per config on a GPU: the H200 run of 2026-12-02 with a
+# 3-iteration warm-up saw 20-30% round-to-round variation, which a GPU still
+# ramping its clock explains (not yet re-measured with this warm-up).
+GPU_MIN_WARMUP_S = 0.3
 # Written to stderr as each config starts: a death's reason is read from the
 # worker's stderr after the last such line, never from an earlier config's output.
 STDERR_MARK = "abdiff-worker: config "
@@ -99,10 +103,30 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def warm_up(
+    step: Callable[[], Any], count: int, min_seconds: float, sync: Callable[[], Any]
+) -> None:
+    """At least `count` calls, and more until `min_seconds` of wall time have passed.
+
+    A GPU idles at a low clock and needs tens of milliseconds of steady load to
+    reach its boost clock; a fixed handful of short iterations measures the
+    ramp instead of the kernel.
+    """
+    deadline = time.perf_counter() + min_seconds
+    done = 0
+    while done < count or time.perf_counter() < deadline:
+        step()
+        done += 1
+        if done % 16 == 0:
+            sync()  # bound the queue, so the deadline measures executed work
+    sync()
+
+
 def time_iterations(
-    fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = False
+    fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = False,
+    min_warmup_s: float = 0.0,
 ) -> list[float]:
-    """Per-iteration latency in microseconds after `warmup` untimed calls.
+    """Per-iteration latency in microseconds after the warm-up (`warm_up`).
 
     CPU: perf_counter_ns around each call. CUDA: an event pair around each call,
     read after one synchronize at the end, so timing does not serialize the
@@ -110,8 +134,7 @@ def time_iterations(
     timed, as upstream's run.py does with use_cuda_graph.
     """
     if device != "cuda":
-        for _ in range(warmup):
-            fn()
+        warm_up(fn, warmup, min_warmup_s, lambda: None)
         out = []
         for _ in range(runs):
             start = time.perf_counter_ns()
@@ -132,9 +155,7 @@ def time_iterations(
         with torch.cuda.graph(graph):
             fn()
         step = graph.replay
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
+    warm_up(step, warmup, min_warmup_s, torch.cuda.synchronize)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(runs)]
     for start, end in events:

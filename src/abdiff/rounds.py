@@ -20,6 +20,10 @@ from abdiff.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
+# Kernels are captured in the first rounds only: the selection is a property of
+# the code and the shape, and every capture costs a profiled call per config.
+KERNEL_ROUNDS = 2
+
 
 @dataclass
 class RoundSettings:
@@ -134,7 +138,7 @@ def run_round(
             device=settings.device,
             cuda_graph=settings.cuda_graph,
             cpu_threads=settings.cpu_threads,
-            profile_kernels=settings.profile_kernels,
+            profile_kernels=settings.profile_kernels and round_index < KERNEL_ROUNDS,
             target_options=settings.target_options,
             target_args=settings.target_args,
         )

@@ -177,8 +177,8 @@ def exclusive(state_dir: Path) -> Iterator[None]:
     try:
         lock.acquire()
     except Timeout:
-        raise InfrastructureError(f"another abdiff is measuring the same runs ({state_dir}); wait for "
-                         "it to finish, then re-run to reuse its rounds") from None
+        raise InfrastructureError(f"another abdiff is measuring the same runs ({state_dir}); "
+                                  "wait for it to end, then re-run to reuse its rounds") from None
     try:
         yield
     finally:

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from abdiff.probe import (
+    GPU_MIN_WARMUP_S,
     RecordWriter,
     environment,
     find_attn_metadata,
@@ -54,7 +55,11 @@ def run_config(
     )
     facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
     writer.facts(config_id, facts)
-    latencies = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph)
+    min_warmup_s = job.min_warmup_s
+    if min_warmup_s is None:
+        min_warmup_s = GPU_MIN_WARMUP_S if device == "cuda" else 0.0
+    latencies = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph,
+                                min_warmup_s)
     kernels = profile_kernels(run_pack, device) if job.profile_kernels else {}
     return RoundRecord("ok", None, latencies, facts, kernels, job.round)
 

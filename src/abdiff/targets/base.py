@@ -36,6 +36,7 @@ class RoundJob:
     run_times: int = 20
     device: str = "auto"  # auto | cpu | cuda
     cuda_graph: bool = False
+    min_warmup_s: float | None = None  # None: GPU_MIN_WARMUP_S on CUDA, none on the CPU
     cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
     profile_kernels: bool = True
     target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block

@@ -1,0 +1,126 @@
+"""`abdiff A..B --configs mtp` on the demo repository, as a user runs it (issue 3's done-when).
+
+Real git, real worker processes, real torch. Rounds are kept small (CI has two
+cores); the statistics of larger budgets are the calibration benchmark's job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import git, run_abdiff, write_suite
+
+from abdiff.demo import build_demo_repo
+from abdiff.records import load_run_file
+
+RESULT_KEYS = {"schema", "a", "b", "expect", "configs", "summary"}
+CONFIG_KEYS = {"id", "params", "status_change", "facts_changed", "kernels_added",
+               "kernels_removed", "latency", "in_scope", "verdict"}
+LATENCY_KEYS = {"verdict", "ratio", "ci", "p"}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("e2e") / "demo"
+    build_demo_repo(repo)
+    return repo
+
+
+def diff(demo: Path, rev_range: str, out: Path, *extra: object) -> tuple[int, dict, str]:
+    done = run_abdiff(rev_range, "--configs", "mtp", "--repo", demo, "--cache-dir",
+                      out / "cache", "--rounds", 2, "--max-rounds", 2, "--json",
+                      out / "result.json", "--format", "markdown", "--output",
+                      out / "report.md", *extra)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads((out / "result.json").read_text()), done.stderr
+
+
+def by_id(result: dict) -> dict[str, dict]:
+    return {c["id"]: c for c in result["configs"]}
+
+
+def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> None:
+    before = (git(demo, "status", "--porcelain"), git(demo, "rev-parse", "HEAD"),
+              git(demo, "branch", "--list"))
+    code, result, _ = diff(demo, "main..pr-v1", tmp_path)
+    assert code == 1 and result["summary"]["exit_code"] == 1
+    configs = by_id(result)
+    for cid, config in configs.items():
+        q = config["params"]["seq_len_q"]
+        if config["params"]["backend"] == "TRTLLM" and q > 1:
+            assert config["verdict"] == "unintended", cid
+            assert config["facts_changed"]["attn_metadata.max_total_draft_tokens"] == [None, q - 1]
+            # a different attention path: SDPA with a draft mask instead of bmm + softmax
+            assert any("scaled_dot_product" in k for k in config["kernels_added"]), cid
+            assert "aten::bmm" in config["kernels_removed"], cid
+        elif config["params"]["backend"] == "DSA" and q > 1:
+            assert (config["verdict"], config["status_change"]) == ("expected", "fixed"), cid
+            assert config["facts_changed"]["attn_metadata.kv_lens_cuda_2d.shape"][1][1] == q
+        else:
+            assert config["verdict"] in ("unchanged", "inconclusive"), cid
+            assert not config["facts_changed"] and not config["kernels_added"], cid
+    # A and B ran their own checkouts' code: the same config recorded different facts
+    run_a = load_run_file(next((tmp_path / "cache" / "runs").glob("*/a.json")))
+    assert run_a.sha == git(demo, "rev-parse", "main")
+    # the user's repository is untouched
+    assert before == (git(demo, "status", "--porcelain"), git(demo, "rev-parse", "HEAD"),
+                      git(demo, "branch", "--list"))
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("<!-- abdiff -->\n")
+    unintended_table = report.split("<details>")[0]
+    assert "GEN-TRTLLM-bs32-q4-kv2049" in unintended_table and "None -&gt; 3" in unintended_table
+    assert "GEN-DSA-bs32-q4-kv2049" in report.split("<details>")[1]
+
+
+def test_pr_fixes_dsa_and_leaves_trtllm_alone(demo: Path, tmp_path: Path) -> None:
+    code, result, _ = diff(demo, "main..pr", tmp_path)
+    assert code == 0, result["summary"]
+    assert set(result) >= RESULT_KEYS and result["schema"] == "abdiff.result/1"
+    assert result["expect"] == {"backend": ["DSA"]}
+    for cid, config in by_id(result).items():
+        assert set(config) >= CONFIG_KEYS and set(config["latency"]) >= LATENCY_KEYS, cid
+        if config["params"]["backend"] == "DSA" and config["params"]["seq_len_q"] > 1:
+            assert (config["verdict"], config["status_change"]) == ("expected", "fixed"), cid
+            assert config["in_scope"] and "DG_HOST_ASSERT" in config["error_a"]
+        else:
+            assert config["verdict"] in ("unchanged", "inconclusive"), cid
+            assert config["status_change"] == "same" and not config["facts_changed"], cid
+            assert not config["kernels_added"] and not config["kernels_removed"], cid
+            latency = config["latency"]
+            assert latency["ratio"] > 0 and latency["ci"][0] <= latency["ratio"] <= latency["ci"][1]
+    assert result["summary"]["unintended"] == 0 and result["summary"]["expected"] == 4
+
+
+def test_a_a_never_flags(demo: Path, tmp_path: Path) -> None:
+    """`abdiff pr..pr` five times in a row: exit 0 and nothing flagged every time."""
+    suite = write_suite(tmp_path / "aa.yaml", [4, 8], ("DSA", "TRTLLM"), (1, 4))
+    for attempt in range(5):
+        out = tmp_path / f"run{attempt}"
+        done = run_abdiff("pr..pr", "--configs", suite, "--repo", demo, "--cache-dir",
+                          tmp_path / "cache", "--rounds", 3, "--max-rounds", 3,
+                          "--json", out / "result.json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads((out / "result.json").read_text())
+        assert {c["verdict"] for c in result["configs"]} <= {"unchanged", "inconclusive"}
+        assert not any(c["facts_changed"] or c["kernels_added"] for c in result["configs"])
+    # five runs, one checkout: the cache was reused
+    assert len(list((tmp_path / "cache" / "checkouts").glob("*/*.done"))) == 1
+
+
+def test_run_then_compare_matches(demo: Path, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.yaml", [2], ("DSA", "TRTLLM"), (1, 4))
+    for rev in ("main", "pr"):
+        done = run_abdiff("run", rev, "--configs", suite, "--repo", demo, "--cache-dir",
+                          tmp_path / "cache", "--rounds", 2, "--out", tmp_path / f"{rev}.json")
+        assert done.returncode == 0, done.stderr
+    run_main = load_run_file(tmp_path / "main.json")
+    assert run_main.rev == "main" and len(run_main.configs) == 4
+    assert all(len(c.rounds) == 2 for c in run_main.configs)
+    done = run_abdiff("compare", tmp_path / "main.json", tmp_path / "pr.json", "--expect",
+                      "backend=DSA", "--format", "table")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"expected\s+GEN-DSA-bs2-q4-kv64\s+aborted -> ok \(fixed\)", done.stdout)
+    assert "0 unintended" in done.stdout.splitlines()[-1]
