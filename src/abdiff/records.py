@@ -132,6 +132,9 @@ def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report or baseline is shared
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -166,13 +169,18 @@ def write_result(path: Path, result: Result) -> None:
     write_atomic(path, dump_json(result.to_json()))
 
 
+def _type_name(kind: type) -> str:
+    return "null" if kind is type(None) else kind.__name__
+
+
 def _require(data: dict, key: str, kind: type | tuple, where: str) -> Any:
     if key not in data:
         raise InputError(f"{where}: missing field '{key}'")
     value = data[key]
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise InputError(f"{where}: field '{key}' must be {names}, got {type(value).__name__}")
+        kinds = (kind,) if isinstance(kind, type) else kind
+        names = "/".join(_type_name(k) for k in kinds)
+        raise InputError(f"{where}: field '{key}' must be {names}, got {_type_name(type(value))}")
     return value
 
 
@@ -257,3 +265,150 @@ def load_run_file(path: Path) -> RunFile:
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
     return parse_run_file(data, str(path))
+
+
+# Result (`abdiff.result/1`) loading. The result may come from an untrusted job
+# (a pull request's CI run, docs/ci.md), so every field is checked for its type
+# before a report is rendered from it; unknown extra fields are ignored.
+
+_NULL = type(None)
+_STR_OR_NULL = (str, _NULL)
+
+
+def _optional(data: dict, key: str, kind: type | tuple, where: str, default: Any = None) -> Any:
+    """Like _require, for a field whose dataclass has a default: absent gives `default`."""
+    return _require(data, key, kind, where) if key in data else default
+
+
+def _object(data: Any, where: str) -> dict:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: must be an object")
+    return data
+
+
+def _float(data: dict, key: str, where: str) -> float | None:
+    """An optional finite number (null or absent is None)."""
+    value = _optional(data, key, (int, float, _NULL), where)
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InputError(f"{where}: field '{key}' must be a finite number")
+    return number
+
+
+def _count(data: dict, key: str, where: str) -> int:
+    value = _optional(data, key, int, where, 0)
+    if value < 0:
+        raise InputError(f"{where}: field '{key}' must be a non-negative integer")
+    return value
+
+
+def _strings(data: dict, key: str, where: str) -> list[str]:
+    value = _optional(data, key, list, where, [])
+    if not all(isinstance(item, str) for item in value):
+        raise InputError(f"{where}: field '{key}' must be a list of strings")
+    return value
+
+
+def _counts(data: dict, key: str, where: str) -> dict[str, int]:
+    value = _require(data, key, dict, where)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value.values()):
+        raise InputError(f"{where}: field '{key}' must map names to non-negative integer counts")
+    return value
+
+
+def _side(data: dict, key: str, where: str) -> Side:
+    side = _require(data, key, dict, where)
+    swhere = f"{where}: {key}"
+    return Side(_require(side, "rev", str, swhere), _require(side, "sha", str, swhere),
+                _optional(side, "baseline", _STR_OR_NULL, swhere))
+
+
+def _latency(data: dict, where: str) -> LatencyResult:
+    ci = _optional(data, "ci", (list, _NULL), where)
+    if ci is not None:
+        if len(ci) != 2:
+            raise InputError(f"{where}: field 'ci' must be [low, high] or null")
+        ci = [_float({"ci": c}, "ci", where) for c in ci]
+    return LatencyResult(
+        verdict=_require(data, "verdict", str, where),
+        ratio=_float(data, "ratio", where),
+        ci=ci,
+        p=_float(data, "p", where),
+        p_equivalence=_float(data, "p_equivalence", where),
+        rounds_a=_count(data, "rounds_a", where),
+        rounds_b=_count(data, "rounds_b", where),
+        method=_optional(data, "method", _STR_OR_NULL, where),
+    )
+
+
+def _config_result(data: Any, where: str) -> ConfigResult:
+    cfg = _object(data, where)
+    cid = _require(cfg, "id", str, where)
+    where = f"{where} ({cid})"
+    facts = _require(cfg, "facts_changed", dict, where)
+    if not all(isinstance(pair, list) and len(pair) == 2 for pair in facts.values()):
+        raise InputError(f"{where}: field 'facts_changed' must map names to [a, b] pairs")
+    return ConfigResult(
+        id=cid,
+        params=_require(cfg, "params", dict, where),
+        status_a=_require(cfg, "status_a", str, where),
+        status_b=_require(cfg, "status_b", str, where),
+        status_change=_require(cfg, "status_change", str, where),
+        error_a=_require(cfg, "error_a", _STR_OR_NULL, where),
+        error_b=_require(cfg, "error_b", _STR_OR_NULL, where),
+        facts_changed=facts,
+        kernels_added=_counts(cfg, "kernels_added", where),
+        kernels_removed=_counts(cfg, "kernels_removed", where),
+        latency=_latency(_require(cfg, "latency", dict, where), f"{where} latency"),
+        in_scope=_optional(cfg, "in_scope", bool, where, False),
+        verdict=_optional(cfg, "verdict", str, where, "unchanged"),
+    )
+
+
+def parse_result(data: Any, where: str) -> Result:
+    """Validate a decoded `abdiff.result/1` document; every problem is one InputError."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: a result must be a JSON object")
+    schema = data.get("schema")
+    if schema != RESULT_SCHEMA:
+        raise InputError(f"{where}: schema is {schema!r}, expected '{RESULT_SCHEMA}'")
+    expect = _require(data, "expect", dict, where)
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+               for v in expect.values()):
+        raise InputError(f"{where}: field 'expect' must map keys to lists of strings")
+    configs = _require(data, "configs", list, where)
+    return Result(
+        a=_side(data, "a", where),
+        b=_side(data, "b", where),
+        expect=expect,
+        configs=[_config_result(c, f"{where}: configs[{i}]") for i, c in enumerate(configs)],
+        summary=_require(data, "summary", dict, where),
+        suite=_optional(data, "suite", str, where, ""),
+        target=_optional(data, "target", str, where, ""),
+        only_in_a=_strings(data, "only_in_a", where),
+        only_in_b=_strings(data, "only_in_b", where),
+        notes=_strings(data, "notes", where),
+    )
+
+
+def load_result(path: Path) -> Result:
+    """Read and validate a result JSON (`--json FILE`); bad files raise InputError (exit 2)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such result file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read result file ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a huge integer, absurd nesting
+        raise InputError(f"{path}: not usable JSON ({type(exc).__name__})") from None
+    return parse_result(data, str(path))

@@ -64,12 +64,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def undecided_configs(
     run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float
 ) -> Callable[[], list[str]]:
-    """Which configs still need rounds: those whose verdict would be inconclusive."""
+    """Which configs still need rounds: latency inconclusive, or flagged without the
+    overwhelming evidence that lets a flag stand early (stats.needs_more_rounds)."""
 
     def undecided() -> list[str]:
         result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA)
-        return [c.id for c in result.configs
-                if c.verdict == "inconclusive" and needs_more_rounds(c.latency)]
+        return [c.id for c in result.configs if needs_more_rounds(c.latency)]
 
     return undecided
 
