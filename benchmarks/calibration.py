@@ -241,7 +241,10 @@ def abdiff_adaptive(
         for r in np.unique(idx[:, 0]):
             results = stats.latency_verdicts(cache[r], min_effect, alpha, correction=correction)
             verdicts[r] = [res.verdict for res in results]
-            active[r] = [stats.needs_more_rounds(res, confirm_p) for res in results]
+            # the tool's rule (commands/diff.py): undecided, and not futile
+            active[r] = [stats.needs_more_rounds(res, confirm_p)
+                         and not stats.futile(res, budget.max_rounds, min_effect)
+                         for res in results]
         if first is None:
             first = verdicts.copy()
         if n >= budget.max_rounds or not active.any():

@@ -4,8 +4,10 @@
 #
 # It compares BASE..HEAD on a suite, writes the markdown report and the result
 # JSON to an output folder, keeps abdiff's exit code, and can post the report
-# as a PR comment (ABDIFF_POST_COMMENT=1) or only post an existing report
-# (--post-only). Why running and posting should be separate steps with
+# as a PR comment (ABDIFF_POST_COMMENT=1) or only post an existing result
+# (--post-only). The comment is always rendered by `abdiff comment --result`
+# from the validated result JSON, never taken from report.md, which the run
+# step (pull-request code) could have rewritten. Why running and posting should be separate steps with
 # separate credentials: docs/ci.md.
 #
 # Exit codes: 0 no unintended change; 1 unintended change; 2 bad input or
@@ -24,7 +26,7 @@ Options (each has an environment variable; the option wins):
   --out DIR      ABDIFF_OUT     output folder (default: abdiff-out)
   --repo PATH    ABDIFF_REPO    the benchmark's git checkout (default: .)
   --merge-base                  compare against the merge base of BASE and HEAD (BASE...HEAD)
-  --post-only                   do not run anything; post DIR/report.md
+  --post-only                   do not run anything; post the report of DIR/result.json
   -- ARGS                       passed to abdiff unchanged, e.g. -- --rounds 6 --expect backend=DSA
 
 Posting (ABDIFF_POST_COMMENT=1, or --post-only):
@@ -93,13 +95,13 @@ check_post_target() {  # before anything runs: a bad target should not cost a wh
   [[ -n "${GITHUB_TOKEN:-}" ]] || die "GITHUB_TOKEN must be set to post a comment"
 }
 
-post_comment() {  # post "$out/report.md"; returns abdiff comment's exit code
+post_comment() {  # render and post "$out/result.json"; returns abdiff comment's exit code
   local gh_repo="${ABDIFF_GH_REPO}" pr="${ABDIFF_PR}"
-  if [[ ! -f "$out/report.md" ]]; then
-    echo "abdiff-ci: no $out/report.md to post" >&2
+  if [[ ! -f "$out/result.json" ]]; then
+    echo "abdiff-ci: no $out/result.json to post" >&2
     return 3
   fi
-  local args=(comment --repo "$gh_repo" --pr "$pr" --body "$out/report.md")
+  local args=(comment --repo "$gh_repo" --pr "$pr" --result "$out/result.json")
   if [[ -n "${ABDIFF_API_URL:-}" ]]; then
     args+=(--api-url "$ABDIFF_API_URL")
   fi

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from abdiff import cli
+from abdiff import cli, records
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.github import MARKER, upsert_comment
+from abdiff.reports import markdown
 
 TOKEN = "test-token-123"
 REPO, PR = "octo/bench", 7
@@ -319,3 +320,120 @@ def test_cli_posts_to_server(github: FakeGitHub, body_file: Path,
     assert cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file),
                      "--api-url", github.base]) == 3
     assert "401" in capsys.readouterr().err
+
+
+def _result_json(error_b: str = "<script>alert(1)</script> @octocat #12") -> dict[str, Any]:
+    """A valid `abdiff.result/1` document whose B side failed with a hostile error line."""
+    return records.Result(
+        a=records.Side("main", "a" * 40),
+        b=records.Side("pr", "b" * 40),
+        expect={"backend": ["DSA"]},
+        configs=[records.ConfigResult(
+            id="GEN-TRTLLM-bs32", params={"backend": "TRTLLM"}, status_a="ok",
+            status_b="aborted", status_change="broken", error_a=None, error_b=error_b,
+            facts_changed={}, kernels_added={}, kernels_removed={},
+            latency=records.LatencyResult("n/a", rounds_a=3, rounds_b=3),
+            in_scope=False, verdict="unintended",
+        )],
+        summary={"unintended": 1, "configs": 1, "exit_code": 1},
+        suite="mtp", target="reference",
+    ).to_json()
+
+
+@pytest.fixture
+def result_file(tmp_path: Path) -> Path:
+    path = tmp_path / "result.json"
+    path.write_text(records.dump_json(_result_json()), encoding="utf-8")
+    return path
+
+
+def test_cli_result_renders_escaped_report(github: FakeGitHub, result_file: Path,
+                                           monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(result_file),
+                     "--api-url", github.base])
+    assert code == 0, capsys.readouterr().err
+    body = github.comments[0]["body"]
+    assert body.startswith(f"{MARKER}\n")
+    assert body == markdown.render(records.load_result(result_file))
+    assert "abdiff: 1 unintended change" in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "<script>" not in body
+    assert "@\u200doctocat" in body and "@octocat" not in body
+    assert "#\u200d12" in body
+
+
+def test_cli_result_dry_run(result_file: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(result_file),
+                     "--api-url", "http://127.0.0.1:9", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"\n{MARKER}\n" in out and "&lt;script&gt;" in out and "<script>" not in out
+
+
+def _without(key: str) -> dict[str, Any]:
+    data = _result_json()
+    del data[key]
+    return data
+
+
+def _config_without(key: str) -> dict[str, Any]:
+    data = _result_json()
+    del data["configs"][0][key]
+    return data
+
+
+def _with_schema(schema: Any) -> dict[str, Any]:
+    return {**_result_json(), "schema": schema}
+
+
+def _with_error_b(value: Any) -> dict[str, Any]:
+    data = _result_json()
+    data["configs"][0]["error_b"] = value
+    return data
+
+
+@pytest.mark.parametrize(("data", "needle"), [
+    (_with_schema("abdiff.run/1"), "schema"),
+    (_with_schema(None), "schema"),
+    (_without("configs"), "missing field 'configs'"),
+    (_without("a"), "missing field 'a'"),
+    (_config_without("latency"), "missing field 'latency'"),
+    (_config_without("error_b"), "missing field 'error_b'"),
+    (_with_error_b(["<b>"]), "field 'error_b' must be str/null"),
+    ([1, 2], "JSON object"),
+])
+def test_cli_bad_result_is_exit_2(data: Any, needle: str, tmp_path: Path,
+                                  github: FakeGitHub, monkeypatch: pytest.MonkeyPatch,
+                                  capsys) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(path),
+                     "--api-url", github.base])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert needle in err and str(path) in err
+    assert github.log == []  # nothing was sent
+
+
+@pytest.mark.parametrize("text", ["{", "[" * 100_000, '{"n": ' + "9" * 5000 + "}", ""])
+def test_cli_unparseable_result_is_exit_2(text: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "result.json"
+    path.write_text(text, encoding="utf-8")
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(path),
+                     "--dry-run"])
+    assert code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_cli_body_and_result_together_is_exit_2(body_file: Path, result_file: Path,
+                                                capsys) -> None:
+    argv = ["comment", "--repo", REPO, "--pr", str(PR), "--dry-run"]
+    assert cli.main([*argv, "--body", str(body_file), "--result", str(result_file)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not allowed with" in err
+    assert cli.main(argv) == 2  # one of them is required
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--body" in err and "--result" in err

@@ -261,3 +261,19 @@ def test_aa_suite_false_alarms_are_rare():
                                     n_rounds, n_rounds, "t") for i in rows]
         alarms += any(r.verdict in ("slower", "faster") for r in stats.latency_verdicts(suite))
     assert alarms <= 4  # expected about 1% of 200 at most
+
+
+def test_futility_stops_extension_only_when_nothing_can_be_decided() -> None:
+    from abdiff.records import LatencyResult
+    from abdiff.stats import futile
+
+    hopeless = LatencyResult("inconclusive", ratio=1.01, ci=[0.80, 1.27], rounds_a=5, rounds_b=5)
+    promising = LatencyResult("inconclusive", ratio=1.005, ci=[0.985, 1.025], rounds_a=5,
+                              rounds_b=5)
+    clear_shift = LatencyResult("inconclusive", ratio=1.30, ci=[1.02, 1.65], rounds_a=5,
+                                rounds_b=5)
+    assert futile(hopeless, max_rounds=15)
+    assert not futile(promising, max_rounds=15)
+    assert not futile(clear_shift, max_rounds=15)
+    assert futile(promising, max_rounds=5)  # nothing left to add
+    assert not futile(LatencyResult("inconclusive", rounds_a=2, rounds_b=2), max_rounds=15)

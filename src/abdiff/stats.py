@@ -410,3 +410,30 @@ def needs_more_rounds(
     if confirm_equivalence_p is not None and result.verdict == "unchanged":
         return result.p_equivalence is None or result.p_equivalence >= confirm_equivalence_p
     return False
+
+
+def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT) -> bool:
+    """True when more rounds, up to `max_rounds` per side, could not plausibly decide.
+
+    A futility boundary for the adaptive extension: the interval's half-width
+    on the log scale is projected to `max_rounds` rounds per side
+    (half-width ~ 1/sqrt(rounds), the t quantile's shrinkage ignored, which
+    errs towards extending). `unchanged` needs |log ratio| + half-width below
+    log(1 + min_effect); `slower`/`faster` needs |log ratio| above the
+    half-width. When neither can happen, extending spends time and cannot
+    change the answer. Stopping only ever keeps `inconclusive`, so this
+    affects run time, never the error rates of the verdicts.
+    """
+    if result.ci is None or result.ratio is None or result.ratio <= 0:
+        return False
+    rounds = min(result.rounds_a, result.rounds_b)
+    if rounds < MIN_ROUNDS or rounds >= max_rounds:
+        return rounds >= max_rounds
+    low, high = result.ci
+    if low <= 0:
+        return False
+    half_width = (math.log(high) - math.log(low)) / 2 * math.sqrt(rounds / max_rounds)
+    distance = abs(math.log(result.ratio))
+    equivalence_reachable = distance + half_width < math.log1p(min_effect)
+    difference_reachable = distance > half_width
+    return not (equivalence_reachable or difference_reachable)

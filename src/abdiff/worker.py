@@ -9,6 +9,7 @@ worker for the configs that are left.
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import traceback
@@ -112,4 +113,9 @@ def main(job_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    code = main(sys.argv[1])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # every record is fsynced already; skipping interpreter teardown (torch's
+    # is slow) saves a noticeable share of a CPU run's wall time per worker
+    os._exit(code)

@@ -36,7 +36,7 @@ from abdiff.probe import environment, resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Measurement, Plan, SideRun, exclusive, measure
-from abdiff.stats import DEFAULT_ALPHA, needs_more_rounds
+from abdiff.stats import DEFAULT_ALPHA, futile, needs_more_rounds
 from abdiff.suites.loader import MATRIX_KEYS
 
 
@@ -62,14 +62,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def undecided_configs(
-    run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float
+    run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float, max_rounds: int
 ) -> Callable[[], list[str]]:
     """Which configs still need rounds: latency inconclusive, or flagged without the
-    overwhelming evidence that lets a flag stand early (stats.needs_more_rounds)."""
+    overwhelming evidence that lets a flag stand early (stats.needs_more_rounds),
+    unless `max_rounds` could not plausibly decide them (stats.futile)."""
 
     def undecided() -> list[str]:
         result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA)
-        return [c.id for c in result.configs if needs_more_rounds(c.latency)]
+        return [c.id for c in result.configs if needs_more_rounds(c.latency)
+                and not futile(c.latency, max_rounds, min_effect)]
 
     return undecided
 
@@ -80,11 +82,12 @@ def measure_and_compare(
 ) -> Result:
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
+    max_rounds = max(args.rounds, args.max_rounds)
     with exclusive(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-                Plan(args.rounds, max(args.rounds, args.max_rounds)),
-                undecided_configs(run_a, run_b, expect, min_effect), args.quiet)
+                Plan(args.rounds, max_rounds),
+                undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet)
     if not args.quiet:
         print(f"abdiff: run files in {where}", file=sys.stderr)
     return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes)

@@ -1,0 +1,84 @@
+"""records: a result written with dump_json reads back as the same Result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from abdiff import records
+from abdiff.compare import compare_runs
+from abdiff.errors import InputError
+from abdiff.records import ConfigRuns, RoundRecord, RunFile
+
+
+def _rounds(latency: float, facts: dict, kernels: dict, n: int = 4) -> list[RoundRecord]:
+    return [RoundRecord("ok", None, [latency * (1 + 0.001 * i + 0.0005 * j) for j in range(5)],
+                        facts, kernels, i) for i in range(n)]
+
+
+def _run(rev: str, sha: str, mtp: int | None, trtllm_us: float, dsa_ok: bool,
+         configs: tuple[str, ...] = ("GEN-TRTLLM", "GEN-DSA")) -> RunFile:
+    trtllm = ConfigRuns("GEN-TRTLLM", {"backend": "TRTLLM", "batch_size": 32}, _rounds(
+        trtllm_us, {"max_total_draft_tokens": mtp}, {"aten::bmm": 4, "aten::softmax": 2}))
+    dsa_rounds = _rounds(500.0, {"next_n": 1}, {"aten::mm": 2}) if dsa_ok else [
+        RoundRecord("aborted", "DG_HOST_ASSERT(<b>@octocat</b>) | `x`", round=0)]
+    dsa = ConfigRuns("GEN-DSA", {"backend": "DSA", "batch_size": 32}, dsa_rounds)
+    only = ConfigRuns(f"ONLY-{rev}", {"backend": "TRTLLM"}, _rounds(100.0, {}, {}))
+    by_id = {"GEN-TRTLLM": trtllm, "GEN-DSA": dsa}
+    return RunFile(rev, sha, "reference", "mtp", {"device": "cpu"},
+                   [by_id[c] for c in configs] + [only])
+
+
+def test_result_round_trip() -> None:
+    run_a = _run("main", "a" * 40, None, 800.0, dsa_ok=False)
+    run_b = _run("pr", "b" * 40, 3, 880.0, dsa_ok=True)
+    run_b.configs[0].rounds = [
+        RoundRecord(r.status, r.error, r.latency_us, r.facts, {"aten::sdpa": 1}, r.round)
+        for r in run_b.configs[0].rounds
+    ]
+    result = compare_runs(run_a, run_b, {"backend": ["DSA"]}, notes=["a note"])
+    result.a.baseline = "nightly"
+    # The fixture exercises what the parser must carry: numbers, nulls, diffs, lists.
+    trtllm = result.configs[0]
+    assert trtllm.latency.ratio is not None and trtllm.latency.ci is not None
+    assert trtllm.facts_changed and trtllm.kernels_added and trtllm.kernels_removed
+    assert result.configs[1].error_a and result.only_in_a and result.only_in_b
+
+    data = json.loads(records.dump_json(result.to_json()))
+    parsed = records.parse_result(data, "result.json")
+    assert parsed == result
+    assert records.dump_json(parsed.to_json()) == records.dump_json(result.to_json())
+
+
+def test_load_result_and_tolerated_extras(tmp_path) -> None:
+    result = compare_runs(_run("main", "a" * 40, None, 800.0, True),
+                          _run("pr", "b" * 40, None, 800.0, True), {})
+    data = result.to_json()
+    data["future_field"] = {"anything": [1, 2]}
+    data["configs"][0]["another"] = None
+    path = tmp_path / "result.json"
+    path.write_text(records.dump_json(data), encoding="utf-8")
+    assert records.load_result(path) == result
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    (lambda d: d["configs"][0]["latency"].update(ratio="1.0"), "field 'ratio'"),
+    (lambda d: d["configs"][0]["latency"].update(ci=[1.0]), "field 'ci'"),
+    (lambda d: d["configs"][0].update(kernels_added={"k": -1}), "kernels_added"),
+    (lambda d: d["configs"][0].update(in_scope=1), "field 'in_scope' must be bool"),
+    (lambda d: d["configs"][0].update(facts_changed={"x": 3}), "facts_changed"),
+    (lambda d: d["b"].update(sha=None), "b: field 'sha' must be str, got null"),
+    (lambda d: d.update(expect={"backend": "DSA"}), "field 'expect'"),
+    (lambda d: d.update(notes=[1]), "field 'notes'"),
+    (lambda d: d["configs"].append(7), "configs[2]: must be an object"),
+])
+def test_parse_result_errors_are_one_line(mutate, needle: str) -> None:
+    result = compare_runs(_run("main", "a" * 40, None, 800.0, True),
+                          _run("pr", "b" * 40, None, 800.0, True), {})
+    data = json.loads(records.dump_json(result.to_json()))
+    mutate(data)
+    with pytest.raises(InputError) as info:
+        records.parse_result(data, "result.json")
+    message = str(info.value)
+    assert message.startswith("result.json: ") and needle in message and "\n" not in message
