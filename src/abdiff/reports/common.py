@@ -164,10 +164,10 @@ def fact_changes(cfg: ConfigResult) -> list[str]:
 KERNEL_LINES = 8  # a kernel diff longer than this is cut in reports; the JSON has it all
 
 
-def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES) -> list[str]:
+def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 120) -> list[str]:
     """["+aten::_scaled_dot_product_flash_attention_for_cpu x2", "-aten::bmm x4"]."""
-    added = [f"+{clip(k, 120)} x{n}" for k, n in sorted(cfg.kernels_added.items())]
-    removed = [f"-{clip(k, 120)} x{n}" for k, n in sorted(cfg.kernels_removed.items())]
+    added = [f"+{clip(k, width)} x{n}" for k, n in sorted(cfg.kernels_added.items())]
+    removed = [f"-{clip(k, width)} x{n}" for k, n in sorted(cfg.kernels_removed.items())]
     lines = added + removed
     if len(lines) > limit:
         lines = lines[: limit - 1] + [f"(+{len(lines) - limit + 1} more in the JSON result)"]

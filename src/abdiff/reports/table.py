@@ -26,14 +26,14 @@ def render(result: Result) -> str:
     lines += [f"note: {line}" for line in common.only_in_lines(result)]
     rows = []
     for cfg in common.ordered(result):
-        status = "\n".join([common.status_cell(cfg), *common.error_lines(cfg, limit=100)])
+        status = "\n".join([common.status_cell(cfg), *common.error_lines(cfg, limit=64)])
         rows.append(
             (
                 cfg.verdict.upper() if cfg.verdict == "unintended" else cfg.verdict,
                 common.clip(cfg.id, 80),
                 status,
                 "\n".join(common.fact_changes(cfg)),
-                "\n".join(common.kernel_changes(cfg)),
+                "\n".join(common.kernel_changes(cfg, limit=6, width=52)),
                 common.latency_cell(cfg.latency),
             )
         )
