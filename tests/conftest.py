@@ -125,6 +125,24 @@ def git(cwd: Path, *args: str) -> str:
                           env=git_env()).stdout.strip()
 
 
+@pytest.fixture
+def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed author and dates, no user or system git config, no repository above tmp_path,
+    no abdiff cache from the environment (for tests that call git and abdiff in-process)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.delenv("ABDIFF_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "Test")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "test@example.com")
+        monkeypatch.setenv(f"GIT_{who}_DATE", "2026-01-01T00:00:00+00:00")
+
+
 def abdiff_argv(*args: object) -> list[str]:
     return [sys.executable, "-m", "abdiff.cli", *(str(a) for a in args)]
 

@@ -20,21 +20,7 @@ from abdiff.revs import (
     resolve_rev,
 )
 
-
-@pytest.fixture(autouse=True)
-def _git_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fixed author and dates, no user or system git config, no repository above tmp_path."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    for who in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{who}_NAME", "Test")
-        monkeypatch.setenv(f"GIT_{who}_EMAIL", "test@example.com")
-        monkeypatch.setenv(f"GIT_{who}_DATE", "2026-01-01T00:00:00+00:00")
-
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,

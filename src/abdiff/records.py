@@ -251,20 +251,26 @@ def parse_run_file(data: Any, where: str) -> RunFile:
     )
 
 
-def load_run_file(path: Path) -> RunFile:
-    """Read and validate a run file or baseline; bad files raise InputError (exit 2)."""
+def read_json(path: Path, what: str) -> Any:
+    """Decode a JSON file; every way it can be unreadable is one InputError (exit 2)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{path}: no such run file") from None
+        raise InputError(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read run file ({exc})") from None
+        raise InputError(f"{path}: cannot read {what} ({exc})") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    return parse_run_file(data, str(path))
+    except (ValueError, RecursionError) as exc:  # a huge integer, absurd nesting
+        raise InputError(f"{path}: not usable JSON ({type(exc).__name__})") from None
+
+
+def load_run_file(path: Path) -> RunFile:
+    """Read and validate a run file or baseline; bad files raise InputError (exit 2)."""
+    return parse_run_file(read_json(path, "run file"), str(path))
 
 
 # Result (`abdiff.result/1`) loading. The result may come from an untrusted job
@@ -398,17 +404,4 @@ def parse_result(data: Any, where: str) -> Result:
 
 def load_result(path: Path) -> Result:
     """Read and validate a result JSON (`--json FILE`); bad files raise InputError (exit 2)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such result file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read result file ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    except (ValueError, RecursionError) as exc:  # a huge integer, absurd nesting
-        raise InputError(f"{path}: not usable JSON ({type(exc).__name__})") from None
-    return parse_result(data, str(path))
+    return parse_result(read_json(path, "result file"), str(path))
