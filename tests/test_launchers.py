@@ -151,3 +151,25 @@ def test_launch_failures_are_told_apart_from_rank_deaths() -> None:
              "mpirun noticed that process rank 0 with PID 7 on node n1 exited on signal 6 "
              "(Aborted).\n")
     assert launch_failure(death) is None
+
+
+def test_an_mpirun_that_cannot_launch_is_exit_3_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round whose launcher never started the job fails the whole run (exit 3), naming
+    mpirun's own line, instead of blaming every config."""
+    from abdiff.rounds import RoundSettings, run_round
+    from abdiff.suites import Config
+    from abdiff.targets.reference import ReferenceTarget
+
+    bin_dir = tmp_path / "bin"
+    tool(bin_dir, "mpirun", "echo 'There are not enough slots available in the system' >&2\n"
+         "exit 1\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    settings = RoundSettings(facts=[], warmup_times=0, run_times=1)
+    config = Config("GEN-TRTLLM-bs1-q1-kv8", {"backend": "TRTLLM", "run_type": "GEN",
+                                              "batch_size": 1, "seq_len_q": 1,
+                                              "seq_len_kv_cache": 8})
+    with pytest.raises(InfrastructureError,
+                       match="mpirun could not launch the worker: There are not enough slots"):
+        run_round(ReferenceTarget(), MpirunLauncher(8), tmp_path, [config], settings, 0,
+                  tmp_path / "round", lambda _cid, _record: None)

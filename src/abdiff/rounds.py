@@ -80,10 +80,15 @@ def _size_text(size: int) -> str:
 
 
 def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_index: int,
-                     attempt: Path) -> str:
+                     attempt: Path, launcher: Launcher) -> str:
     """A worker that never created its record log did not get as far as abdiff's code in
     it (python, the job file, torch, the device): nothing of the benchmark ran, so this is
     the tool failing to run, not a status of the configs."""
+    stderr = outcome.stderr_path.read_text(encoding="utf-8", errors="replace") \
+        if outcome.stderr_path.exists() else ""
+    reason = launcher.launch_failure(stderr)
+    if reason:
+        return f"{launcher.name} could not launch the worker: {reason}"
     why = death_record(outcome, round_index, False, settings.timeout_s).error
     hint = ""
     if settings.max_memory_bytes is not None:
@@ -155,7 +160,8 @@ def run_round(
             raise
         processes += 1
         if not record_path.exists():
-            raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt))
+            raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
+                                                       launcher))
         log = read_round_log(record_path)
         env = env or log.env
         records.update(finished(log, remaining, round_index))

@@ -21,3 +21,7 @@ class Launcher(ABC):
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         """The command to start for `spec` (argv as a list, never a shell string)."""
+
+    def launch_failure(self, stderr_text: str) -> str | None:
+        """The launcher's own reason when the job never started (exit 3), else None."""
+        return None

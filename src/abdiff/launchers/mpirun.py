@@ -95,6 +95,9 @@ class MpirunLauncher(Launcher):
         if reason:
             raise InfrastructureError(reason)
 
+    def launch_failure(self, stderr_text: str) -> str | None:
+        return launch_failure(stderr_text)
+
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         self.check()
         cleared = sorted(k for k in self.environ if CLEARED.search(k) and k not in spec.env)

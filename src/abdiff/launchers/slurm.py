@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.mpirun import launcher_available
+from abdiff.launchers.mpirun import launch_failure, launcher_available
 from abdiff.targets.base import LaunchSpec
 
 RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target's command)
@@ -59,6 +59,9 @@ class SrunLauncher(Launcher):
         reason = launcher_available("srun", self.environ)
         if reason:
             raise InfrastructureError(reason)
+
+    def launch_failure(self, stderr_text: str) -> str | None:
+        return launch_failure(stderr_text)
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         self.check()
