@@ -122,11 +122,6 @@ def two_shapes(path: Path, name_column: str = "demangledName") -> Path:
     return ex.close()
 
 
-def test_kernel_counts_by_demangled_name(tmp_path: Path) -> None:
-    counts = nsys.kernel_counts(two_shapes(tmp_path / "r.sqlite"))
-    assert counts == {GEMM: 7, MQA: 4, FMHA: 2, XQA: 4}
-
-
 def test_kernels_by_shape_follow_the_iteration_ranges(tmp_path: Path) -> None:
     shapes = nsys.kernels_by_shape(two_shapes(tmp_path / "r.sqlite"))
     assert set(shapes) == {(32, 1, 2049), (32, 4, 2049)}
@@ -137,18 +132,17 @@ def test_kernels_by_shape_follow_the_iteration_ranges(tmp_path: Path) -> None:
 
 
 def test_short_names_when_the_export_has_no_demangled_names(tmp_path: Path) -> None:
-    counts = nsys.kernel_counts(two_shapes(tmp_path / "r.sqlite", name_column="shortName"))
-    assert counts["void deep_gemm::sm90_fp8_paged_mqa_logits"] == 4
+    shapes = nsys.kernels_by_shape(two_shapes(tmp_path / "r.sqlite", name_column="shortName"))
+    assert shapes[(32, 4, 2049)].per_iteration()["void deep_gemm::sm90_fp8_paged_mqa_logits"] == 1
 
 
 def test_exports_without_kernels_or_nvtx(tmp_path: Path) -> None:
     path = tmp_path / "empty.sqlite"
     sqlite3.connect(path).execute("CREATE TABLE StringIds (id INTEGER, value TEXT)").connection \
         .close()
-    assert nsys.kernel_counts(path) == {}
     assert nsys.kernels_by_shape(path) == {}
     with pytest.raises(InfrastructureError, match="no such nsys SQLite export"):
-        nsys.kernel_counts(tmp_path / "absent.sqlite")
+        nsys.kernels_by_shape(tmp_path / "absent.sqlite")
 
 
 def fake_nsys(folder: Path, sqlite_source: Path) -> Path:

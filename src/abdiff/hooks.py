@@ -54,21 +54,6 @@ class Hook:
     calls: str | None = None
     why: str = ""
 
-    def describe(self) -> str:
-        """A short human name for the hook, used in tables."""
-        where = self.paths[0]
-        if self.cls and self.method:
-            return f"{where}: {self.cls}.{self.method}"
-        if self.cls and self.attribute:
-            return f"{where}: {self.cls}.{self.attribute}"
-        if self.cls:
-            return f"{where}: class {self.cls}"
-        if self.function:
-            return f"{where}: {self.function}()"
-        if self.calls:
-            return f"{where}: calls {self.calls}()"
-        return where
-
 
 @dataclass
 class _Module:

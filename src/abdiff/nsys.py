@@ -93,22 +93,6 @@ def _name_column(conn: sqlite3.Connection) -> str:
     raise InfrastructureError("CUPTI_ACTIVITY_KIND_KERNEL has neither demangledName nor shortName")
 
 
-def kernel_counts(path: Path) -> dict[str, int]:
-    """Every kernel launch in the export, by demangled name, with counts."""
-    conn = _connect(path)
-    try:
-        if "CUPTI_ACTIVITY_KIND_KERNEL" not in _tables(conn):
-            return {}  # a report with no kernel activity (e.g. nothing ran in the capture range)
-        column = _name_column(conn)
-        rows = conn.execute(
-            f"SELECT S.value, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
-            f"JOIN StringIds AS S ON K.{column} = S.id GROUP BY S.value"
-        ).fetchall()
-    finally:
-        conn.close()
-    return dict(sorted((str(name), int(n)) for name, n in rows))
-
-
 @dataclass
 class ShapeKernels:
     """The iterations run.py marked for one shape, and the kernels of each."""

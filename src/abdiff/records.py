@@ -165,10 +165,6 @@ def write_run_file(path: Path, run: RunFile) -> None:
     write_atomic(path, dump_json(run.to_json()))
 
 
-def write_result(path: Path, result: Result) -> None:
-    write_atomic(path, dump_json(result.to_json()))
-
-
 def _type_name(kind: type) -> str:
     return "null" if kind is type(None) else kind.__name__
 

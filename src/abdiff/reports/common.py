@@ -174,11 +174,6 @@ def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 12
     return lines
 
 
-def kernel_diff(cfg: ConfigResult) -> str:
-    """The kernel multiset change as one cell, "" when the same kernels ran."""
-    return ", ".join(kernel_changes(cfg))
-
-
 def latency_cell(latency: LatencyResult) -> str:
     """"1.043x [1.021, 1.066] p=0.003 (slower)"; "n/a" when not comparable."""
     if latency.ratio is None:
