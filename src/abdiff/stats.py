@@ -421,8 +421,8 @@ def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_M
     errs towards extending). `unchanged` needs |log ratio| + half-width below
     log(1 + min_effect); `slower`/`faster` needs |log ratio| above the
     half-width. When neither can happen, extending spends time and cannot
-    change the answer. Stopping only ever keeps `inconclusive`, so this
-    affects run time, never the error rates of the verdicts.
+    change the answer. A marginal flag is significant, so a difference stays
+    reachable and it is still extended for confirmation.
     """
     if result.ci is None or result.ratio is None or result.ratio <= 0:
         return False
