@@ -25,8 +25,13 @@ def render(result: Result) -> str:
     lines += [f"note: {n}" for n in common.notes(result)]
     lines += [f"note: {line}" for line in common.only_in_lines(result)]
     rows = []
+    errors: list[str] = []  # failure lines go under the table, so the columns stay narrow
     for cfg in common.ordered(result):
-        status = "\n".join([common.status_cell(cfg), *common.error_lines(cfg, limit=64)])
+        marks = []
+        for line in common.error_lines(cfg, limit=160):
+            errors.append(f"[{len(errors) + 1}] {cfg.id} {line}")
+            marks.append(f"[{len(errors)}]")
+        status = " ".join([common.status_cell(cfg), *marks])
         rows.append(
             (
                 cfg.verdict.upper() if cfg.verdict == "unintended" else cfg.verdict,
@@ -39,6 +44,8 @@ def render(result: Result) -> str:
         )
     lines.append("")
     lines.append(tabulate(rows, headers=HEADERS, tablefmt="simple") if rows else "(no configs)")
+    if errors:
+        lines += ["", *errors]
     lines.append("")
     lines.append(f"{common.verdict_line(result)}: {common.summary_sentence(result)}")
     return "\n".join(lines) + "\n"
