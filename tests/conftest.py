@@ -197,7 +197,7 @@ def one_line(stderr: str) -> str:
 
 
 def state_dir_of(stderr: str) -> Path:
-    match = re.search(r"^abdiff: run files in (.+)$", stderr, re.MULTILINE)
+    match = re.search(r"^abdiff: .*run files in (.+)$", stderr, re.MULTILINE)
     assert match, stderr
     return Path(match.group(1))
 

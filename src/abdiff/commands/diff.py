@@ -89,7 +89,8 @@ def measure_and_compare(
                 Plan(args.rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet)
     if not args.quiet:
-        print(f"abdiff: run files in {where}", file=sys.stderr)
+        print(f"abdiff: {measurement.processes} worker processes this run; run files in {where}",
+              file=sys.stderr)
     return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes)
 
 
