@@ -18,7 +18,7 @@ from abdiff.reports import common
 ROW_H = 22
 LABEL_W = 300
 PLOT_W = 420
-VALUE_W = 260
+VALUE_W = 380  # fits "1.113x [0.870, 1.425] p=1.000 (inconclusive)"
 TOP = 8
 AXIS_H = 34
 _COLORS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#546e7a",
