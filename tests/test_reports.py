@@ -306,3 +306,18 @@ def test_html_without_any_ratio() -> None:
         cfg.latency = LatencyResult("n/a")
     parser = _parse(html_report.render(result))
     assert parser.errors == [] and "svg" in parser.seen
+
+
+def test_a_cut_kernel_diff_keeps_the_attention_kernels() -> None:
+    """Cut to a few lines, the diff still shows the kernels that did the work."""
+    from abdiff.records import ConfigResult, LatencyResult
+
+    cfg = ConfigResult(
+        "GEN-TRTLLM-bs8-q4-kv64", {}, "ok", "ok", "same", None, None, {},
+        {"aten::_scaled_dot_product_flash_attention_for_cpu": 1, "aten::scalar_tensor": 2,
+         "aten::where": 2, "aten::fill_": 1},
+        {"aten::bmm": 2, "aten::_softmax": 1, "aten::bitwise_not": 1, "aten::_to_copy": 1},
+        LatencyResult("n/a"))
+    lines = common.kernel_changes(cfg, limit=4)
+    assert lines == ["+aten::_scaled_dot_product_flash_attention_for_cpu x1",
+                     "-aten::_softmax x1", "-aten::bmm x2", "(+6 more in the JSON result)"]

@@ -9,6 +9,7 @@ each format escapes it for its own medium.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
@@ -164,11 +165,21 @@ def fact_changes(cfg: ConfigResult) -> list[str]:
 KERNEL_LINES = 8  # a kernel diff longer than this is cut in reports; the JSON has it all
 
 
+# Kernels that do an attention step's real work; a cut kernel diff shows these first,
+# so "-aten::bmm, +..._flash_attention..." is not hidden behind copies and fills.
+HEADLINE_KERNELS = re.compile(
+    r"gemm|bmm|\bmm\b|matmul|softmax|attention|sdpa|flash|fmha|mmha|xqa|mqa|conv", re.IGNORECASE)
+
+
 def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 120) -> list[str]:
-    """["+aten::_scaled_dot_product_flash_attention_for_cpu x2", "-aten::bmm x4"]."""
-    added = [f"+{clip(k, width)} x{n}" for k, n in sorted(cfg.kernels_added.items())]
-    removed = [f"-{clip(k, width)} x{n}" for k, n in sorted(cfg.kernels_removed.items())]
-    lines = added + removed
+    """["+aten::_scaled_dot_product_flash_attention_for_cpu x2", "-aten::bmm x4"].
+
+    Headline kernels (HEADLINE_KERNELS) first, then added before removed, by name.
+    """
+    changes = [("+", k, n) for k, n in cfg.kernels_added.items()]
+    changes += [("-", k, n) for k, n in cfg.kernels_removed.items()]
+    changes.sort(key=lambda c: (not HEADLINE_KERNELS.search(c[1]), c[0] == "-", c[1]))
+    lines = [f"{sign}{clip(name, width)} x{n}" for sign, name, n in changes]
     if len(lines) > limit:
         lines = lines[: limit - 1] + [f"(+{len(lines) - limit + 1} more in the JSON result)"]
     return lines
