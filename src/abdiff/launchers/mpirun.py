@@ -72,7 +72,27 @@ def launch_failure(stderr_text: str) -> str | None:
     return None
 
 
-class MpirunLauncher(Launcher):
+class RankLauncher(Launcher):
+    """What mpirun and srun share: the environment they read, the availability check
+    before starting, and the launch failures they report in their own stderr."""
+
+    _environ: Mapping[str, str] | None = None
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def check(self) -> None:
+        """InfrastructureError (exit 3) with the reason when this launcher cannot start here."""
+        reason = launcher_available(self.name, self.environ)
+        if reason:
+            raise InfrastructureError(reason)
+
+    def launch_failure(self, stderr_text: str) -> str | None:
+        return launch_failure(stderr_text)
+
+
+class MpirunLauncher(RankLauncher):
     """`mpirun --allow-run-as-root --np N -x VAR ... <target command>` on this node."""
 
     name: ClassVar[str] = "mpirun"
@@ -84,19 +104,6 @@ class MpirunLauncher(Launcher):
         self.np = np
         self.extra_args = list(extra_args or [])
         self._environ = environ
-
-    @property
-    def environ(self) -> Mapping[str, str]:
-        return os.environ if self._environ is None else self._environ
-
-    def check(self) -> None:
-        """InfrastructureError (exit 3) with the reason when mpirun cannot be started here."""
-        reason = launcher_available("mpirun", self.environ)
-        if reason:
-            raise InfrastructureError(reason)
-
-    def launch_failure(self, stderr_text: str) -> str | None:
-        return launch_failure(stderr_text)
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         self.check()

@@ -20,15 +20,14 @@ import os
 from collections.abc import Mapping
 from typing import ClassVar
 
-from abdiff.errors import InfrastructureError, InputError
-from abdiff.launchers.base import Launcher
-from abdiff.launchers.mpirun import launch_failure, launcher_available
+from abdiff.errors import InputError
+from abdiff.launchers.mpirun import RankLauncher
 from abdiff.targets.base import LaunchSpec
 
 RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target's command)
 
 
-class SrunLauncher(Launcher):
+class SrunLauncher(RankLauncher):
     """`srun --mpi=pmix -N NODES --ntasks-per-node NP/NODES <target command>`."""
 
     name: ClassVar[str] = "srun"
@@ -49,19 +48,6 @@ class SrunLauncher(Launcher):
             "CONTAINER_NAME")
         self.container_mounts = list(container_mounts or [])
         self.extra_args = list(extra_args or [])
-
-    @property
-    def environ(self) -> Mapping[str, str]:
-        return os.environ if self._environ is None else self._environ
-
-    def check(self) -> None:
-        """InfrastructureError (exit 3) with the reason when srun cannot be used here."""
-        reason = launcher_available("srun", self.environ)
-        if reason:
-            raise InfrastructureError(reason)
-
-    def launch_failure(self, stderr_text: str) -> str | None:
-        return launch_failure(stderr_text)
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         self.check()
