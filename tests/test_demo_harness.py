@@ -294,17 +294,13 @@ def test_pr_v1_changes_trtllm_kernel_selection(
         b = _pick(probes["pr-v1"], backend="TRTLLM", batch_size=bs, seq_len_q=1)
         assert (a["facts"], a["ops"]) == (b["facts"], b["ops"])
     # And DSA MTP runs.
-    proc = run_bench(
-        demo["checkouts"]["pr-v1"],
-        "--backend",
-        "DSA",
-        "--batch-size",
-        "4",
-        "--seq-len-q",
-        "4",
-        "--seq-len-kv-cache",
-        str(KV),
-    )
+    assert_dsa_mtp_runs(demo["checkouts"]["pr-v1"])
+
+
+def assert_dsa_mtp_runs(checkout: Path) -> None:
+    """run.py at `checkout` completes DSA with seq_len_q 4 and prints its timing line."""
+    proc = run_bench(checkout, "--backend", "DSA", "--batch-size", "4", "--seq-len-q", "4",
+                     "--seq-len-kv-cache", str(KV))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[RANK 0]" in proc.stdout
 
@@ -324,19 +320,7 @@ def test_pr_leaves_trtllm_alone_and_fixes_dsa(
         assert dsa["facts"]["max_draft_tokens"] == 3
         assert dsa["facts"]["max_total_draft_tokens"] == 3
         assert dsa["facts"]["is_spec_decoding_enabled"] is False
-    proc = run_bench(
-        demo["checkouts"]["pr"],
-        "--backend",
-        "DSA",
-        "--batch-size",
-        "4",
-        "--seq-len-q",
-        "4",
-        "--seq-len-kv-cache",
-        str(KV),
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[RANK 0]" in proc.stdout
+    assert_dsa_mtp_runs(demo["checkouts"]["pr"])
 
 
 # --- numerics -------------------------------------------------------------------
