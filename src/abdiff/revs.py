@@ -226,16 +226,23 @@ def merge_base(repo_root: Path, a: SideSpec, b: SideSpec) -> SideSpec:
     raise InfrastructureError(f"git merge-base failed in {repo_root}: {git_message(proc.stderr)}")
 
 
+def resolve_side_b(repo_root: Path, rev: str | None, text: str) -> SideSpec:
+    """Side B of `text`: the commit `rev`, or the working tree when `rev` is None."""
+    if rev is not None:
+        return resolve_rev(repo_root, rev)
+    if is_bare(repo_root):
+        raise InputError(f"{text}: {repo_root} is a bare repository, it has no working tree "
+                         "to compare with; name side B (A..B)")
+    return SideSpec(rev=WORKTREE, sha=WORKTREE)
+
+
 def resolve_range(repo_root: Path, text: str) -> tuple[SideSpec, SideSpec]:
     """Parse and resolve a range to (side A, side B)."""
     rng = parse_range(text)
-    if rng.b is None and is_bare(repo_root):
-        raise InputError(f"{text}: {repo_root} is a bare repository, it has no working tree "
-                         "to compare with; name side B (A..B)")
+    # the working tree first: a bare repository is refused before any rev is looked up
+    worktree = resolve_side_b(repo_root, None, text) if rng.b is None else None
     side_a = resolve_rev(repo_root, rng.a)
-    if rng.b is None:
-        return side_a, SideSpec(rev=WORKTREE, sha=WORKTREE)
-    side_b = resolve_rev(repo_root, rng.b)
+    side_b = worktree or resolve_side_b(repo_root, rng.b, text)
     if rng.merge_base:
         side_a = merge_base(repo_root, side_a, side_b)
     return side_a, side_b

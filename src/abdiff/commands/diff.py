@@ -34,7 +34,7 @@ from abdiff.compare import compare_runs
 from abdiff.errors import InputError
 from abdiff.probe import environment, resolve_device
 from abdiff.records import Result, RunFile
-from abdiff.revs import open_repo, resolve_range
+from abdiff.revs import open_repo, resolve_range, resolve_side_b
 from abdiff.schedule import Measurement, Plan, SideRun, exclusive, measure
 from abdiff.stats import DEFAULT_ALPHA, futile, needs_more_rounds
 from abdiff.suites.loader import MATRIX_KEYS
@@ -100,7 +100,7 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     run_a = load_baseline(baselines_dir(repo_root, args.baselines_dir), name)
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
-    spec_b = resolve_range(repo_root, f"HEAD..{rev_b}")[1]  # the B side of a range
+    spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
     sides = {"B": side_run(bench, spec_b)}
     here = {**environment(resolve_device(args.device)), **sides["B"].run.env,
             "target": bench.target.name}
