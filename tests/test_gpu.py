@@ -35,8 +35,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("gpu") / "demo"
     build_demo_repo(repo)
     for branch in ("main", "pr-v1"):
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", str(repo.parent / branch),
-                        branch], check=True)
+        # --detach: the demo repository itself has main checked out
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", "--detach",
+                        str(repo.parent / branch), branch], check=True)
     return repo.parent
 
 

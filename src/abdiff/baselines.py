@@ -15,9 +15,10 @@ from typing import Any
 from abdiff.errors import InputError
 from abdiff.records import RunFile, load_run_file
 
-# What must match between the baseline's machine and this one for latency to be comparable.
+# What must match between the baseline's machine and this one for latency to be comparable
+# (cuda_graph too: graph replays and eager calls time different things).
 FINGERPRINT_KEYS = ("target", "device", "device_name", "device_count", "driver", "cuda",
-                    "torch", "python", "cpu_model", "tensorrt_llm.version")
+                    "torch", "python", "cpu_model", "tensorrt_llm.version", "cuda_graph")
 BASELINE_MARGIN_FACTOR = 2.0
 PREFIX = "baseline:"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -13,6 +13,7 @@ from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.errors import InputError
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
+from abdiff.probe import resolve_device
 from abdiff.records import Result, RunFile, write_atomic
 from abdiff.reports import FORMATS
 from abdiff.revs import SideSpec, open_repo, resolve_rev
@@ -134,6 +135,9 @@ class Bench:
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
+    if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
+        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
+                         "cpu was given); drop --cuda-graph to time eager calls")
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),

@@ -103,7 +103,7 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
     sides = {"B": side_run(bench, spec_b)}
     here = {**environment(resolve_device(args.device)), **sides["B"].run.env,
-            "target": bench.target.name}
+            "target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
     differences = fingerprint_differences(fingerprint(run_a), here)
     notes = []
     if differences:
