@@ -46,7 +46,7 @@ Usage:
   python benchmarks/calibration.py --quick         # about 8 s
   python benchmarks/calibration.py --record runs/cpu.json --record-rounds 30
   python benchmarks/calibration.py --record runs/h200.json --record-device cuda
-  python benchmarks/calibration.py --replay runs/  # real rounds from run files
+  python benchmarks/calibration.py --replay runs/ a.json b.json  # real rounds
 """
 
 from __future__ import annotations
@@ -452,17 +452,21 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
 # --------------------------------------------------------------------------- replay
 
 
-def load_replay(directory: Path, min_rounds: int) -> list[tuple[str, list[list[float]]]]:
-    """(name, rounds) of every config in the run files under `directory` with enough ok rounds."""
-    configs = []
-    files = sorted(directory.glob("*.json")) if directory.is_dir() else [directory]
+def load_replay(paths: list[Path], min_rounds: int) -> list[tuple[str, list[list[float]]]]:
+    """(name, rounds) of every recorded config with enough ok rounds.
+
+    Rounds of the same commit and config are pooled across files: both sides of
+    an A/A run (`abdiff pr..pr`) were interleaved in one session, so their
+    rounds are exchangeable.
+    """
+    pooled: dict[str, list[list[float]]] = {}
+    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
     for path in files:
         run = load_run_file(path)
         for cfg in run.configs:
-            rounds = [r.latency_us for r in cfg.rounds if r.status == "ok" and r.latency_us]
-            if len(rounds) >= min_rounds:
-                configs.append((f"{path.name}:{cfg.id}", rounds))
-    return configs
+            pooled.setdefault(f"{run.sha[:8]}:{cfg.id}", []).extend(
+                r.latency_us for r in cfg.rounds if r.status == "ok" and r.latency_us)
+    return [(name, rounds) for name, rounds in pooled.items() if len(rounds) >= min_rounds]
 
 
 def replay_arrays(pool: list[list[list[float]]], n_configs: int, runs: int, per_side: int,
@@ -608,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-effect", type=float, default=stats.DEFAULT_MIN_EFFECT)
     parser.add_argument("--seed", type=int, default=20261202)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--replay", type=Path, help="folder (or file) of abdiff.run/1 files")
+    parser.add_argument("--replay", type=Path, nargs="+",
+                        help="abdiff.run/1 files, or folders holding only such files")
     parser.add_argument("--record", type=Path, help="record real rounds into this run file")
     parser.add_argument("--record-rounds", type=int, default=30)
     parser.add_argument("--record-device", default="cpu")
@@ -638,8 +643,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"calibration: {exc}", file=sys.stderr)
             return 2
         if not pool_named:
-            print(f"{args.replay}: no config with {2 * stats.MIN_ROUNDS}+ ok rounds",
-                  file=sys.stderr)
+            print(f"calibration: no config with {2 * stats.MIN_ROUNDS}+ ok rounds in "
+                  + " ".join(map(str, args.replay)), file=sys.stderr)
             return 2
         pool = [r for _, r in pool_named]
         per_side = min(len(r) for r in pool) // 2
@@ -656,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
 
         run_scenarios(make, scen, args.jobs)
         names = ", ".join(f"{n} ({len(r)} rounds)" for n, r in pool_named)
-        print(report(f"== replay of {args.replay}: {names}; {rb.first}..{rb.max_rounds} rounds "
+        print(report(f"== replay: {names}; {rb.first}..{rb.max_rounds} rounds "
                      f"per side, {rb.iterations} iterations", scen))
     else:
         for name in args.profiles.split(","):

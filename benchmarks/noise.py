@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from abdiff import stats
 from abdiff.records import load_run_file
 
 
@@ -27,11 +28,11 @@ def main(paths: list[str]) -> int:
                       if r.status == "ok" and r.latency_us]
             if len(rounds) < 2:
                 continue
-            medians = np.array([np.median(r) for r in rounds])
+            medians = np.array([stats.round_summary(r) for r in rounds])
             spread = np.median([(np.percentile(r, 90) - np.percentile(r, 10)) / np.median(r)
                                 for r in rounds])
             rows.append([f"{run.rev}", config.id, len(rounds), f"{np.median(medians):.1f}",
-                         f"{100 * medians.std(ddof=1) / medians.mean():.1f}%",
+                         f"{stats.round_variation(rounds):.1%}",
                          f"{100 * spread:.1f}%"])
     print(tabulate(rows, headers=["rev", "config", "rounds", "median us",
                                   "round-to-round CV", "within-round P10-P90"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,30 @@ def test_parse_result_errors_are_one_line(mutate, needle: str) -> None:
         records.parse_result(data, "result.json")
     message = str(info.value)
     assert message.startswith("result.json: ") and needle in message and "\n" not in message
+
+
+H200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+
+
+def test_noise_note_on_recorded_h200_rounds() -> None:
+    """Eager H200 rounds (A/A, 15-85% between processes) explain the inconclusive
+    verdicts and point to --cuda-graph; graph-replay rounds (0.1-2%) need no note."""
+    eager = compare_runs(records.load_run_file(H200 / "pr..pr" / "a.json"),
+                         records.load_run_file(H200 / "pr..pr" / "b.json"), {})
+    note = [n for n in eager.notes if "round medians vary" in n]
+    assert len(note) == 1 and "--cuda-graph" in note[0] and "latency of 12 configs" in note[0]
+    graph = compare_runs(records.load_run_file(H200 / "cuda-graph-main..pr-v1" / "a.json"),
+                         records.load_run_file(H200 / "cuda-graph-main..pr-v1" / "b.json"), {})
+    assert not [n for n in graph.notes if "round medians vary" in n]
+
+
+def test_noise_note_on_the_cpu_has_no_cuda_hint() -> None:
+    def noisy(rev: str) -> RunFile:
+        rounds = [RoundRecord("ok", None, [100.0 * (1 + 0.3 * (i % 2))] * 5, {}, {}, i)
+                  for i in range(4)]
+        return RunFile(rev, rev * 40, "reference", "mtp", {"device": "cpu"},
+                       [ConfigRuns("GEN-TRTLLM", {}, rounds)])
+
+    (note,) = compare_runs(noisy("a"), noisy("b"), {}).notes
+    assert note.startswith("latency of 1 configs inconclusive") and "cuda" not in note
+

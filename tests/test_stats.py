@@ -232,6 +232,11 @@ def test_round_summary_is_the_median():
     assert stats.round_summary([10.0, 11.0, 1000.0]) == 11.0
 
 
+def test_round_variation_is_the_cv_of_round_medians():
+    assert stats.round_variation([[100.0, 1.0, 1e6], [110.0], [90.0]]) == pytest.approx(0.1)
+    assert stats.round_variation([[100.0]]) is None
+
+
 def test_needs_more_rounds():
     def result(v: str, p: float | None = None) -> LatencyResult:
         return LatencyResult(v, ratio=1.0, p=p)

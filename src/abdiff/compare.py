@@ -10,6 +10,8 @@ import json
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from abdiff import stats
 from abdiff.policy import apply_policy
 from abdiff.records import (
@@ -96,6 +98,36 @@ def latency_results(
     return results
 
 
+def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigResult],
+               min_effect: float, eager_cuda: bool) -> str | None:
+    """Why latency stayed inconclusive, when round-to-round noise is the reason.
+
+    The reason is taken to be noise when the median variation of the
+    inconclusive configs' sides exceeds `min_effect` (otherwise the round
+    budget is).
+    Names the range of round-to-round variation of the inconclusive configs; for
+    eager CUDA timing it points to --cuda-graph: steps of a few hundred
+    microseconds are bound by kernel launches on the host, whose speed varies
+    between processes (17-85% on an H200, 0.1-2% with graph replays,
+    docs/performance.md).
+    """
+    spreads = []
+    for (config_a, config_b), result in zip(pairs, configs, strict=True):
+        if result.latency.verdict != "inconclusive":
+            continue
+        values = [stats.round_variation(latency_samples(c)) for c in (config_a, config_b)]
+        spreads.extend(v for v in values if v is not None)
+    if not spreads or float(np.median(spreads)) <= min_effect:
+        return None
+    note = (f"latency of {sum(c.latency.verdict == 'inconclusive' for c in configs)} configs "
+            f"inconclusive: their round medians vary {min(spreads):.1%} to {max(spreads):.1%} "
+            f"between worker processes")
+    if eager_cuda:
+        note += ("; eager CUDA timing of short steps is bound by kernel launches on the host, "
+                 "--cuda-graph times graph replays instead")
+    return note
+
+
 def compare_runs(
     run_a: RunFile,
     run_b: RunFile,
@@ -138,6 +170,11 @@ def compare_runs(
     summary = apply_policy(configs, expect)
     summary.update(min_effect=min_effect, alpha=alpha)
     all_notes = list(notes or [])
+    eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
+                     for r in (run_a, run_b))
+    noise = noise_note(pairs, configs, min_effect, eager_cuda)
+    if noise:
+        all_notes.append(noise)
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     return Result(

@@ -137,6 +137,17 @@ def round_summary(latencies_us: list[float]) -> float:
     return float(np.median(values))
 
 
+def round_variation(rounds: list[list[float]]) -> float | None:
+    """Round-to-round variation: sample standard deviation over mean of the round medians.
+
+    The between-process noise the verdicts must see through; None below two rounds.
+    """
+    if len(rounds) < 2:
+        return None
+    medians = np.array([round_summary(r) for r in rounds])
+    return float(medians.std(ddof=1) / medians.mean())
+
+
 def round_level_tests(
     log_a: np.ndarray, log_b: np.ndarray, margin: float, confidence: float
 ) -> RoundTests:
