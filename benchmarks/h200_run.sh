@@ -5,7 +5,9 @@
 # next call's re-sync of the working tree cannot change files under it) and
 # collect /tmp/abdiff-h200/out in later calls made within the machine's 30 s
 # idle window; each step copies its state folder when it ends, so an
-# interrupted session still returns what it measured. Results: results/h200/.
+# interrupted session still returns what it measured (cp -a: the breakdown of
+# benchmarks/pipeline.py --state reads spawn times from file times).
+# Results: results/h200/.
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 W=/tmp/abdiff-h200; OUTDIR=$W/out; mkdir -p "$OUTDIR"
@@ -13,7 +15,7 @@ STEPS=${*:-"eager eager-aa capture tests eager-baseline graph-v1 graph-aa graph 
 abdiff() { python3 -m abdiff.cli "$@"; }
 now() { date +%s.%N; }
 since() { python3 -c "print(round($(now) - $1, 1))"; }
-keep_state() { cp -r "$(ls -td $W/cache/runs/*/ | head -1)" "$OUTDIR/state-$1"; }
+keep_state() { cp -a "$(ls -td $W/cache/runs/*/ | head -1)" "$OUTDIR/state-$1"; }
 # measure NAME RANGE [OPTIONS]: one abdiff run with markdown and JSON reports and its state folder.
 measure() {
   local name=$1 range=$2 start; shift 2; start=$(now)

@@ -8,6 +8,7 @@ import), per-config set-up/warm-up/profiling, timed iterations, and the rest
 new checkout. Prints a table; numbers go to docs/performance.md.
 
     python benchmarks/pipeline.py [--range main..pr] [--suite mtp] [--keep DIR]
+    python benchmarks/pipeline.py --state STATE_DIR --wall SECONDS   # a recorded run
 """
 
 from __future__ import annotations
@@ -58,13 +59,30 @@ def breakdown(state: Path) -> dict[str, float]:
     return parts
 
 
+def breakdown_table(parts: dict[str, float], wall: float) -> str:
+    """`breakdown` as shares of the run's wall time; the rest is abdiff's own."""
+    parts = dict(parts)
+    workers = int(parts.pop("workers"))
+    rest = wall - sum(parts.values())
+    rows = [[name, f"{seconds:.1f}", f"{100 * seconds / wall:.0f}%"]
+            for name, seconds in [*parts.items(), ("abdiff itself, checkouts, waits", rest)]]
+    return (f"{workers} worker processes, {wall:.1f} s wall\n"
+            + tabulate(rows, headers=["part of the run", "seconds", "share"]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--range", default="main..pr")
     parser.add_argument("--suite", default="mtp")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    parser.add_argument("--state", type=Path,
+                        help="only split the wall time of this recorded run's state folder")
+    parser.add_argument("--wall", type=float, help="that run's wall time in seconds")
     parser.add_argument("abdiff_args", nargs="*", help="extra abdiff options (after --)")
     args = parser.parse_args()
+    if args.state:
+        print(breakdown_table(breakdown(args.state), args.wall))
+        return 0
     work = args.keep or Path(tempfile.mkdtemp(prefix="abdiff-bench-"))
     repo, cache = work / "demo", work / "cache"
     build_demo_repo(repo)
@@ -79,16 +97,9 @@ def main() -> int:
     code2, second = run_abdiff(repo, cache, args.range, args.suite, args.abdiff_args)
     checkouts2 = sorted(p.name for p in (cache / "checkouts").glob("*/*") if p.is_dir())
 
-    workers = int(parts.pop("workers"))
-    accounted = sum(parts.values())
-    rows = [[name, f"{seconds:.1f}", f"{100 * seconds / first:.0f}%"]
-            for name, seconds in parts.items()]
-    rows.append(["abdiff itself, checkouts, waits", f"{first - accounted:.1f}",
-                 f"{100 * (first - accounted) / first:.0f}%"])
     print(f"abdiff {args.range} --configs {args.suite}: exit {code}, {first:.1f} s wall, "
-          f"{workers} worker processes, rounds per config {min(rounds)}..{max(rounds)}, "
-          f"verdicts {result['summary']}")
-    print(tabulate(rows, headers=["part of the first run", "seconds", "share"]))
+          f"rounds per config {min(rounds)}..{max(rounds)}, verdicts {result['summary']}")
+    print(breakdown_table(parts, first))
     print(f"second run: exit {code2}, {second:.1f} s; checkouts before {len(checkouts)}, "
           f"after {len(checkouts2)} (new: {sorted(set(checkouts2) - set(checkouts))})")
     return 0
