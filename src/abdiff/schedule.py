@@ -118,7 +118,7 @@ class Measurement:
         if state_file.exists():
             try:
                 state = json.loads(state_file.read_text(encoding="utf-8"))
-                seed = int(state["seed"])
+                saved_seed = int(state["seed"])
             except (ValueError, KeyError, TypeError, OSError) as exc:
                 raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
                                  f"{state_dir} to measure again") from None
@@ -132,7 +132,7 @@ class Measurement:
                             if kept is not None:
                                 config.rounds = kept.rounds
                         side.run.env = old.env or side.run.env
-                return cls(state_dir, sides, seed)
+                return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         measurement = cls(state_dir, sides, seed)
