@@ -78,11 +78,11 @@ def undecided_configs(
 
 def measure_and_compare(
     args: argparse.Namespace, bench: Bench, sides: dict[str, SideRun], run_a: RunFile,
-    expect: dict, min_effect: float, notes: list[str],
+    expect: dict, min_effect: float, notes: list[str], adaptive: bool = True,
 ) -> Result:
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
-    max_rounds = max(args.rounds, args.max_rounds)
+    max_rounds = max(args.rounds, args.max_rounds) if adaptive else args.rounds
     with exclusive(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
@@ -115,8 +115,10 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     notes.insert(0, f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
                  f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
                  f"interleaved with B, so latency uses a {wide:.1%} margin "
-                 f"({BASELINE_MARGIN_FACTOR:g}x --min-effect)")
-    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes)
+                 f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
+                 f"they would run fewer configs per process than the baseline's rounds did, "
+                 f"and a config's place in its process moves its latency")
+    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
     result.a.baseline = name
     return result
 
