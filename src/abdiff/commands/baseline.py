@@ -23,7 +23,10 @@ from abdiff.baselines import (
 from abdiff.commands.common import add_measure_options, measure_one_side
 from abdiff.compare import side_facts, side_kernels, side_status
 from abdiff.records import write_run_file
+from abdiff.reports.common import clip, headline_first, value_text
 from abdiff.revs import open_repo
+
+KERNEL_WIDTH = 100  # CUDA kernel names run to thousands of characters
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,10 +83,11 @@ def show(args: argparse.Namespace) -> int:
         status, error = side_status(config.rounds)
         facts = side_facts(config.rounds) or {}
         kernels = side_kernels(config.rounds) or {}
+        names = sorted(kernels, key=headline_first)
         rows.append([
-            config.id, len(config.rounds), status if error is None else f"{status}: {error}",
-            "\n".join(f"{k.split('.')[-1]}={v}" for k, v in facts.items()),
-            "\n".join(f"{k} x{n}" for k, n in list(kernels.items())[:8])
+            config.id, len(config.rounds), status if error is None else clip(f"{status}: {error}"),
+            "\n".join(f"{k.split('.')[-1]}={value_text(v)}" for k, v in facts.items()),
+            "\n".join(f"{clip(k, KERNEL_WIDTH)} x{kernels[k]}" for k in names[:8])
             + (f"\n(+{len(kernels) - 8} more)" if len(kernels) > 8 else ""),
         ])
     print(tabulate(rows, headers=["config", "rounds", "status", "facts", "kernels"]))

@@ -171,6 +171,11 @@ HEADLINE_KERNELS = re.compile(
     r"gemm|bmm|\bmm\b|matmul|softmax|attention|sdpa|flash|fmha|mmha|xqa|mqa|conv", re.IGNORECASE)
 
 
+def headline_first(name: str) -> tuple[bool, str]:
+    """Sort key: headline kernels (HEADLINE_KERNELS) first, then by name."""
+    return (not HEADLINE_KERNELS.search(name), name)
+
+
 def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 120) -> list[str]:
     """["+aten::_scaled_dot_product_flash_attention_for_cpu x2", "-aten::bmm x4"].
 
@@ -178,7 +183,7 @@ def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 12
     """
     changes = [("+", k, n) for k, n in cfg.kernels_added.items()]
     changes += [("-", k, n) for k, n in cfg.kernels_removed.items()]
-    changes.sort(key=lambda c: (not HEADLINE_KERNELS.search(c[1]), c[0] == "-", c[1]))
+    changes.sort(key=lambda c: (headline_first(c[1])[0], c[0] == "-", c[1]))
     lines = [f"{sign}{clip(name, width)} x{n}" for sign, name, n in changes]
     if len(lines) > limit:
         lines = lines[: limit - 1] + [f"(+{len(lines) - limit + 1} more in the JSON result)"]
