@@ -102,14 +102,12 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
                min_effect: float, eager_cuda: bool) -> str | None:
     """Why latency stayed inconclusive, when round-to-round noise is the reason.
 
-    The reason is taken to be noise when the median variation of the
-    inconclusive configs' sides exceeds `min_effect` (otherwise the round
-    budget is).
-    Names the range of round-to-round variation of the inconclusive configs; for
-    eager CUDA timing it points to --cuda-graph: steps of a few hundred
-    microseconds are bound by kernel launches on the host, whose speed varies
-    between processes (17-85% on an H200, 0.1-2% with graph replays,
-    docs/performance.md).
+    Noise is taken to be the reason when the median round-to-round variation
+    (`stats.round_variation`) of the inconclusive configs' sides exceeds
+    `min_effect`; below that, the round budget is. For eager CUDA timing the
+    note points to --cuda-graph: steps of a few hundred microseconds are bound
+    by kernel launches on the host, whose speed varies between processes
+    (16-85% on an H200, 0.1-2% with graph replays, docs/performance.md).
     """
     spreads = []
     for (config_a, config_b), result in zip(pairs, configs, strict=True):
