@@ -118,8 +118,8 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
     if not spreads or float(np.median(spreads)) <= min_effect:
         return None
     count = sum(c.latency.verdict == "inconclusive" for c in configs)
-    note = (f"latency inconclusive for {count} config{'s' * (count != 1)}: their round medians "
-            f"vary {min(spreads):.1%} to {max(spreads):.1%} between worker processes")
+    note = (f"latency inconclusive for {count} config{'s' * (count != 1)}: round medians vary "
+            f"{min(spreads):.1%} to {max(spreads):.1%} between worker processes")
     if eager_cuda:
         note += ("; eager CUDA timing of short steps is bound by kernel launches on the host, "
                  "--cuda-graph times graph replays instead")
