@@ -81,6 +81,8 @@ def main() -> int:
     parser.add_argument("abdiff_args", nargs="*", help="extra abdiff options (after --)")
     args = parser.parse_args()
     if args.state:
+        if args.wall is None:
+            parser.error("--state needs --wall SECONDS (the run's wall time)")
         print(breakdown_table(breakdown(args.state), args.wall))
         return 0
     work = args.keep or Path(tempfile.mkdtemp(prefix="abdiff-bench-"))
