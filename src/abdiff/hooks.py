@@ -55,6 +55,28 @@ class Hook:
     why: str = ""
 
 
+
+def run_pack_hooks(runner: str, trtllm_files: tuple[str, ...],
+                   dsa_files: tuple[str, ...]) -> tuple[Hook, ...]:
+    """What every layer-wise target relies on in a checkout: the Runner's
+    `create_run_pack` signature and closure, and the attention metadata fields
+    the built-in suites record as facts."""
+    return (
+        Hook((runner,), cls="Runner", method="create_run_pack",
+             params=("run_type", "batch_size", "seq_len_q", "seq_len_kv_cache"),
+             why="one run pack per config, identified by these arguments"),
+        Hook((runner,), cls="Runner", method="create_run_pack", closes_over="attn_metadata",
+             why="facts are read from the attn_metadata the run pack closes over"),
+        Hook(trtllm_files, cls="TrtllmAttentionMetadata", attribute="max_total_draft_tokens",
+             why="fact attn_metadata.max_total_draft_tokens"),
+        Hook(trtllm_files, cls="TrtllmAttentionMetadata", attribute="is_spec_decoding_enabled",
+             why="fact attn_metadata.is_spec_decoding_enabled"),
+        Hook(dsa_files, cls="DSAtrtllmAttentionMetadata", attribute="max_draft_tokens",
+             why="fact attn_metadata.max_draft_tokens"),
+        Hook(dsa_files, cls="DSAtrtllmAttentionMetadata", attribute="kv_lens_cuda_2d",
+             why="fact attn_metadata.kv_lens_cuda_2d.shape; also how DSA metadata is told apart"),
+    )
+
 @dataclass
 class _Module:
     path: str

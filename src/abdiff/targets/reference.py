@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.hooks import Hook
+from abdiff.hooks import Hook, run_pack_hooks
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
 
 HARNESS_PACKAGE = "tinyllm"
@@ -21,19 +21,7 @@ ATTENTION = "tinyllm/_torch/attention_backend"
 # What the worker and the facts of the built-in suites rely on (`abdiff doctor`).
 REFERENCE_HOOKS: tuple[Hook, ...] = (
     Hook((f"{HARNESS_PACKAGE}/__init__.py",), why="the package the worker imports and verifies"),
-    Hook((RUNNER_FILE,), cls="Runner", method="create_run_pack",
-         params=("run_type", "batch_size", "seq_len_q", "seq_len_kv_cache"),
-         why="the worker creates one run pack per config"),
-    Hook((RUNNER_FILE,), cls="Runner", method="create_run_pack", closes_over="attn_metadata",
-         why="facts are read from the attn_metadata the run pack closes over"),
-    Hook((f"{ATTENTION}/trtllm.py",), cls="TrtllmAttentionMetadata",
-         attribute="max_total_draft_tokens", why="fact attn_metadata.max_total_draft_tokens"),
-    Hook((f"{ATTENTION}/trtllm.py",), cls="TrtllmAttentionMetadata",
-         attribute="is_spec_decoding_enabled", why="fact attn_metadata.is_spec_decoding_enabled"),
-    Hook((f"{ATTENTION}/sparse/dsa.py",), cls="DSAtrtllmAttentionMetadata",
-         attribute="max_draft_tokens", why="fact attn_metadata.max_draft_tokens"),
-    Hook((f"{ATTENTION}/sparse/dsa.py",), cls="DSAtrtllmAttentionMetadata",
-         attribute="kv_lens_cuda_2d", why="fact attn_metadata.kv_lens_cuda_2d.shape"),
+    *run_pack_hooks(RUNNER_FILE, (f"{ATTENTION}/trtllm.py",), (f"{ATTENTION}/sparse/dsa.py",)),
 )
 
 

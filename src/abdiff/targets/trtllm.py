@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 import yaml
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.hooks import Hook, missing_hooks
+from abdiff.hooks import Hook, missing_hooks, run_pack_hooks
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
 
 PACKAGE = "tensorrt_llm"
@@ -71,20 +71,7 @@ TRTLLM_HOOKS: tuple[Hook, ...] = (
     Hook((f"{PACKAGE}/__init__.py",), why="the package whose origin the probe verifies"),
     Hook((RUN_PY,), calls="create_run_pack",
          why="upstream's benchmark script; the probe times the run packs it creates"),
-    Hook((RUNNER_PY,), cls="Runner", method="create_run_pack",
-         params=("run_type", "batch_size", "seq_len_q", "seq_len_kv_cache"),
-         why="the probe wraps it and identifies configs by these arguments"),
-    Hook((RUNNER_PY,), cls="Runner", method="create_run_pack", closes_over="attn_metadata",
-         why="facts are read from the attn_metadata the run pack closes over"),
-    Hook((f"{ATTENTION}/trtllm.py",), cls="TrtllmAttentionMetadata",
-         attribute="max_total_draft_tokens", why="fact attn_metadata.max_total_draft_tokens"),
-    Hook((f"{ATTENTION}/trtllm.py",), cls="TrtllmAttentionMetadata",
-         attribute="is_spec_decoding_enabled",
-         why="fact attn_metadata.is_spec_decoding_enabled"),
-    Hook(DSA_FILES, cls="DSAtrtllmAttentionMetadata", attribute="max_draft_tokens",
-         why="fact attn_metadata.max_draft_tokens"),
-    Hook(DSA_FILES, cls="DSAtrtllmAttentionMetadata", attribute="kv_lens_cuda_2d",
-         why="fact attn_metadata.kv_lens_cuda_2d.shape; also how the probe tells DSA metadata"),
+    *run_pack_hooks(RUNNER_PY, (f"{ATTENTION}/trtllm.py",), DSA_FILES),
 )
 
 # Used only where the checkout's run.py cannot be read (the checkout's own wins).
