@@ -263,18 +263,25 @@ def test_probe_records_facts_kernels_and_latency(checkouts: dict[str, Path],
     assert "--model deepseek-ai/DeepSeek-V3.2-Exp" in " ".join(log.env["trtllm.args"])
 
 
+def patched_pr(checkouts: dict[str, Path], tmp_path: Path, old: str, new: str) -> Path:
+    """A worktree of `pr` whose runner.py has `old` replaced by `new` (which must occur)."""
+    checkout = tmp_path / "checkout"
+    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
+    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
+    text = runner.read_text()
+    assert old in text
+    runner.write_text(text.replace(old, new))
+    return checkout
+
+
 def test_probe_uses_checkout_code_over_installed_compiled_parts(
         checkouts: dict[str, Path], tmp_path: Path) -> None:
     """The installed package's Python must not run; its compiled folders must be reachable."""
     installed = fake_installed(tmp_path / "site-packages")
-    checkout = tmp_path / "checkout"
-    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
-    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
-    runner.write_text(runner.read_text().replace(
-        "        attn_metadata.prepare()\n",
-        "        attn_metadata.prepare()\n"
-        "        from tensorrt_llm import deep_gemm\n"
-        "        attn_metadata.deep_gemm_source = deep_gemm.SOURCE\n"))
+    checkout = patched_pr(checkouts, tmp_path, "        attn_metadata.prepare()\n",
+                          "        attn_metadata.prepare()\n"
+                          "        from tensorrt_llm import deep_gemm\n"
+                          "        attn_metadata.deep_gemm_source = deep_gemm.SOURCE\n")
     configs = [cfg("TRTLLM", 2, 1)]
     outcome, log, spec = run_worker(
         checkout, tmp_path / "work", configs, target_options={"compiled": str(installed)},
@@ -319,14 +326,11 @@ def test_a_python_error_fails_its_config_and_names_it_last(checkouts: dict[str, 
     """run.py's nan check raising in one shape's warm-up: that config fails with the message,
     and the last start line names it (the others were only warmed up: the next worker runs them).
     """
-    checkout = tmp_path / "checkout"
-    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
-    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
-    runner.write_text(runner.read_text().replace(
-        "        def run_pack(*, check=False):\n",
-        "        def run_pack(*, check=False):\n"
-        "            if check and batch_size == 4:\n"
-        "                raise ValueError('Has nan, please fix weights initialization')\n"))
+    checkout = patched_pr(checkouts, tmp_path, "        def run_pack(*, check=False):\n",
+                          "        def run_pack(*, check=False):\n"
+                          "            if check and batch_size == 4:\n"
+                          "                raise ValueError('Has nan, please fix weights "
+                          "initialization')\n")
     configs = [cfg("TRTLLM", bs, 1) for bs in (2, 4, 8)]
     outcome, log, _ = run_worker(checkout, tmp_path / "work", configs)
     assert outcome.returncode == 1
