@@ -210,13 +210,16 @@ def parse_round(data: Any, where: str) -> RoundRecord:
     return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index)
 
 
+def _check_document(data: Any, schema: str, what: str, where: str) -> None:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: {what} must be a JSON object")
+    if data.get("schema") != schema:
+        raise InputError(f"{where}: schema is {data.get('schema')!r}, expected '{schema}'")
+
+
 def parse_run_file(data: Any, where: str) -> RunFile:
     """Validate a decoded run file; every problem is one InputError naming the place."""
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: a run file must be a JSON object")
-    schema = data.get("schema")
-    if schema != RUN_SCHEMA:
-        raise InputError(f"{where}: schema is {schema!r}, expected '{RUN_SCHEMA}'")
+    _check_document(data, RUN_SCHEMA, "a run file", where)
     configs_data = _require(data, "configs", list, where)
     configs: list[ConfigRuns] = []
     seen: set[str] = set()
@@ -374,11 +377,7 @@ def _config_result(data: Any, where: str) -> ConfigResult:
 
 def parse_result(data: Any, where: str) -> Result:
     """Validate a decoded `abdiff.result/1` document; every problem is one InputError."""
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: a result must be a JSON object")
-    schema = data.get("schema")
-    if schema != RESULT_SCHEMA:
-        raise InputError(f"{where}: schema is {schema!r}, expected '{RESULT_SCHEMA}'")
+    _check_document(data, RESULT_SCHEMA, "a result", where)
     expect = _require(data, "expect", dict, where)
     if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                for v in expect.values()):
