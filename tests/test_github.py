@@ -283,12 +283,17 @@ def body_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_cli_dry_run(body_file: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def dry_run(source: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> str:
+    """`abdiff comment ... --dry-run` without a token: what it would send (exit 0)."""
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file),
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), *source,
                      "--api-url", "http://127.0.0.1:9", "--dry-run"])
-    out = capsys.readouterr().out
     assert code == 0
+    return capsys.readouterr().out
+
+
+def test_cli_dry_run(body_file: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    out = dry_run(["--body", str(body_file)], monkeypatch, capsys)
     assert f"POST http://127.0.0.1:9/repos/{REPO}/issues/{PR}/comments" in out
     assert "**abdiff: no unintended change**" in out
 
@@ -363,11 +368,7 @@ def test_cli_result_renders_escaped_report(github: FakeGitHub, result_file: Path
 
 
 def test_cli_result_dry_run(result_file: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(result_file),
-                     "--api-url", "http://127.0.0.1:9", "--dry-run"])
-    out = capsys.readouterr().out
-    assert code == 0
+    out = dry_run(["--result", str(result_file)], monkeypatch, capsys)
     assert f"\n{MARKER}\n" in out and "&lt;script&gt;" in out and "<script>" not in out
 
 
