@@ -26,9 +26,10 @@ from typing import Any
 from abdiff.records import RoundRecord
 
 FACT_TEXT_LIMIT = 200
-# Wall time of warm-up per config on a GPU: the H200 run of 2026-12-02 with a
-# 3-iteration warm-up saw 20-30% round-to-round variation, which a GPU still
-# ramping its clock explains (not yet re-measured with this warm-up).
+# Wall time of warm-up per config on a GPU, so the clock has left idle before
+# timing. Measured on the H200 (2026-12-02, docs/performance.md): it did not lower
+# eager rounds' 16-85% variation (launch-bound: the host's speed varies); graph
+# replays with it vary 0.1-0.8%. Whether less would do is not measured.
 GPU_MIN_WARMUP_S = 0.3
 # Written to stderr as each config starts: a death's reason is read from the
 # worker's stderr after the last such line, never from an earlier config's output.
@@ -177,18 +178,16 @@ def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if device == "cuda":
-        activities.append(ProfilerActivity.CUDA)
+    on_gpu = device == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if on_gpu else [])]
     with profile(activities=activities) as prof:
         fn()
-        if device == "cuda":
+        if on_gpu:
             torch.cuda.synchronize()
     counts: Counter[str] = Counter()
     for event in prof.events():
         is_kernel = event.device_type == torch.autograd.DeviceType.CUDA
-        wanted = is_kernel if device == "cuda" else event.name not in NO_COMPUTE_OPS
-        if wanted and is_kernel == (device == "cuda"):
+        if is_kernel == on_gpu and (on_gpu or event.name not in NO_COMPUTE_OPS):
             counts[event.name] += 1
     return dict(sorted(counts.items()))
 

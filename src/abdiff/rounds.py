@@ -98,10 +98,10 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
 
 def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str, RoundRecord]:
     """The records a worker's log holds for `configs`; a malformed one fails its config."""
-    records = {cid: record for cid, record in log.done.items()
-               if any(c.id == cid for c in configs)}
+    ids = {c.id for c in configs}
+    records = {cid: record for cid, record in log.done.items() if cid in ids}
     for cid, why in log.malformed.items():
-        if any(c.id == cid for c in configs):
+        if cid in ids:
             records[cid] = RoundRecord("failed", f"malformed record: {why}", round=round_index)
     return records
 
