@@ -112,7 +112,7 @@ class Measurement:
         """Continue an unfinished measurement in `state_dir`, else start a new one.
 
         A finished one is reused only with `resume` (to re-report without measuring).
-        The caller holds `state_lock(state_dir)` while measuring.
+        The caller holds `exclusive(state_dir)` while measuring.
         """
         state_file = state_dir / "state.json"
         if state_file.exists():
