@@ -15,7 +15,7 @@ Rules (the anchors pool all iterations of all rounds, as those tools do):
   the suite, --min-effect 2%, TOST for unchanged), with the default adaptive
   budget: 5 rounds per side, then +2 per side (one ABBA block) for
   configs for which `stats.needs_more_rounds` says so, up to 15 (the
-  schedule of src/abdiff/schedule.py); also "fixed 5" (no extension) and
+  schedule of abdiff/schedule.py); also "fixed 5" (no extension) and
   "no confirm" (extension for inconclusive configs only, without the
   early-stopping boundary for marginal slower/faster flags);
 - asv (`asv compare`): Mann-Whitney U p < 0.002 and median ratio beyond 1.1;

@@ -9,7 +9,7 @@
 # benchmarks/pipeline.py --state reads spawn times from file times).
 # Results: results/h200/.
 set -uo pipefail
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 W=/tmp/abdiff-h200; OUTDIR=$W/out; mkdir -p "$OUTDIR"
 STEPS=${*:-"eager eager-aa capture tests eager-baseline graph-v1 graph-aa graph graph-baseline"}
 abdiff() { python3 -m abdiff.cli "$@"; }

@@ -1,4 +1,4 @@
-"""The ast hook checker (abdiff/hooks.py) on source trees laid out like upstream TensorRT-LLM.
+"""The ast hook checker (abdiff/targets/hooks.py) on trees laid out like upstream TensorRT-LLM.
 
 `write_upstream_tree` writes a *stand-in* of the parts of TensorRT-LLM that
 abdiff's trtllm probe touches: the real module paths, class and method names
@@ -12,8 +12,8 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from abdiff.hooks import Hook, HookChecker, class_assigns, missing_hooks
-from abdiff.targets.trtllm import TRTLLM_HOOKS, TrtllmTarget
+from abdiff.targets.hooks import Hook, HookChecker, class_assigns, missing_hooks
+from abdiff.targets.trtllm.target import TRTLLM_HOOKS, TrtllmTarget
 
 ATT = "tensorrt_llm/_torch/attention_backend"
 

@@ -10,8 +10,8 @@ import pytest
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers import make_launcher
-from abdiff.launchers.local import run_process
 from abdiff.launchers.mpirun import MpirunLauncher, launch_failure, launcher_available
+from abdiff.launchers.process import run_process
 from abdiff.launchers.slurm import SrunLauncher
 from abdiff.targets.base import LaunchSpec
 
@@ -159,7 +159,7 @@ def test_an_mpirun_that_cannot_launch_is_exit_3_with_its_reason(
     mpirun's own line, instead of blaming every config."""
     from abdiff.rounds import RoundSettings, run_round
     from abdiff.suites import Config
-    from abdiff.targets.reference import ReferenceTarget
+    from abdiff.targets.reference.target import ReferenceTarget
 
     bin_dir = tmp_path / "bin"
     tool(bin_dir, "mpirun", "echo 'There are not enough slots available in the system' >&2\n"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from abdiff import nsys
 from abdiff.errors import InfrastructureError
+from abdiff.targets.trtllm import nsys
 
 PUSH_POP = 59  # ENUM_NSYS_EVENT_TYPE id of NvtxPushPopRange in nsys exports
 DOMAIN_CREATE = 75

@@ -18,9 +18,9 @@ import pytest
 from conftest import HOSTILE, PASSED_SECRET, SECRETS, FaultRun, config_id, write_suite
 
 from abdiff.cli import main
-from abdiff.launchers.local import worker_environment
+from abdiff.launchers.process import worker_environment
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "abdiff"
+SRC = Path(__file__).resolve().parents[1] / "abdiff"
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}
 
 

@@ -16,13 +16,15 @@ import yaml
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
-from abdiff.launchers.local import LocalLauncher, run_process
-from abdiff.probe import read_round_log
+from abdiff.launchers.local import LocalLauncher
+from abdiff.launchers.process import run_process
+from abdiff.protocol import read_round_log
 from abdiff.rounds import RoundSettings, run_round
 from abdiff.suites import Config, load_suite
 from abdiff.targets import detect_target
 from abdiff.targets.base import RoundJob
-from abdiff.targets.trtllm import (
+from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
+from abdiff.targets.trtllm.target import (
     RUN_PY,
     TrtllmOptions,
     TrtllmTarget,
@@ -32,7 +34,6 @@ from abdiff.targets.trtllm import (
     run_py_options,
     translate_configs,
 )
-from abdiff.trtllm_probe import PLAN_ENV, SITE_DIR
 
 FACTS = ["attn_metadata.max_draft_tokens", "attn_metadata.max_total_draft_tokens",
          "attn_metadata.is_spec_decoding_enabled", "attn_metadata.kv_lens_cuda_2d.shape"]
@@ -435,7 +436,7 @@ shutil.copy({str(tmp_path / "prepared.sqlite")!r}, out)
     outcome, log, spec = run_worker(checkouts["pr"], tmp_path / "work", [cfg("TRTLLM", 2, 1)],
                                     target_options={"nsys": True})
     assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
-    assert spec.argv[1:4] == ["-m", "abdiff.trtllm_probe.nsys_rank", "--"]
+    assert spec.argv[1:4] == ["-m", "abdiff.targets.trtllm.probe.nsys_rank", "--"]
     record = log.done["GEN-TRTLLM-bs2-q1-kv16"]
     assert record.status == "ok" and len(record.latency_us) == 3
     assert record.kernels == {"nvjet_tst_stand_in": 1, "void fmhaSm90Kernel<stand-in>(...)": 1}

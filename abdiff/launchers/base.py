@@ -1,7 +1,7 @@
 """The launcher interface: turn a target's single-process command into what to start.
 
 A launcher only rewrites the command (`wrap`); starting, watching and killing the
-process group is shared (`launchers/local.py: run_process`), so every launcher
+process group is shared (`launchers/process.py: run_process`), so every launcher
 gets the same timeout and signal handling.
 """
 

@@ -7,7 +7,7 @@ A worker process is one rank of upstream's own command,
         --load-format DUMMY ... --warmup-times W --run-times R
 
 run unmodified in the checkout; the launcher (mpirun, srun) wraps it for N
-ranks. The probe (abdiff/trtllm_probe) enters each rank through a
+ranks. The probe (abdiff/targets/trtllm/probe) enters each rank through a
 sitecustomize.py first on PYTHONPATH and wraps `Runner.create_run_pack`.
 
 How a round with many configs runs. run.py runs one config *set* per
@@ -53,8 +53,8 @@ from typing import Any, ClassVar
 import yaml
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.hooks import Hook, missing_hooks, run_pack_hooks
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.hooks import Hook, missing_hooks, run_pack_hooks
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -533,8 +533,8 @@ class TrtllmTarget(Target):
         return installed_package()
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
-        from abdiff.trtllm_probe import PLAN_ENV, SITE_DIR
-        from abdiff.trtllm_probe.runtime import ProbePlan
+        from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
+        from abdiff.targets.trtllm.probe.runtime import ProbePlan
 
         checkout = Path(checkout).resolve()
         work = Path(job_path).resolve().parent
@@ -591,7 +591,7 @@ class TrtllmTarget(Target):
         python = self.python or options.python or os.environ.get(PYTHON_ENV) or sys.executable
         argv = [python, "-u", str(checkout / RUN_PY), str(config_path), *args]
         if options.nsys:
-            argv = [python, "-m", "abdiff.trtllm_probe.nsys_rank", "--", *argv]
+            argv = [python, "-m", "abdiff.targets.trtllm.probe.nsys_rank", "--", *argv]
         bench = checkout / BENCH_DIR
         env = {
             "PYTHONPATH": os.pathsep.join(path_entries),

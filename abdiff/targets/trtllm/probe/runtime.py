@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abdiff.trtllm_probe import PLAN_ENV
+from abdiff.targets.trtllm.probe import PLAN_ENV
 
 PACKAGE = "tensorrt_llm"
 TOOLS = "tensorrt_llm.tools.layer_wise_benchmarks"
@@ -121,7 +121,7 @@ class Probe:
     """State of the probe in one rank."""
 
     def __init__(self, plan: ProbePlan, rank: int) -> None:
-        from abdiff.probe import RecordWriter
+        from abdiff.protocol import RecordWriter
 
         self.plan = plan
         self.rank = rank
@@ -218,7 +218,7 @@ class Probe:
 
     def _first_call(self) -> None:
         """Set-up deferred until run.py has imported torch, tensorrt_llm and MPI."""
-        from abdiff.probe import environment, resolve_device
+        from abdiff.measure import environment, resolve_device
 
         self.started = True
         # registered now, after torch and mpi4py, so it runs before their exit handlers
@@ -256,7 +256,7 @@ class Probe:
             self.depth -= 1
         if config is None:
             return run_pack  # a pack run.py builds for something else (e.g. the KV prefill)
-        from abdiff.probe import find_attn_metadata, read_facts
+        from abdiff.measure import find_attn_metadata, read_facts
 
         metadata = find_attn_metadata(run_pack)
         facts = read_facts({"attn_metadata": metadata}, self.plan.facts)
@@ -320,7 +320,7 @@ class Probe:
                 profile = (probe.plan.profile_kernels and not probe.plan.nsys_pending
                            and pack.kernels is None)
                 if profile:
-                    from abdiff.probe import profile_kernels
+                    from abdiff.measure import profile_kernels
 
                     out: list[Any] = []
                     pack.kernels = profile_kernels(

@@ -1,4 +1,4 @@
-"""`python -m abdiff.trtllm_probe.nsys_rank -- COMMAND...`: one rank under `nsys profile`.
+"""`python -m abdiff.targets.trtllm.probe.nsys_rank -- COMMAND...`: one rank under `nsys profile`.
 
 Used when the suite's target block says `nsys: true`. The launcher starts this
 wrapper on every rank; it runs COMMAND (upstream's run.py) under `nsys profile`
@@ -6,7 +6,7 @@ with upstream's run.sh options, writing `<report>_rank<R>.nsys-rep`. The probe
 in the child writes its `done` lines to a side file instead of the record log;
 after the child has exited, rank 0 exports its report to SQLite, replaces each
 record's kernels with the kernels nsys saw in that shape's last timed
-iteration (abdiff/nsys.py), and appends the records to the log. `start` and
+iteration (abdiff/targets/trtllm/nsys.py), and appends the records to the log. `start` and
 `facts` lines go to the log directly, so a crash is still attributed.
 
 The wrapper exits as the child did: a rank killed by a signal kills the
@@ -22,8 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from abdiff.trtllm_probe import PLAN_ENV
-from abdiff.trtllm_probe.runtime import ProbePlan, rank_from_env
+from abdiff.targets.trtllm.probe import PLAN_ENV
+from abdiff.targets.trtllm.probe.runtime import ProbePlan, rank_from_env
 
 
 def _patched_records(plan: ProbePlan, report: Path) -> list[tuple[str, dict]]:
@@ -41,7 +41,7 @@ def _patched_records(plan: ProbePlan, report: Path) -> list[tuple[str, dict]]:
             records.append((str(event.get("id")), dict(event.get("record") or {})))
     shapes: dict = {}
     if report.is_file():
-        from abdiff import nsys
+        from abdiff.targets.trtllm import nsys
 
         try:
             shapes = nsys.kernels_by_shape(nsys.export_sqlite(report))
@@ -72,10 +72,10 @@ def main(argv: list[str]) -> None:
     if "--" in argv:
         argv = argv[argv.index("--") + 1:]
     if not argv:
-        sys.exit("usage: python -m abdiff.trtllm_probe.nsys_rank -- COMMAND...")
+        sys.exit("usage: python -m abdiff.targets.trtllm.probe.nsys_rank -- COMMAND...")
     plan = ProbePlan.read(os.environ[PLAN_ENV])
     rank = rank_from_env()
-    from abdiff import nsys
+    from abdiff.targets.trtllm import nsys
 
     base = Path(plan.nsys_report or "report")
     output = base.with_name(f"{base.name}_rank{rank}")
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     returncode = child.wait()
     if rank == 0:
-        from abdiff.probe import RecordWriter
+        from abdiff.protocol import RecordWriter
         from abdiff.records import parse_round
 
         writer = RecordWriter(Path(plan.record_path))

@@ -20,11 +20,12 @@ from abdiff.baselines import (
     list_baselines,
     load_baseline,
 )
-from abdiff.commands.common import add_measure_options, measure_one_side
+from abdiff.commands.common import add_measure_options
 from abdiff.compare import side_facts, side_kernels, side_status
 from abdiff.records import write_run_file
 from abdiff.reports.common import clip, headline_first, value_text
 from abdiff.revs import open_repo
+from abdiff.session import measure_one_side
 
 KERNEL_WIDTH = 100  # CUDA kernel names run to thousands of characters
 

@@ -10,44 +10,12 @@ shared by all targets.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-
-@dataclass
-class RoundJob:
-    """What one worker process must do: the configs of one side's round.
-
-    Written as JSON next to the record file and passed to the worker by path.
-    The worker appends one JSON line per event to `record_path`:
-    `{"event": "start", "id": ...}` before a config, then
-    `{"event": "done", "id": ..., "record": {RoundRecord fields}}` after it,
-    each line flushed and fsynced, so a crash loses nothing already measured.
-    """
-
-    configs: list[dict[str, Any]]  # [{"id": ..., "params": {...}}]
-    facts: list[str]  # dotted names read from the live attention metadata
-    record_path: str
-    round: int
-    warmup_times: int = 3
-    run_times: int = 20
-    device: str = "auto"  # auto | cpu | cuda
-    cuda_graph: bool = False
-    min_warmup_s: float | None = None  # None: GPU_MIN_WARMUP_S on CUDA, none on the CPU
-    cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
-    profile_kernels: bool = True
-    target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
-    target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim
-
-    def write(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
-
-    @classmethod
-    def read(cls, path: Path) -> RoundJob:
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+from abdiff.protocol import RoundJob
 
 
 @dataclass

@@ -1,29 +1,21 @@
-"""What the worker records from inside the benchmark process, and how it reports it.
+"""What is measured inside the benchmark process, for every target's in-process side.
 
 Facts come from live objects (never from logs), kernels from torch.profiler,
-latencies from perf_counter_ns (CPU) or CUDA events (GPU). The record log is
-the worker's only output channel: JSON lines, each flushed and fsynced, so a
-process that dies mid-suite loses only the config it was running.
+latencies from perf_counter_ns (CPU) or CUDA events (GPU); `environment` is the
+machine fingerprint. The results travel to the parent through abdiff.protocol.
 
-torch is imported inside the functions that need it: the parent abdiff process
-reads record logs through this module without paying for a torch import.
+torch is imported inside the functions that need it.
 """
 
 from __future__ import annotations
 
 import enum
 import inspect
-import json
-import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from abdiff.records import RoundRecord
 
 FACT_TEXT_LIMIT = 200
 # Wall time of warm-up per config on a GPU, so the clock has left idle before
@@ -31,9 +23,6 @@ FACT_TEXT_LIMIT = 200
 # eager rounds' 16-85% variation (launch-bound: the host's speed varies); graph
 # replays with it vary 0.1-0.8%. Whether less would do is not measured.
 GPU_MIN_WARMUP_S = 0.3
-# Written to stderr as each config starts: a death's reason is read from the
-# worker's stderr after the last such line, never from an earlier config's output.
-STDERR_MARK = "abdiff-worker: config "
 # CPU operators that only make views, allocate or reshape: no compute runs, and
 # they would drown the operators that tell two kernel paths apart.
 NO_COMPUTE_OPS = frozenset(
@@ -238,94 +227,3 @@ def environment(device: str) -> dict[str, Any]:
             driver=gpu_driver_version(),
         )
     return env
-
-
-class RecordWriter:
-    """Appends the worker's events to the record log, one fsynced JSON line each."""
-
-    def __init__(self, path: Path) -> None:
-        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the round
-        self.facts_written: dict[str, dict[str, Any]] = {}
-
-    def _write(self, event: dict[str, Any]) -> None:
-        event["t"] = time.time()  # wall clock, for the overhead breakdown (benchmarks/)
-        self._handle.write(json.dumps(event) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-
-    def env(self, env: dict[str, Any]) -> None:
-        self._write({"event": "env", "env": env})
-
-    def start(self, config_id: str) -> None:
-        print(f"{STDERR_MARK}{config_id}", file=sys.stderr, flush=True)
-        self._write({"event": "start", "id": config_id})
-
-    def facts(self, config_id: str, facts: dict[str, Any]) -> None:
-        """Facts as soon as they are read: a config that aborts later still has them."""
-        self.facts_written[config_id] = facts
-        self._write({"event": "facts", "id": config_id, "facts": facts})
-
-    def done(self, config_id: str, record: RoundRecord) -> None:
-        self._write({"event": "done", "id": config_id, "record": asdict(record)})
-
-    def close(self) -> None:
-        self._handle.close()
-
-
-@dataclass
-class RoundLog:
-    """What a worker's record log holds once the process has ended."""
-
-    env: dict[str, Any] = field(default_factory=dict)
-    done: dict[str, RoundRecord] = field(default_factory=dict)
-    started: list[str] = field(default_factory=list)
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    malformed: dict[str, str] = field(default_factory=dict)  # config id -> why
-
-    @property
-    def in_progress(self) -> str | None:
-        """The config named by the last start line, unless it finished: where a crash happened.
-
-        A worker may start a config again (upstream's run.py interleaves shapes),
-        so only the last start line says what was running when the process died.
-        """
-        if self.started and self.started[-1] not in self.done:
-            return self.started[-1]
-        return None
-
-
-def read_round_log(path: Path) -> RoundLog:
-    """Parse a record log; a torn last line (process killed mid-write) is ignored."""
-    from abdiff.errors import InputError
-    from abdiff.records import parse_round
-
-    log = RoundLog()
-    if not Path(path).exists():
-        return log
-    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                continue  # torn final write
-            log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: not JSON"
-            continue
-        kind = event.get("event") if isinstance(event, dict) else None
-        cid = event.get("id") if isinstance(event, dict) else None
-        if kind == "env" and isinstance(event.get("env"), dict):
-            log.env = event["env"]
-        elif kind == "start" and isinstance(cid, str):
-            log.started.append(cid)
-        elif kind == "facts" and isinstance(cid, str) and isinstance(event.get("facts"), dict):
-            log.facts[cid] = event["facts"]
-        elif kind == "done" and isinstance(cid, str):
-            try:
-                log.done[cid] = parse_round(event.get("record"), f"record of {cid}")
-            except InputError as exc:
-                log.malformed[cid] = str(exc)
-        else:
-            log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: bad event"
-    return log

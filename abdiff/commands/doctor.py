@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     elif repo_root is not None and (args.target or detected):
         reports.append(HookReport("working tree", repo_root, target.hook_problems(repo_root)))
     if reports:
-        from abdiff.targets.trtllm import TRTLLM_HOOKS, TrtllmTarget
+        from abdiff.targets.trtllm.target import TRTLLM_HOOKS, TrtllmTarget
 
         total = len(TRTLLM_HOOKS) if isinstance(target, TrtllmTarget) else None
         print()

@@ -14,8 +14,8 @@ from abdiff.targets.base import Target
 
 # --target name -> module:class, in detection order (the most specific layout first)
 TARGET_CLASSES = {
-    "trtllm": "abdiff.targets.trtllm:TrtllmTarget",
-    "reference": "abdiff.targets.reference:ReferenceTarget",
+    "trtllm": "abdiff.targets.trtllm.target:TrtllmTarget",
+    "reference": "abdiff.targets.reference.target:ReferenceTarget",
 }
 
 

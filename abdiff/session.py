@@ -1,7 +1,7 @@
-"""`abdiff A..B --configs SUITE`: measure both sides interleaved, compare, report.
+"""One measured run, wired from the stages: sides, checkouts, schedule, compare.
 
-The range is the command word: `abdiff main..pr` is parsed as `abdiff diff main..pr`.
-`abdiff baseline:NAME..B` takes side A from a stored baseline and measures B only.
+The commands (commands/) parse their options and call into here; nothing in
+this module parses arguments or prints reports.
 """
 
 from __future__ import annotations
@@ -9,56 +9,112 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from abdiff import __version__
 from abdiff.baselines import (
     BASELINE_MARGIN_FACTOR,
     baselines_dir,
     fingerprint,
     fingerprint_differences,
     load_baseline,
-    parse_baseline_range,
 )
-from abdiff.commands.common import (
-    Bench,
-    add_compare_options,
-    add_measure_options,
-    check_min_effect,
-    emit_reports,
-    expect_scope,
-    prepare_bench,
-    side_run,
-    state_dir,
-)
+from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
 from abdiff.errors import InputError
-from abdiff.probe import environment, resolve_device
+from abdiff.launchers import make_launcher
+from abdiff.launchers.base import Launcher
+from abdiff.measure import environment, resolve_device
 from abdiff.records import Result, RunFile
-from abdiff.revs import open_repo, resolve_range, resolve_side_b
-from abdiff.schedule import Measurement, Plan, SideRun, exclusive, measure
+from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
+from abdiff.rounds import RoundSettings
+from abdiff.schedule import (
+    Measurement,
+    Plan,
+    SideRun,
+    empty_run,
+    exclusive,
+    measure,
+    settings_fingerprint,
+    state_key,
+)
 from abdiff.stats import DEFAULT_ALPHA, futile, needs_more_rounds
-from abdiff.suites.loader import MATRIX_KEYS
+from abdiff.suites import Suite, load_suite
+from abdiff.targets import detect_target
+from abdiff.targets.base import Target
 
 
-def looks_like_range(word: str) -> bool:
-    return ".." in word and not word.startswith("-")
+@dataclass
+class Bench:
+    """Everything needed to measure one or two sides of a repository."""
+
+    suite: Suite
+    target: Target
+    launcher: Launcher
+    settings: RoundSettings
+    cache: CheckoutCache
+    cache_dir: Path
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("diff", help="A..B: measure two revisions and compare (the default)",
-                            description="Measure A and B interleaved and compare them. "
-                            "A..B, A...B (merge base of A and B as A), A.. (B = working tree), "
-                            "baseline:NAME..B (A = a stored baseline).")
-    parser.add_argument("range", metavar="A..B")
-    add_measure_options(parser)
-    add_compare_options(parser)
-    parser.add_argument("--max-rounds", type=int, default=Plan.max_rounds,
-                        help=f"adaptive ceiling of rounds per side (default {Plan.max_rounds})")
-    parser.add_argument("--baselines-dir", type=Path, metavar="DIR",
-                        help="where baseline:NAME is looked up (default: baselines/ in the repo)")
-    parser.add_argument("--allow-env-mismatch", action="store_true",
-                        help="compare with a baseline recorded on a different machine")
-    parser.set_defaults(run=run)
+def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
+    if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
+        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
+                         "cpu was given); drop --cuda-graph to time eager calls")
+    suite = load_suite(args.configs, allow_large=args.yes)
+    target = detect_target(repo_root, args.target)()
+    launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
+                             args.np, args.nodes)
+    settings = RoundSettings(
+        facts=suite.facts,
+        warmup_times=suite.warmup_times,
+        run_times=suite.run_times,
+        timeout_s=args.timeout,
+        device=args.device,
+        cuda_graph=args.cuda_graph,
+        cpu_threads=args.cpu_threads,
+        target_options=suite.target_options,
+        target_args=args.target_arg,
+        pass_env=args.pass_env,
+        max_memory_bytes=args.max_memory,
+    )
+    cache_dir = (args.cache_dir or default_cache_dir()).resolve()
+    return Bench(suite, target, launcher, settings, CheckoutCache(repo_root, cache_dir), cache_dir)
+
+
+def side_run(bench: Bench, side: SideSpec) -> SideRun:
+    checkout = bench.cache.checkout(side)
+    env = {"abdiff": __version__, **bench.target.env_info(checkout)}
+    run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
+                    bench.suite.configs, env)
+    return SideRun(checkout, run)
+
+
+def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
+    """Where a measurement's rounds are kept, keyed by everything that shapes them."""
+    parts = {
+        "kind": kind,
+        "sides": {n: [s.run.sha, str(s.checkout)] for n, s in sides.items()},
+        "target": bench.target.name,
+        "suite": bench.suite.source,
+        "configs": [c.id for c in bench.suite.configs],
+        "settings": settings_fingerprint(bench.settings),
+        "launcher": bench.launcher.name,
+    }
+    return bench.cache_dir / "runs" / state_key(parts)
+
+
+def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
+    """The rounds of one side (no interleaving partner), kept like a diff's."""
+    repo_root = open_repo(args.repo)
+    bench = prepare_bench(args, repo_root)
+    sides = {"A": side_run(bench, resolve_rev(repo_root, rev))}
+    where = state_dir(bench, sides, kind)
+    with exclusive(where):
+        measurement = Measurement.open(where, sides, args.resume, args.seed)
+        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+                Plan(args.rounds, args.rounds), None, args.quiet)
+    return sides["A"].run
 
 
 def undecided_configs(
@@ -123,17 +179,3 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     return result
 
 
-def run(args: argparse.Namespace) -> int:
-    min_effect = check_min_effect(args.min_effect)
-    repo_root = open_repo(args.repo)
-    bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS))
-    baseline = parse_baseline_range(args.range)
-    if baseline is not None:
-        result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
-    else:
-        spec_a, spec_b = resolve_range(repo_root, args.range)
-        sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
-        result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect, [])
-    emit_reports(result, args)
-    return int(result.summary["exit_code"])

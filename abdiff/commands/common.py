@@ -5,32 +5,15 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from abdiff import __version__, stats
-from abdiff.checkouts import CheckoutCache, default_cache_dir
+from abdiff import stats
 from abdiff.errors import InputError
-from abdiff.launchers import make_launcher
-from abdiff.launchers.base import Launcher
-from abdiff.probe import resolve_device
-from abdiff.records import Result, RunFile, write_atomic
+from abdiff.records import Result, write_atomic
 from abdiff.reports import FORMATS
-from abdiff.revs import SideSpec, open_repo, resolve_rev
-from abdiff.rounds import RoundSettings
 from abdiff.schedule import (
-    Measurement,
     Plan,
-    SideRun,
-    empty_run,
-    exclusive,
-    measure,
-    settings_fingerprint,
-    state_key,
 )
-from abdiff.suites import Suite, load_suite
-from abdiff.targets import detect_target
-from abdiff.targets.base import Target
 
 MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -120,78 +103,6 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
         write_atomic(args.json, FORMATS["json"].render(result))
     if args.html:
         write_atomic(args.html, FORMATS["html"].render(result))
-
-
-@dataclass
-class Bench:
-    """Everything needed to measure one or two sides of a repository."""
-
-    suite: Suite
-    target: Target
-    launcher: Launcher
-    settings: RoundSettings
-    cache: CheckoutCache
-    cache_dir: Path
-
-
-def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
-        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
-                         "cpu was given); drop --cuda-graph to time eager calls")
-    suite = load_suite(args.configs, allow_large=args.yes)
-    target = detect_target(repo_root, args.target)()
-    launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
-                             args.np, args.nodes)
-    settings = RoundSettings(
-        facts=suite.facts,
-        warmup_times=suite.warmup_times,
-        run_times=suite.run_times,
-        timeout_s=args.timeout,
-        device=args.device,
-        cuda_graph=args.cuda_graph,
-        cpu_threads=args.cpu_threads,
-        target_options=suite.target_options,
-        target_args=args.target_arg,
-        pass_env=args.pass_env,
-        max_memory_bytes=args.max_memory,
-    )
-    cache_dir = (args.cache_dir or default_cache_dir()).resolve()
-    return Bench(suite, target, launcher, settings, CheckoutCache(repo_root, cache_dir), cache_dir)
-
-
-def side_run(bench: Bench, side: SideSpec) -> SideRun:
-    checkout = bench.cache.checkout(side)
-    env = {"abdiff": __version__, **bench.target.env_info(checkout)}
-    run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
-                    bench.suite.configs, env)
-    return SideRun(checkout, run)
-
-
-def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
-    """Where a measurement's rounds are kept, keyed by everything that shapes them."""
-    parts = {
-        "kind": kind,
-        "sides": {n: [s.run.sha, str(s.checkout)] for n, s in sides.items()},
-        "target": bench.target.name,
-        "suite": bench.suite.source,
-        "configs": [c.id for c in bench.suite.configs],
-        "settings": settings_fingerprint(bench.settings),
-        "launcher": bench.launcher.name,
-    }
-    return bench.cache_dir / "runs" / state_key(parts)
-
-
-def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
-    """The rounds of one side (no interleaving partner), kept like a diff's."""
-    repo_root = open_repo(args.repo)
-    bench = prepare_bench(args, repo_root)
-    sides = {"A": side_run(bench, resolve_rev(repo_root, rev))}
-    where = state_dir(bench, sides, kind)
-    with exclusive(where):
-        measurement = Measurement.open(where, sides, args.resume, args.seed)
-        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-                Plan(args.rounds, args.rounds), None, args.quiet)
-    return sides["A"].run
 
 
 def expect_scope(args: argparse.Namespace, suite_expect: dict[str, list[str]],

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.local import ProcessOutcome, last_meaningful_line, run_process
-from abdiff.probe import STDERR_MARK, RoundLog, read_round_log
+from abdiff.launchers.process import ProcessOutcome, last_meaningful_line, run_process
+from abdiff.protocol import STDERR_MARK, RoundLog, read_round_log
 from abdiff.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target

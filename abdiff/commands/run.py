@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.commands.common import add_measure_options, measure_one_side
+from abdiff.commands.common import add_measure_options
 from abdiff.records import write_run_file
+from abdiff.session import measure_one_side
 
 
 def register(sub: argparse._SubParsersAction) -> None:

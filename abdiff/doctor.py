@@ -8,7 +8,7 @@ Two independent questions:
   versioned through package metadata, never imported (importing it loads
   CUDA libraries and takes seconds to minutes);
 - the code: in one or two checkouts, whether every hook the target's probe
-  relies on still exists (abdiff/hooks.py, ast only). This needs no GPU, so a
+  relies on still exists (abdiff/targets/hooks.py, ast only). This needs no GPU, so a
   CPU-only CI machine can tell a PR author that a rename broke the probe.
 
 Exit codes: 0 when the chosen target can run here and every hook holds; 1

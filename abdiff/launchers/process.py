@@ -1,4 +1,5 @@
-"""Start one worker process, watch it, and kill its whole process group when needed.
+"""The process runner of every launcher: start one worker process, watch it, and
+kill its whole process group when needed.
 
 Every launcher (local, mpirun, srun) ends here: the process gets its own
 session, so a timeout, Ctrl-C or SIGTERM reaches mpirun's or torch's children
@@ -19,9 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
-from abdiff.launchers.base import Launcher
 from abdiff.targets.base import LaunchSpec
 
 # Names never passed to benchmark code unless --pass-env names them: a pull
@@ -34,15 +33,6 @@ SECRET_PATTERNS = (
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-class LocalLauncher(Launcher):
-    """One process on this machine: the command as the target gives it."""
-
-    name: ClassVar[str] = "local"
-
-    def wrap(self, spec: LaunchSpec) -> LaunchSpec:
-        return spec
 
 
 def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None) -> dict[str, str]:

@@ -25,7 +25,7 @@ def _chain() -> None:
 
 if os.environ.get("ABDIFF_PROBE_JOB"):
     try:
-        from abdiff.trtllm_probe.runtime import activate
+        from abdiff.targets.trtllm.probe.runtime import activate
 
         activate()
     except Exception as exc:  # noqa: BLE001 - site.py would swallow it and run unprobed

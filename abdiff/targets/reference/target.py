@@ -1,6 +1,6 @@
 """The reference target: the embedded layer-wise harness that `abdiff demo` builds.
 
-A round is `python -m abdiff.worker JOB.json` started in the checkout, so the
+A round is `python -m abdiff.targets.reference.worker JOB.json` started in the checkout, so the
 checkout's own `tinyllm` package is the one imported.
 """
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.hooks import Hook, run_pack_hooks
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.hooks import Hook, run_pack_hooks
 
 HARNESS_PACKAGE = "tinyllm"
 RUNNER_MODULE = "tinyllm.tools.layer_wise_benchmarks.runner"
@@ -33,9 +33,10 @@ class ReferenceTarget(Target):
         return (Path(root) / RUNNER_FILE).is_file()
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
-        return LaunchSpec([sys.executable, "-m", "abdiff.worker", str(job_path)], Path(checkout))
+        argv = [sys.executable, "-m", "abdiff.targets.reference.worker", str(job_path)]
+        return LaunchSpec(argv, Path(checkout))
 
     def hook_problems(self, checkout: Path) -> list[str]:
-        from abdiff.hooks import missing_hooks
+        from abdiff.targets.hooks import missing_hooks
 
         return missing_hooks(Path(checkout), REFERENCE_HOOKS)

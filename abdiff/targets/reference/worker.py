@@ -1,4 +1,5 @@
-"""The reference target's worker: `python -m abdiff.worker JOB.json`, run inside a checkout.
+"""The reference target's worker, run inside a checkout:
+`python -m abdiff.targets.reference.worker JOB.json`.
 
 It imports the harness of the checkout it was started in (the working folder is
 first on sys.path), runs every config of the job in this one process, and
@@ -15,9 +16,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from abdiff.probe import (
+from abdiff.measure import (
     GPU_MIN_WARMUP_S,
-    RecordWriter,
     environment,
     find_attn_metadata,
     profile_kernels,
@@ -25,9 +25,9 @@ from abdiff.probe import (
     resolve_device,
     time_iterations,
 )
+from abdiff.protocol import RecordWriter, RoundJob
 from abdiff.records import RoundRecord
-from abdiff.targets.base import RoundJob
-from abdiff.targets.reference import HARNESS_PACKAGE, RUNNER_MODULE
+from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
 
 
 def _import_runner(checkout: Path) -> type:

@@ -1,0 +1,60 @@
+"""`abdiff A..B --configs SUITE`: measure both sides interleaved, compare, report.
+
+The range is the command word: `abdiff main..pr` is parsed as `abdiff diff main..pr`.
+`abdiff baseline:NAME..B` takes side A from a stored baseline and measures B only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from abdiff.baselines import parse_baseline_range
+from abdiff.commands.common import (
+    add_compare_options,
+    add_measure_options,
+    check_min_effect,
+    emit_reports,
+    expect_scope,
+)
+from abdiff.revs import open_repo, resolve_range
+from abdiff.schedule import Plan
+from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
+from abdiff.suites.loader import MATRIX_KEYS
+
+
+def looks_like_range(word: str) -> bool:
+    return ".." in word and not word.startswith("-")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("diff", help="A..B: measure two revisions and compare (the default)",
+                            description="Measure A and B interleaved and compare them. "
+                            "A..B, A...B (merge base of A and B as A), A.. (B = working tree), "
+                            "baseline:NAME..B (A = a stored baseline).")
+    parser.add_argument("range", metavar="A..B")
+    add_measure_options(parser)
+    add_compare_options(parser)
+    parser.add_argument("--max-rounds", type=int, default=Plan.max_rounds,
+                        help=f"adaptive ceiling of rounds per side (default {Plan.max_rounds})")
+    parser.add_argument("--baselines-dir", type=Path, metavar="DIR",
+                        help="where baseline:NAME is looked up (default: baselines/ in the repo)")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="compare with a baseline recorded on a different machine")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    min_effect = check_min_effect(args.min_effect)
+    repo_root = open_repo(args.repo)
+    bench = prepare_bench(args, repo_root)
+    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS))
+    baseline = parse_baseline_range(args.range)
+    if baseline is not None:
+        result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
+    else:
+        spec_a, spec_b = resolve_range(repo_root, args.range)
+        sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
+        result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect, [])
+    emit_reports(result, args)
+    return int(result.summary["exit_code"])

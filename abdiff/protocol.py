@@ -1,0 +1,147 @@
+"""The parent <-> worker contract: the job a worker is given, the record log it writes.
+
+The parent writes a `RoundJob` as JSON and passes its path to the worker. The
+worker appends one JSON line per event to `job.record_path` (`RecordWriter`);
+the parent reads it back (`read_round_log`). This module imports no torch: the
+parent reads record logs without paying for a torch import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from abdiff.records import RoundRecord
+
+# Written to stderr as each config starts: a death's reason is read from the
+# worker's stderr after the last such line, never from an earlier config's output.
+STDERR_MARK = "abdiff-worker: config "
+
+
+@dataclass
+class RoundJob:
+    """What one worker process must do: the configs of one side's round.
+
+    Written as JSON next to the record file and passed to the worker by path.
+    The worker appends one JSON line per event to `record_path`:
+    `{"event": "start", "id": ...}` before a config, then
+    `{"event": "done", "id": ..., "record": {RoundRecord fields}}` after it,
+    each line flushed and fsynced, so a crash loses nothing already measured.
+    """
+
+    configs: list[dict[str, Any]]  # [{"id": ..., "params": {...}}]
+    facts: list[str]  # dotted names read from the live attention metadata
+    record_path: str
+    round: int
+    warmup_times: int = 3
+    run_times: int = 20
+    device: str = "auto"  # auto | cpu | cuda
+    cuda_graph: bool = False
+    min_warmup_s: float | None = None  # None: GPU_MIN_WARMUP_S on CUDA, none on the CPU
+    cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
+    profile_kernels: bool = True
+    target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
+    target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: Path) -> RoundJob:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+class RecordWriter:
+    """Appends the worker's events to the record log, one fsynced JSON line each."""
+
+    def __init__(self, path: Path) -> None:
+        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the round
+        self.facts_written: dict[str, dict[str, Any]] = {}
+
+    def _write(self, event: dict[str, Any]) -> None:
+        event["t"] = time.time()  # wall clock, for the overhead breakdown (benchmarks/)
+        self._handle.write(json.dumps(event) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def env(self, env: dict[str, Any]) -> None:
+        self._write({"event": "env", "env": env})
+
+    def start(self, config_id: str) -> None:
+        print(f"{STDERR_MARK}{config_id}", file=sys.stderr, flush=True)
+        self._write({"event": "start", "id": config_id})
+
+    def facts(self, config_id: str, facts: dict[str, Any]) -> None:
+        """Facts as soon as they are read: a config that aborts later still has them."""
+        self.facts_written[config_id] = facts
+        self._write({"event": "facts", "id": config_id, "facts": facts})
+
+    def done(self, config_id: str, record: RoundRecord) -> None:
+        self._write({"event": "done", "id": config_id, "record": asdict(record)})
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+@dataclass
+class RoundLog:
+    """What a worker's record log holds once the process has ended."""
+
+    env: dict[str, Any] = field(default_factory=dict)
+    done: dict[str, RoundRecord] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    malformed: dict[str, str] = field(default_factory=dict)  # config id -> why
+
+    @property
+    def in_progress(self) -> str | None:
+        """The config named by the last start line, unless it finished: where a crash happened.
+
+        A worker may start a config again (upstream's run.py interleaves shapes),
+        so only the last start line says what was running when the process died.
+        """
+        if self.started and self.started[-1] not in self.done:
+            return self.started[-1]
+        return None
+
+
+def read_round_log(path: Path) -> RoundLog:
+    """Parse a record log; a torn last line (process killed mid-write) is ignored."""
+    from abdiff.errors import InputError
+    from abdiff.records import parse_round
+
+    log = RoundLog()
+    if not Path(path).exists():
+        return log
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                continue  # torn final write
+            log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: not JSON"
+            continue
+        kind = event.get("event") if isinstance(event, dict) else None
+        cid = event.get("id") if isinstance(event, dict) else None
+        if kind == "env" and isinstance(event.get("env"), dict):
+            log.env = event["env"]
+        elif kind == "start" and isinstance(cid, str):
+            log.started.append(cid)
+        elif kind == "facts" and isinstance(cid, str) and isinstance(event.get("facts"), dict):
+            log.facts[cid] = event["facts"]
+        elif kind == "done" and isinstance(cid, str):
+            try:
+                log.done[cid] = parse_round(event.get("record"), f"record of {cid}")
+            except InputError as exc:
+                log.malformed[cid] = str(exc)
+        else:
+            log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: bad event"
+    return log

@@ -1,0 +1,1 @@
+"""The reference target: the embedded layer-wise harness of `abdiff demo`."""
