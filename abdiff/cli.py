@@ -2,7 +2,10 @@
 
 No pipeline logic lives here. Errors become exit codes: InputError -> 2,
 InfrastructureError and OSError (disk full, unwritable folder) -> 3, each
-printed as one line on stderr.
+printed as one line on stderr. Any other exception is a bug in abdiff: one line
+"internal error: ..." naming the file its traceback was saved to (the run's
+state folder when one was open, else the temporary folder), exit 3, never the
+exit 1 that means "unintended change".
 
 Ctrl-C (SIGINT) and SIGTERM stop abdiff cleanly: the signal becomes an
 `Interrupted` exception, the running worker's process group is killed, the
@@ -18,11 +21,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError, InputError, InternalError, save_traceback
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,6 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         # exit 1 of an uncaught exception, which would read as "unintended change".
         print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
         return InfrastructureError.exit_code
+    except InternalError as exc:
+        print(f"abdiff: internal error: {_one_line(exc)} (traceback in {exc.traceback_path}; "
+              "measured rounds are kept)", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - a bug outside a run: still one line and exit 3
+        path = save_traceback(exc, Path(tempfile.gettempdir()))
+        print(f"abdiff: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              f"(traceback in {path})", file=sys.stderr)
+        return InternalError.exit_code
     except KeyboardInterrupt as exc:
         what = "terminated (SIGTERM)" if isinstance(exc, Interrupted) and \
             exc.signum == signal.SIGTERM else "interrupted"

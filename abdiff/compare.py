@@ -7,6 +7,7 @@ difference means. Configs present on one side only are listed, not compared.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
 
@@ -52,10 +53,37 @@ def side_kernels(rounds: list[RoundRecord]) -> dict[str, int] | None:
     return _mode([r.kernels for r in rounds if r.status == "ok" and r.kernels])
 
 
-def status_change(status_a: str, status_b: str) -> str:
+# What is incidental in a failure line: where the code sits (line numbers move with any
+# edit above them), memory addresses, process and object ids, checkout paths keyed by a sha.
+_INCIDENTAL = (
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "0x?"),
+    (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<id>"),
+    (re.compile(r"(\.\w+):\d+(:\d+)?\b"), r"\1:N"),
+    (re.compile(r"\bline \d+\b"), "line N"),
+    (re.compile(r"\b\d{4,}\b"), "N"),
+)
+
+
+def failure_signature(status: str, error: str | None) -> str:
+    """What identifies a failure: the status and its line (signal or exception type, then
+    the assert or last message), with line numbers, addresses and ids normalised, so the
+    same failure reads the same on both sides and a different one does not."""
+    line = " ".join((error or "").split())
+    for pattern, replacement in _INCIDENTAL:
+        line = pattern.sub(replacement, line)
+    return f"{status}: {line}"
+
+
+def status_change(status_a: str, status_b: str, error_a: str | None = None,
+                  error_b: str | None = None) -> str:
+    """same | broken | fixed | still-failing (the same failure) | failure-changed."""
     if status_a == "ok":
         return "same" if status_b == "ok" else "broken"
-    return "fixed" if status_b == "ok" else "still-failing"
+    if status_b == "ok":
+        return "fixed"
+    if failure_signature(status_a, error_a) == failure_signature(status_b, error_b):
+        return "still-failing"
+    return "failure-changed"
 
 
 def facts_diff(a: dict | None, b: dict | None) -> dict[str, list[Any]]:
@@ -133,8 +161,12 @@ def compare_runs(
     min_effect: float = stats.DEFAULT_MIN_EFFECT,
     alpha: float = stats.DEFAULT_ALPHA,
     notes: list[str] | None = None,
+    require_all: bool = False,
 ) -> Result:
-    """The Result of comparing B with A on the configs both measured."""
+    """The Result of comparing B with A on the configs both measured.
+
+    `require_all`: any config not measured on both sides makes the exit code 1
+    (policy.apply_policy); without it, only the count says so."""
     ids_b = {c.id for c in run_b.configs}
     pairs = []
     not_measured = []
@@ -157,7 +189,7 @@ def compare_runs(
             params=config_b.params or config_a.params,
             status_a=status_a,
             status_b=status_b,
-            status_change=status_change(status_a, status_b),
+            status_change=status_change(status_a, status_b, error_a, error_b),
             error_a=error_a,
             error_b=error_b,
             facts_changed=facts_diff(side_facts(config_a.rounds), side_facts(config_b.rounds)),
@@ -165,7 +197,7 @@ def compare_runs(
             kernels_removed=removed,
             latency=latency,
         ))
-    summary = apply_policy(configs, expect)
+    summary = apply_policy(configs, expect, require_all, len(not_measured))
     summary.update(min_effect=min_effect, alpha=alpha)
     all_notes = list(notes or [])
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")

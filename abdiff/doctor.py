@@ -161,6 +161,35 @@ def missing_for(checks: list[Check], target: str) -> list[str]:
     return [c.name for c in checks if target in c.required_by and not c.present]
 
 
+def _torch_located() -> tuple[str | None, str | None]:
+    """(torch version, None) from package metadata: importing torch costs seconds, and a
+    preflight that needs no CUDA need not pay for it."""
+    return (_version("torch") if importlib.util.find_spec("torch") else None), None
+
+
+def preflight(target: str, device: str, launcher: str,
+              machine: Machine | None = None) -> str | None:
+    """The machine checks of `abdiff doctor` for one run, before anything is checked out:
+    None when it can run here, else doctor's line saying what is missing.
+
+    Beyond what the target always needs: torch with CUDA when `--device cuda` asks
+    for it, and the launcher's command (mpirun, srun in an allocation)."""
+    needs_cuda = device == "cuda" or (device == "auto" and target == "trtllm")
+    if machine is None:
+        machine = Machine() if needs_cuda else Machine(torch=_torch_located)
+    checks = machine_checks(machine)
+    missing = missing_for(checks, target)
+    wanted = (["GPU", "torch with CUDA"] if needs_cuda else []) + \
+        ([launcher] if launcher in ("mpirun", "srun") else [])
+    missing += [c.name for c in checks if c.name in wanted and not c.present
+                and c.name not in missing]
+    if not missing:
+        return None
+    details = "; ".join(f"{c.name}: {c.detail}" for c in checks if c.name in missing)
+    return (f"target {target} cannot run here: needs {', '.join(missing)} ({details}); "
+            "`abdiff doctor` says what each rules out, --skip-preflight measures anyway")
+
+
 def machine_table(checks: list[Check], targets: tuple[str, ...] = TARGET_NAMES) -> str:
     rows = []
     for check in checks:

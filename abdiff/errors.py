@@ -1,4 +1,14 @@
-"""The two kinds of failure the CLI turns into exit codes (DESIGN.md, "Commands")."""
+"""The failures the CLI turns into exit codes (DESIGN.md, "Commands"): bad input (2),
+the tool could not run (3), a bug in abdiff (3, with its traceback saved)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 
 class InputError(Exception):
@@ -11,3 +21,35 @@ class InfrastructureError(Exception):
     """The tool could not run at all (git or launcher failure): one line, exit 3."""
 
     exit_code = 3
+
+
+class InternalError(Exception):
+    """A bug in abdiff itself: one line naming the saved traceback, exit 3 (never the 1 of
+    an unintended change)."""
+
+    exit_code = 3
+
+    def __init__(self, error: BaseException, traceback_path: Path) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.traceback_path = traceback_path
+
+
+def save_traceback(error: BaseException, folder: Path) -> Path:
+    """Write `error`'s traceback to a new file in `folder` and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=folder, prefix="traceback-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("".join(traceback.format_exception(error)))
+    return Path(name)
+
+
+@contextmanager
+def internal_errors(folder: Path) -> Iterator[None]:
+    """An unexpected exception inside becomes InternalError, its traceback kept in `folder`
+    (a run's state folder, beside the rounds already measured)."""
+    try:
+        yield
+    except (InputError, InfrastructureError, InternalError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other exception is abdiff's own bug
+        raise InternalError(exc, save_traceback(exc, folder)) from exc

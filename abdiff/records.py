@@ -1,4 +1,4 @@
-"""Run-file (`abdiff.run/1`) and result (`abdiff.result/1`) schemas, with atomic writes.
+"""Run-file (`abdiff.run/1`) and result (`abdiff.result/2`) schemas, with atomic writes.
 
 Data flows one way through the pipeline as these dataclasses; JSON is only
 produced and parsed here, so every other module works on typed objects.
@@ -17,7 +17,10 @@ from typing import Any
 from abdiff.errors import InputError
 
 RUN_SCHEMA = "abdiff.run/1"
-RESULT_SCHEMA = "abdiff.result/1"
+RESULT_SCHEMA = "abdiff.result/2"
+# /1 called a config that failed on both sides `unchanged` and had no `measured` count;
+# /2 gave that its own verdict, `still-failing`. Both are read (reports, `abdiff comment`).
+RESULT_SCHEMAS = ("abdiff.result/1", RESULT_SCHEMA)
 STATUSES = ("ok", "failed", "aborted", "timeout")
 
 
@@ -84,7 +87,7 @@ class ConfigResult:
     params: dict[str, Any]
     status_a: str
     status_b: str
-    status_change: str  # same | fixed | broken | still-failing
+    status_change: str  # same | fixed | broken | still-failing | failure-changed
     error_a: str | None
     error_b: str | None
     facts_changed: dict[str, list[Any]]
@@ -92,7 +95,8 @@ class ConfigResult:
     kernels_removed: dict[str, int]
     latency: LatencyResult
     in_scope: bool = False
-    verdict: str = "unchanged"  # unchanged | expected | unintended | inconclusive
+    # unchanged | expected | unintended | inconclusive | still-failing
+    verdict: str = "unchanged"
 
 
 @dataclass
@@ -210,16 +214,17 @@ def parse_round(data: Any, where: str) -> RoundRecord:
     return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index)
 
 
-def _check_document(data: Any, schema: str, what: str, where: str) -> None:
+def _check_document(data: Any, schemas: tuple[str, ...], what: str, where: str) -> None:
     if not isinstance(data, dict):
         raise InputError(f"{where}: {what} must be a JSON object")
-    if data.get("schema") != schema:
-        raise InputError(f"{where}: schema is {data.get('schema')!r}, expected '{schema}'")
+    if data.get("schema") not in schemas:
+        raise InputError(f"{where}: schema is {data.get('schema')!r}, expected "
+                         + " or ".join(f"'{s}'" for s in schemas))
 
 
 def parse_run_file(data: Any, where: str) -> RunFile:
     """Validate a decoded run file; every problem is one InputError naming the place."""
-    _check_document(data, RUN_SCHEMA, "a run file", where)
+    _check_document(data, (RUN_SCHEMA,), "a run file", where)
     configs_data = _require(data, "configs", list, where)
     configs: list[ConfigRuns] = []
     seen: set[str] = set()
@@ -272,7 +277,7 @@ def load_run_file(path: Path) -> RunFile:
     return parse_run_file(read_json(path, "run file"), str(path))
 
 
-# Result (`abdiff.result/1`) loading. The result may come from an untrusted job
+# Result (`abdiff.result/1` and `/2`) loading. The result may come from an untrusted job
 # (a pull request's CI run, docs/ci.md), so every field is checked for its type
 # before a report is rendered from it; unknown extra fields are ignored.
 
@@ -376,8 +381,10 @@ def _config_result(data: Any, where: str) -> ConfigResult:
 
 
 def parse_result(data: Any, where: str) -> Result:
-    """Validate a decoded `abdiff.result/1` document; every problem is one InputError."""
-    _check_document(data, RESULT_SCHEMA, "a result", where)
+    """Validate a decoded `abdiff.result/1` or `/2` document; every problem is one InputError.
+
+    A /1 document is read as written: its verdicts stay what /1 said they were."""
+    _check_document(data, RESULT_SCHEMAS, "a result", where)
     expect = _require(data, "expect", dict, where)
     if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                for v in expect.values()):
@@ -394,6 +401,7 @@ def parse_result(data: Any, where: str) -> Result:
         only_in_a=_strings(data, "only_in_a", where),
         only_in_b=_strings(data, "only_in_b", where),
         notes=_strings(data, "notes", where),
+        schema=data["schema"],
     )
 
 

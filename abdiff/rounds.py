@@ -106,6 +106,18 @@ def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str
     return records
 
 
+def worker_stderr(work_dir: Path, config_id: str) -> Path:
+    """The stderr file holding the full text of `config_id`'s failure in a round's folder:
+    the worker that started or recorded it, else the last one (which died before
+    starting any config, failing all that were left)."""
+    workers = sorted(work_dir.glob("worker*"), key=lambda p: int(p.name.removeprefix("worker")))
+    for worker in workers:
+        log = read_round_log(worker / "records.jsonl")
+        if config_id in log.done or config_id in log.started:
+            return worker / "stderr.txt"
+    return (workers[-1] if workers else work_dir) / "stderr.txt"
+
+
 def run_round(
     target: Target,
     launcher: Launcher,

@@ -145,6 +145,10 @@ class Measurement:
         write_atomic(self.state_dir / "state.json",
                      json.dumps({"seed": self.seed, "complete": complete}) + "\n")
 
+    def round_dir(self, side: str, round_index: int) -> Path:
+        """Where a side's round keeps its workers' job, record log, stdout and stderr."""
+        return self.state_dir / "logs" / f"{side}-r{round_index}"
+
     def has_round(self, side: str, config_id: str, round_index: int) -> bool:
         config = self.sides[side].run.config(config_id)
         return config is not None and any(r.round == round_index for r in config.rounds)
@@ -202,7 +206,7 @@ def run_slots(
             progress.step(f"{side} round {round_index + 1} (kept)")
             continue
         side_run = measurement.sides[side]
-        work_dir = measurement.state_dir / "logs" / f"{side}-r{round_index}"
+        work_dir = measurement.round_dir(side, round_index)
         if work_dir.exists():
             shutil.rmtree(work_dir)  # a half-run round from an interrupted run
         try:
@@ -227,10 +231,13 @@ def measure(
     plan: Plan,
     undecided: Callable[[], list[str]] | None,
     quiet: bool = False,
+    after_first_round: Callable[[], None] | None = None,
 ) -> Measurement:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
     `undecided` names the configs that need more rounds (None: no extension).
+    `after_first_round` runs once every side has its first round; it raises to stop
+    there (nothing could run: no more worker processes are spent), the rounds kept.
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
     baseline) use the same schedule, keeping the slots of the sides present.
     """
@@ -238,7 +245,12 @@ def measure(
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
     progress = Progress(len(slots), quiet)
     try:
-        run_slots(measurement, slots, configs, target, launcher, settings, progress)
+        first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
+        run_slots(measurement, first, configs, target, launcher, settings, progress)
+        if after_first_round is not None:
+            after_first_round()
+        run_slots(measurement, slots[len(first):], configs, target, launcher, settings,
+                  progress)
         done = plan.rounds
         while undecided is not None and done < plan.max_rounds:
             ids = set(undecided())

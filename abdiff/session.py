@@ -22,13 +22,14 @@ from abdiff.baselines import (
 )
 from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
-from abdiff.errors import InputError
+from abdiff.doctor import preflight
+from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.measure import environment, resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
-from abdiff.rounds import RoundSettings
+from abdiff.rounds import RoundSettings, worker_stderr
 from abdiff.schedule import (
     Measurement,
     Plan,
@@ -63,8 +64,12 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
                          "cpu was given); drop --cuda-graph to time eager calls")
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
-    launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
-                             args.np, args.nodes)
+    launcher_name = args.launcher or getattr(target, "default_launcher", "local")
+    if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
+        problem = preflight(target.name, args.device, launcher_name)
+        if problem:
+            raise InfrastructureError(problem)
+    launcher = make_launcher(launcher_name, args.np, args.nodes)
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
@@ -104,16 +109,44 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
     return bench.cache_dir / "runs" / state_key(parts)
 
 
+def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
+                          ) -> Callable[[], None]:
+    """The first-round check: when no config of `runs` (the compared sides, a stored
+    baseline included) has run, nothing can be measured and more rounds would fail the
+    same way, so stop with one line naming the first cause and the file holding its
+    full text."""
+
+    def check() -> None:
+        if any(r.status == "ok" for run in runs.values() for c in run.configs
+               for r in c.rounds):
+            return
+        for name, run in runs.items():
+            for config in run.configs:
+                failed = next((r for r in config.rounds if r.error), None)
+                if failed is None or name not in measurement.sides:
+                    continue
+                where = worker_stderr(measurement.round_dir(name, failed.round or 0), config.id)
+                raise InfrastructureError(
+                    f"nothing measured: no config ran on either side in the first round; first "
+                    f"cause: {config.id} on {name} ({run.rev}): {failed.status}: {failed.error} "
+                    f"(full text in {where})")
+        raise InfrastructureError("nothing measured: no config ran in the first round (run "
+                                  f"files in {measurement.state_dir})")
+
+    return check
+
+
 def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
     """The rounds of one side (no interleaving partner), kept like a diff's."""
     repo_root = open_repo(args.repo)
     bench = prepare_bench(args, repo_root)
     sides = {"A": side_run(bench, resolve_rev(repo_root, rev))}
     where = state_dir(bench, sides, kind)
-    with exclusive(where):
+    with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-                Plan(args.rounds, args.rounds), None, args.quiet)
+                Plan(args.rounds, args.rounds), None, args.quiet,
+                stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
     return sides["A"].run
 
 
@@ -139,15 +172,17 @@ def measure_and_compare(
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     max_rounds = max(args.rounds, args.max_rounds) if adaptive else args.rounds
-    with exclusive(where):
+    with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(args.rounds, max_rounds),
-                undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet)
-    if not args.quiet:
-        print(f"abdiff: {measurement.processes} worker processes this run; run files in {where}",
-              file=sys.stderr)
-    return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes)
+                undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet,
+                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
+        if not args.quiet:
+            print(f"abdiff: {measurement.processes} worker processes this run; run files in "
+                  f"{where}", file=sys.stderr)
+        return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,
+                            args.require_all)
 
 
 def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, name: str,

@@ -14,6 +14,9 @@ from abdiff.reports import html as html_report
 from abdiff.reports import json as json_report
 from abdiff.reports import table as table_report
 
+SUMMARY = ("5 of 6 configs measured; 1 failed on one side; "
+           "1 unintended, 1 expected, 3 unchanged, 1 inconclusive")
+
 DG_ASSERT = "DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)"
 SDPA = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
@@ -80,9 +83,7 @@ def test_ordering_and_summary_sentence() -> None:
     verdicts = [c.verdict for c in common.ordered(result)]
     assert verdicts == ["unintended", "inconclusive", "expected",
                         "unchanged", "unchanged", "unchanged"]
-    assert common.summary_sentence(result) == (
-        "1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs"
-    )
+    assert common.summary_sentence(result) == SUMMARY
     assert common.verdict_line(result) == "1 unintended change"
 
 
@@ -101,7 +102,7 @@ def test_table() -> None:
     lines = text.rstrip("\n").splitlines()
     assert lines[0] == "abdiff: A: main (aaaaaaaaaa) B: pr-v1 (bbbbbbbbbb)"
     assert "note: side A is a stored baseline, not interleaved with B" in text
-    assert lines[-1].endswith("1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs")
+    assert lines[-1].endswith(SUMMARY)
     first = text.index("GEN-TRTLLM-bs32-q4")
     assert first < text.index("GEN-TRTLLM-bs64-q2") < text.index("GEN-DSA-bs32-q4")
     assert first < text.index("GEN-DSA-bs32-q1")
@@ -120,7 +121,7 @@ def test_markdown_layout() -> None:
     lines = text.splitlines()
     assert lines[0] == "<!-- abdiff -->"
     assert "**abdiff: 1 unintended change**" in lines[1]
-    assert "1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs" in lines[1]
+    assert SUMMARY in lines[1]
     head, folded = _details_split(text)
     # The unintended table, outside <details>, has the fact change, kernels and latency.
     row = next(line for line in head.splitlines() if "GEN-TRTLLM-bs32-q4" in line)
@@ -215,7 +216,7 @@ def test_markdown_stays_under_github_limit() -> None:
 def test_json_round_trip_has_documented_keys() -> None:
     result = make_result()
     data = json.loads(json_report.render(result))
-    assert data["schema"] == "abdiff.result/1"
+    assert data["schema"] == "abdiff.result/2"
     for key in ("a", "b", "expect", "configs", "summary"):
         assert key in data
     assert set(data["a"]) >= {"rev", "sha"}
@@ -283,7 +284,7 @@ def test_html_is_well_formed_and_self_contained() -> None:
     assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in text
     body = "".join(parser.text)
-    assert "1 unintended, 1 expected, 3 unchanged, 1 inconclusive of 6 configs" in body
+    assert SUMMARY in body
     assert "attn_metadata.max_total_draft_tokens: None -> 3" in body
     assert "1.043x [1.021, 1.066] p=0.003 (slower)" in body
     # Dashed threshold lines at 1 +/- min_effect.

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from abdiff import stats
 from abdiff.errors import InputError
+from abdiff.policy import NOTHING_MEASURED_EXIT
 from abdiff.records import Result, write_atomic
 from abdiff.reports import FORMATS
+from abdiff.reports.common import clip
 from abdiff.schedule import (
     Plan,
 )
@@ -78,6 +80,9 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="reuse the rounds of a finished identical run instead of measuring")
     parser.add_argument("--seed", type=int, help="seed of the round order (default: random)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--skip-preflight", action="store_true",
+                        help="measure without first checking that this machine can run the "
+                        "target (the checks of `abdiff doctor`)")
 
 
 def add_compare_options(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +95,8 @@ def add_compare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, metavar="FILE", help="write the report here")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the JSON result")
     parser.add_argument("--html", type=Path, metavar="FILE", help="also write the HTML report")
+    parser.add_argument("--require-all", action="store_true",
+                        help="exit 1 unless every config was measured on both sides")
 
 
 def emit_reports(result: Result, args: argparse.Namespace) -> None:
@@ -103,6 +110,20 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
         write_atomic(args.json, FORMATS["json"].render(result))
     if args.html:
         write_atomic(args.html, FORMATS["html"].render(result))
+
+
+def finish(result: Result, args: argparse.Namespace) -> int:
+    """Write the reports and return the exit code; a run that measured nothing (exit 3)
+    also says so in one line on stderr, naming the first failure."""
+    emit_reports(result, args)
+    code = int(result.summary["exit_code"])
+    if code == NOTHING_MEASURED_EXIT:
+        first = next((c for c in result.configs if c.error_a or c.error_b), None)
+        cause = (f"; first failure: {first.id}: {clip(first.error_a or first.error_b)}"
+                 if first else "")
+        print(f"abdiff: error: nothing measured: no config ran on either side{cause}",
+              file=sys.stderr)
+    return code
 
 
 def expect_scope(args: argparse.Namespace, suite_expect: dict[str, list[str]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.commands.common import add_compare_options, check_min_effect, emit_reports
+from abdiff.commands.common import add_compare_options, check_min_effect, finish
 from abdiff.compare import compare_runs
 from abdiff.policy import parse_expect
 from abdiff.records import load_run_file
@@ -33,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
     if mismatched:
         notes.append(f"compared on the configs both files hold; {len(mismatched)} "
                      "config(s) are in one file only")
-    result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes)
-    emit_reports(result, args)
-    return int(result.summary["exit_code"])
+    result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,
+                          args.require_all)
+    return finish(result, args)

@@ -14,8 +14,8 @@ from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
     check_min_effect,
-    emit_reports,
     expect_scope,
+    finish,
 )
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Plan
@@ -56,5 +56,4 @@ def run(args: argparse.Namespace) -> int:
         spec_a, spec_b = resolve_range(repo_root, args.range)
         sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
         result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect, [])
-    emit_reports(result, args)
-    return int(result.summary["exit_code"])
+    return finish(result, args)

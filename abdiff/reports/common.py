@@ -13,12 +13,16 @@ import re
 import unicodedata
 from typing import Any
 
+from abdiff import policy
 from abdiff.records import ConfigResult, LatencyResult, Result, Side
 
-# Reading order of every report: what needs a human first.
-VERDICT_ORDER: tuple[str, ...] = ("unintended", "inconclusive", "expected", "unchanged")
+# Reading order of every report: what needs a human first. `still-failing` leads: those
+# configs were not measured at all, and a reader must not take the rest for the whole suite.
+VERDICT_ORDER: tuple[str, ...] = ("still-failing", "unintended", "inconclusive", "expected",
+                                  "unchanged")
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
-SUMMARY_ORDER: tuple[str, ...] = ("unintended", "expected", "unchanged", "inconclusive")
+SUMMARY_ORDER: tuple[str, ...] = ("unintended", "expected", "unchanged", "inconclusive",
+                                  "still-failing")
 DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
 ELLIPSIS = "\u2026"
@@ -51,7 +55,7 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
 
 
 def ordered(result: Result) -> list[ConfigResult]:
-    """Configs in reading order: unintended, inconclusive, expected, unchanged.
+    """Configs in reading order: still-failing, unintended, inconclusive, expected, unchanged.
 
     Stable within a verdict (suite order is kept); an unknown verdict sorts
     right after the known ones rather than disappearing.
@@ -80,32 +84,57 @@ def counts(result: Result) -> dict[str, int]:
     return tally
 
 
+def measured_sentence(result: Result) -> str:
+    """"9 of 12 configs measured; 3 failed on both sides": how much of the suite was checked.
+
+    Measured means ran on both sides. Configs with no rounds on a side (an interrupted
+    or one-sided run) count as not measured."""
+    measured = sum(map(policy.measured, result.configs))
+    missing = result.summary.get("not_compared")
+    total = len(result.configs) + (missing if isinstance(missing, int) and missing > 0 else 0)
+    text = f"{measured} of {total} config{'' if total == 1 else 's'} measured"
+    both = sum(c.status_a != "ok" and c.status_b != "ok" for c in result.configs)
+    if both:
+        text += f"; {both} failed on both sides"
+    one = sum((c.status_a == "ok") != (c.status_b == "ok") for c in result.configs)
+    if one:
+        text += f"; {one} failed on one side"
+    if total - measured - both - one:
+        text += f"; {total - measured - both - one} not run on both sides"
+    return text
+
+
 def summary_sentence(result: Result) -> str:
-    """"2 unintended, 4 expected, 6 unchanged, 0 inconclusive of 12 configs"."""
+    """"9 of 12 configs measured; 3 failed on both sides; 2 unintended, 4 expected, 3
+    unchanged, 0 inconclusive, 3 still-failing" (still-failing only when there are any)."""
     tally = counts(result)
     extra = [v for v in tally if v not in SUMMARY_ORDER]
-    parts = [f"{tally[v]} {v}" for v in (*SUMMARY_ORDER, *extra)]
-    total = len(result.configs)
-    return f"{', '.join(parts)} of {total} config{'' if total == 1 else 's'}"
+    parts = [f"{tally[v]} {v}" for v in (*SUMMARY_ORDER, *extra)
+             if tally[v] or v != "still-failing"]
+    return f"{measured_sentence(result)}; {', '.join(parts)}"
 
 
 def verdict_line(result: Result) -> str:
-    """The headline: is there anything a reviewer must look at?"""
+    """The headline: is there anything a reviewer must look at, and was anything measured?"""
+    if exit_code(result) == policy.NOTHING_MEASURED_EXIT:
+        return "nothing measured"
     tally = counts(result)
     n = tally["unintended"]
     if n:
         return f"{n} unintended change{'' if n == 1 else 's'}"
+    if exit_code(result) == 1 and result.summary.get("require_all") is True:
+        return "not every config measured (--require-all)"
     if tally["inconclusive"]:
         return "no unintended change found (some configs inconclusive)"
     return "no unintended change"
 
 
 def exit_code(result: Result) -> int:
-    """The run's exit code: the summary's when present, else 1 iff any unintended."""
+    """The run's exit code: the summary's when present, else the policy's rule."""
     code = result.summary.get("exit_code")
     if isinstance(code, int) and not isinstance(code, bool):
         return code
-    return 1 if counts(result)["unintended"] else 0
+    return policy.exit_code(result.configs, result.summary.get("require_all") is True)
 
 
 def min_effect(result: Result) -> float:

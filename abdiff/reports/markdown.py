@@ -2,7 +2,8 @@
 
 Layout: the marker line `<!-- abdiff -->` (how `abdiff comment` finds its own
 earlier comment to update instead of adding another), one bold verdict
-sentence, the unintended changes in a table, and everything else folded into
+sentence (which says how many configs were measured), the still-failing configs
+and the unintended changes in tables, and everything else folded into
 `<details>` so a clean run costs the reviewer one line.
 
 Everything that comes from a benchmark or a repository (error lines, fact
@@ -91,12 +92,18 @@ def _table(configs: list[ConfigResult], with_verdict: bool, budget: int) -> list
 def render(result: Result) -> str:
     """The PR comment for `result`; the first line is exactly `<!-- abdiff -->`."""
     groups = common.grouped(result)
+    still_failing = groups.pop("still-failing", [])
     unintended = groups.pop("unintended", [])
     rest = [cfg for cfgs in groups.values() for cfg in cfgs]
-    if unintended:
+    code = common.exit_code(result)
+    if code == 1 or unintended:
         icon = ":x:"
+    elif code != 0:
+        icon = ":warning:"  # nothing measured: no green mark for a run that checked nothing
+    elif still_failing or "inconclusive" in groups:
+        icon = ":grey_question:"
     else:
-        icon = ":grey_question:" if "inconclusive" in groups else ":white_check_mark:"
+        icon = ":white_check_mark:"
     lines = [
         MARKER,
         f"{icon} **abdiff: {escape(common.verdict_line(result))}** "
@@ -107,12 +114,15 @@ def render(result: Result) -> str:
     for note in [*common.notes(result), *common.only_in_lines(result)]:
         lines += ["", f"Note: {escape(note, 400)}"]
 
+    if still_failing:  # never folded away: these configs were not measured at all
+        lines += ["", "#### Still failing (the same failure on both sides: not measured)", ""]
+        lines += _table(still_failing, with_verdict=False, budget=MAX_CHARS // 4)
     if unintended:
         lines += ["", "#### Unintended changes", ""]
         lines += _table(unintended, with_verdict=False, budget=MAX_CHARS // 2)
     if rest:
         tally = common.counts(result)
-        parts = [f"{tally[v]} {v}" for v in common.VERDICT_ORDER[1:] if tally.get(v)]
+        parts = [f"{tally[v]} {v}" for v in groups if v in common.VERDICT_ORDER]
         other = {c.verdict for c in rest} - set(common.VERDICT_ORDER)
         parts += [f"{tally[v]} {escape(v)}" for v in sorted(other)]
         used = sum(len(x) + 1 for x in lines)
