@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return InfrastructureError.exit_code
     except InternalError as exc:
         print(f"abdiff: internal error: {_one_line(exc)} (traceback in {exc.traceback_path}; "
-              "measured rounds are kept)", file=sys.stderr)
+              "measured rounds are kept: the same command with --resume reports them)",
+              file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug outside a run: still one line and exit 3
         path = save_traceback(exc, Path(tempfile.gettempdir()))

@@ -111,14 +111,16 @@ def test_fault_run_leaves_no_process(fault_run: FaultRun) -> None:
 def test_broken_import_fails_every_config_with_its_reason(faulty_repo: Path,
                                                           tmp_path: Path) -> None:
     """A worker that cannot import the benchmark writes no record at all: every config
-    gets the import error, once, and the run file is still written."""
+    gets the import error, once, and the run stops there (nothing measured: exit 3, one
+    line), its round kept in the state folder."""
     suite = write_suite(tmp_path / "s.yaml", [1, 2])
     out = tmp_path / "broken.json"
     proc = run_abdiff("run", "broken", "--configs", suite, "--repo", faulty_repo, "--cache-dir",
-                      tmp_path / "cache", "--target", "reference", "--rounds", 1, "--out", out)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    run = load_run_file(out)
+                      tmp_path / "cache", "--target", "reference", "--rounds", 2, "--out", out)
+    assert proc.returncode == 3, proc.stderr
+    assert "RuntimeError: injected import failure" in one_line(proc.stderr)
+    assert not out.exists()
+    run = load_run_file(next((tmp_path / "cache").glob("runs/*/a.json")))
     for config in run.configs:
         assert [(r.status, r.error) for r in config.rounds] == [
             ("failed", "RuntimeError: injected import failure: the harness cannot load")]

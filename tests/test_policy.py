@@ -53,3 +53,32 @@ def test_fixed_outside_scope_is_unintended() -> None:
     fixed = config("TRTLLM", "fixed")
     apply_policy([fixed], {"backend": ["DSA"]})
     assert fixed.verdict == "unintended"
+
+
+def test_the_same_failure_on_both_sides_is_still_failing_never_unchanged() -> None:
+    still = config("TRTLLM", "still-failing")
+    quiet = config("TRTLLM")
+    summary = apply_policy([still, quiet], {})
+    assert still.verdict == "still-failing"
+    assert (summary["still-failing"], summary["measured"], summary["configs"]) == (1, 1, 2)
+    assert summary["exit_code"] == 0
+    assert apply_policy([still, quiet], {}, require_all=True)["exit_code"] == 1
+    # configs with no rounds on a side are not measured either
+    assert apply_policy([quiet], {}, require_all=True, not_compared=1)["exit_code"] == 1
+    assert apply_policy([quiet], {}, require_all=True)["exit_code"] == 0
+
+
+def test_a_different_failure_goes_through_the_scope() -> None:
+    outside = config("TRTLLM", "failure-changed")
+    inside = config("DSA", "failure-changed")
+    summary = apply_policy([outside, inside, config("DSA")], {"backend": ["DSA"]})
+    assert (outside.verdict, inside.verdict) == ("unintended", "expected")
+    assert summary["exit_code"] == 1
+
+
+def test_nothing_ran_on_either_side_is_exit_3() -> None:
+    both = [config("DSA", "still-failing"), config("TRTLLM", "failure-changed")]
+    assert apply_policy(both, {})["exit_code"] == 3
+    assert apply_policy([], {})["exit_code"] == 3
+    # one side ran: a measured regression, not an infrastructure failure
+    assert apply_policy([config("DSA", "broken")], {})["exit_code"] == 1

@@ -322,3 +322,37 @@ def test_a_cut_kernel_diff_keeps_the_attention_kernels() -> None:
     lines = common.kernel_changes(cfg, limit=4)
     assert lines == ["+aten::_scaled_dot_product_flash_attention_for_cpu x1",
                      "-aten::_softmax x1", "-aten::bmm x2", "(+5 more in the JSON result)"]
+
+
+def _still_failing() -> ConfigResult:
+    return _config("TRTLLM", 8, 1, "still-failing", status_a="failed", status_b="failed",
+                   status_change="still-failing", error_a="ImportError: no module x",
+                   error_b="ImportError: no module x", latency=LatencyResult("n/a"))
+
+
+def test_still_failing_leads_every_format_and_is_never_folded() -> None:
+    result = make_result()
+    result.configs.append(_still_failing())
+    measured = "5 of 7 configs measured; 1 failed on both sides; 1 failed on one side"
+    assert common.ordered(result)[0].verdict == "still-failing"
+    assert common.summary_sentence(result).startswith(measured)
+    assert common.summary_sentence(result).endswith("1 inconclusive, 1 still-failing")
+    md = markdown.render(result)
+    assert measured in md.splitlines()[1]
+    visible = md.split("<details>")[0]
+    assert visible.index("Still failing") < visible.index("Unintended changes")
+    assert "still-failing" not in md.split("<details>")[1].split("</summary>")[0]
+    lines = table_report.render(result).splitlines()
+    assert lines[lines.index(next(ln for ln in lines if ln.startswith("---"))) + 1].startswith(
+        "still-failing")
+    html = html_report.render(result)
+    assert html.index('<section class="still-failing">') < html.index('<section class="unint')
+
+
+def test_nothing_measured_is_never_a_green_headline() -> None:
+    result = make_result(configs=[_still_failing()], summary={"exit_code": 3})
+    assert common.verdict_line(result) == "nothing measured"
+    assert markdown.render(result).splitlines()[1].startswith(
+        ":warning: **abdiff: nothing measured** (0 of 1 config measured; 1 failed on both sides")
+    # a hand-built result without an exit code gets the policy's rule
+    assert common.exit_code(make_result(configs=[_still_failing()], summary={})) == 3
