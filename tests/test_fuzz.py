@@ -190,8 +190,9 @@ def test_run_file_loader_total(text: str) -> None:
        fmt=st.sampled_from(["table", "markdown", "json", "html"]))
 def test_compare_through_the_cli(text_a: str, text_b: str, fmt: str, scratch: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """`abdiff compare` of any two files: a report (exit 0 or 1) or exit 2 in one line.
-    Files that pass validation must also survive the comparison and every report format."""
+    """`abdiff compare` of any two files: a report (exit 0 or 1; 3 with one line when no
+    config ran on either side) or exit 2 in one line. Files that pass validation must also
+    survive the comparison and every report format (an internal error fails the test)."""
     a, b = scratch / "a.json", scratch / "b.json"
     a.write_text(text_a, encoding="utf-8", errors="surrogatepass")
     b.write_text(text_b, encoding="utf-8", errors="surrogatepass")
@@ -202,7 +203,10 @@ def test_compare_through_the_cli(text_a: str, text_b: str, fmt: str, scratch: Pa
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("abdiff: error: "), err
     else:
-        assert rc in (0, 1), (rc, err)
+        assert rc in (0, 1, 3), (rc, err)
+        if rc == 3:
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("abdiff: error: nothing measured"), err
         assert out.strip()
         if fmt == "json":
             assert json.loads(out)["summary"]["exit_code"] == rc
