@@ -116,6 +116,8 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
     same way, so stop with one line naming the first cause and the file holding its
     full text."""
 
+    sides = "on either side " if len(runs) > 1 else ""
+
     def check() -> None:
         if any(r.status == "ok" for run in runs.values() for c in run.configs
                for r in c.rounds):
@@ -127,11 +129,11 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
                     continue
                 where = worker_stderr(measurement.round_dir(name, failed.round or 0), config.id)
                 raise InfrastructureError(
-                    f"nothing measured: no config ran on either side in the first round; first "
+                    f"nothing measured: no config ran {sides}in the first round; first "
                     f"cause: {config.id} on {name} ({run.rev}): {failed.status}: {failed.error} "
                     f"(full text in {where})")
-        raise InfrastructureError("nothing measured: no config ran in the first round (run "
-                                  f"files in {measurement.state_dir})")
+        raise InfrastructureError(f"nothing measured: no config ran {sides}in the first round "
+                                  f"(run files in {measurement.state_dir})")
 
     return check
 
