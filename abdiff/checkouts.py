@@ -39,6 +39,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.files import write_atomic
 from abdiff.revs import WORKTREE, SideSpec, git_message, is_bare, run_git
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -84,16 +85,6 @@ def _rmtree(path: Path) -> None:
             shutil.rmtree(path, onexc=retry)
         else:
             shutil.rmtree(path, onerror=retry)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write then rename, so a reader sees the old file, or the whole new one."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _file_digest(path: Path) -> bytes:
@@ -178,7 +169,7 @@ class CheckoutCache:
                 self._discard(folder)
                 raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
                                           f"{folder}: {git_message(proc.stderr)}")
-            _write_atomic(self._marker(folder), side.sha + "\n")
+            write_atomic(self._marker(folder), side.sha + "\n")
             self.created.append(folder)
             return folder
 
@@ -236,7 +227,7 @@ class CheckoutCache:
                     return folder
                 self._discard(folder)
                 os.rename(tmp, folder)
-                _write_atomic(self._marker(folder), digest + "\n")
+                write_atomic(self._marker(folder), digest + "\n")
                 self.created.append(folder)
                 return folder
         except OSError as exc:
@@ -282,10 +273,10 @@ class CheckoutCache:
         self.key_dir.mkdir(parents=True, exist_ok=True)
         repo_file = self.key_dir / "REPO"
         if not repo_file.exists():
-            _write_atomic(repo_file, f"{self.common_dir}\n")
+            write_atomic(repo_file, f"{self.common_dir}\n")
         readme = self.key_dir / "README.txt"
         if not readme.exists():
-            _write_atomic(readme, _README.format(repo=self.repo_root, common=self.common_dir))
+            write_atomic(readme, _README.format(repo=self.repo_root, common=self.common_dir))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError, InputError, one_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,12 +64,6 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _one_line(exc: BaseException) -> str:
-    """An error message as the one line the CLI promises (a YAML or git message may hold
-    several)."""
-    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-
-
 def build_parser() -> argparse.ArgumentParser:
     from abdiff.commands import COMMANDS
 
@@ -99,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
-        print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".
-        print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
         return InfrastructureError.exit_code
     except KeyboardInterrupt as exc:
         what = "terminated (SIGTERM)" if isinstance(exc, Interrupted) and \

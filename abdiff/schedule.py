@@ -25,13 +25,13 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
 from abdiff.records import (
     ConfigRuns,
     RoundRecord,
     RunFile,
     load_run_file,
-    write_atomic,
     write_run_file,
 )
 from abdiff.rounds import RoundSettings, run_round

@@ -119,32 +119,37 @@ SUITE_CASES = {
     "tab indentation": ("matrix:\n\trun_type: [GEN]\n", r"malformed YAML"),
     "unknown top-level key": ("colour: red\nmatrix: {run_type: [GEN]}\n", r"unknown key 'colour'"),
     "unknown matrix key": ("matrix: {run_type: [GEN], dtype: [fp8]}\n",
-                           r"unknown matrix key 'dtype'"),
+                           r"matrix has unknown key 'dtype'; allowed: run_type, backend"),
     "wrong value type": ("matrix: {run_type: [GEN], backend: [DSA], batch_size: [eight], "
                          "seq_len_q: [1], seq_len_kv_cache: [64]}\n",
-                         r"'batch_size' has value 'eight'"),
+                         r"matrix.batch_size\[0\] must be int, got str"),
     "boolean as integer": ("matrix: {run_type: [GEN], backend: [DSA], batch_size: [true], "
-                           "seq_len_q: [1], seq_len_kv_cache: [64]}\n", r"'batch_size'"),
+                           "seq_len_q: [1], seq_len_kv_cache: [64]}\n",
+                           r"matrix.batch_size\[0\] must be int, got bool"),
     "unknown backend": ("matrix: {run_type: [GEN], backend: [FLASH], batch_size: [1], "
-                        "seq_len_q: [1], seq_len_kv_cache: [64]}\n", r"value 'FLASH'"),
+                        "seq_len_q: [1], seq_len_kv_cache: [64]}\n",
+                        r"matrix.backend\[0\] must be one of 'DSA', 'TRTLLM', got 'FLASH'"),
     "negative size": ("matrix: {run_type: [GEN], backend: [DSA], batch_size: [-4], "
-                      "seq_len_q: [1], seq_len_kv_cache: [64]}\n", r"'batch_size'"),
+                      "seq_len_q: [1], seq_len_kv_cache: [64]}\n",
+                      r"matrix.batch_size\[0\] must be >= 1, got -4"),
     "wrong top-level type": ("run_times: many\nmatrix: {run_type: [GEN], backend: [DSA], "
                              "batch_size: [1], seq_len_q: [1], seq_len_kv_cache: [64]}\n",
-                             r"'run_times' must be an integer"),
+                             r"run_times must be int, got str"),
     "facts not a list": ("facts: attn_metadata\nmatrix: {run_type: [GEN], backend: [DSA], "
                          "batch_size: [1], seq_len_q: [1], seq_len_kv_cache: [64]}\n",
-                         r"'facts' must be a list"),
-    "empty matrix": ("matrix: {}\n", r"'matrix' must be a non-empty mapping"),
-    "no matrix": ("description: nothing to run\n", r"'matrix' must be a non-empty mapping"),
-    "key without values": ("matrix: {run_type: [], backend: [DSA]}\n", r"'run_type' has no values"),
+                         r"facts must be a list or null, got str"),
+    "empty matrix": ("matrix: {}\n", r"matrix is missing field 'run_type'"),
+    "no matrix": ("description: nothing to run\n", r"the document is missing field 'matrix'"),
+    "key without values": ("matrix: {run_type: [], backend: [DSA]}\n",
+                           r"matrix.run_type must have at least 1 item"),
     "matrix missing a key": ("matrix: {run_type: [GEN], backend: [DSA]}\n",
-                             r"matrix is missing batch_size"),
+                             r"matrix is missing field 'batch_size'"),
     "a list, not a mapping": ("- run_type: GEN\n", r"must be a YAML mapping"),
     "empty file": ("", r"must be a YAML mapping"),
     "expect names an unknown key": ("expect: {colour: [red]}\nmatrix: {run_type: [GEN], "
                                     "backend: [DSA], batch_size: [1], seq_len_q: [1], "
-                                    "seq_len_kv_cache: [64]}\n", r"'expect' names unknown key"),
+                                    "seq_len_kv_cache: [64]}\n",
+                                    r"expect has unknown key 'colour'"),
     "absurdly large matrix": (f"matrix: {{run_type: [GEN, CTX], backend: [DSA, TRTLLM], "
                               f"batch_size: [{BIG}], seq_len_q: [1, 2, 4], "
                               f"seq_len_kv_cache: [64]}}\n",

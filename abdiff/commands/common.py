@@ -9,7 +9,8 @@ from pathlib import Path
 
 from abdiff import stats
 from abdiff.errors import InputError
-from abdiff.records import Result, write_atomic
+from abdiff.files import write_atomic
+from abdiff.records import Result
 from abdiff.reports import FORMATS
 from abdiff.schedule import (
     Plan,

@@ -53,8 +53,11 @@ from typing import Any, ClassVar
 import yaml
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.files import path_under_root
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, missing_hooks, run_pack_hooks
+from abdiff.targets.layerwise import BACKENDS
+from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -63,8 +66,6 @@ TOOLS_DIR = "tensorrt_llm/tools/layer_wise_benchmarks"
 RUNNER_PY = f"{TOOLS_DIR}/runner.py"
 ATTENTION = "tensorrt_llm/_torch/attention_backend"
 DSA_FILES = (f"{ATTENTION}/sparse/dsa.py", f"{ATTENTION}/sparse/dsa/metadata.py")
-SHAPES = ("batch_size", "seq_len_q", "seq_len_kv_cache")
-BACKENDS = ("DSA", "TRTLLM")
 
 # What the probe relies on in a checkout (checked by `abdiff doctor` with the ast module).
 TRTLLM_HOOKS: tuple[Hook, ...] = (
@@ -559,7 +560,7 @@ class TrtllmTarget(Target):
 
         path_entries = [str(SITE_DIR)]
         compiled = self.compiled_package(options)
-        if compiled is not None and not under_path(compiled, checkout):
+        if compiled is not None and not path_under_root(compiled, checkout):
             path_entries.append(str(build_overlay(checkout, compiled, work / "trtllm-overlay")))
         else:
             path_entries.append(str(checkout))
@@ -599,9 +600,3 @@ class TrtllmTarget(Target):
             "ABDIFF_RANK_PATHS": os.pathsep.join(dict.fromkeys(rank_paths)),
         }
         return LaunchSpec(argv, bench if bench.is_dir() else checkout, env)
-
-
-def under_path(path: Path, root: Path) -> bool:
-    """Is `path` (links resolved) `root` or inside it?"""
-    real, top = Path(path).resolve(), Path(root).resolve()
-    return real == top or top in real.parents
