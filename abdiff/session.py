@@ -25,7 +25,7 @@ from abdiff.compare import compare_runs
 from abdiff.errors import InputError
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
-from abdiff.measure import environment, resolve_device
+from abdiff.measure import resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings
@@ -158,24 +158,25 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
     spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
     sides = {"B": side_run(bench, spec_b)}
-    here = {**environment(resolve_device(args.device)), **sides["B"].run.env,
-            "target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
-    differences = fingerprint_differences(fingerprint(run_a), here)
-    notes = []
+    wide = min_effect * BASELINE_MARGIN_FACTOR
+    notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
+             f"interleaved with B, so latency uses a {wide:.1%} margin "
+             f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
+             f"they would run fewer configs per process than the baseline's rounds did, "
+             f"and a config's place in its process moves its latency"]
+    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
+    result.a.baseline = name
+    # B's fingerprint comes from its workers' env event (the benchmark's own interpreter,
+    # which may have another torch than abdiff's); a B that never ran has none to compare
+    here = {**sides["B"].run.env, "target": bench.target.name,
+            "cuda_graph": bench.settings.cuda_graph}
+    differences = fingerprint_differences(fingerprint(run_a), here) if "device" in here else []
     if differences:
         if not args.allow_env_mismatch:
             raise InputError(f"baseline {name!r} was recorded on another environment ("
                              + "; ".join(differences) + "); pass --allow-env-mismatch to compare")
-        notes.append("environment differs from the baseline's: " + "; ".join(differences))
-    wide = min_effect * BASELINE_MARGIN_FACTOR
-    notes.insert(0, f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
-                 f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-                 f"interleaved with B, so latency uses a {wide:.1%} margin "
-                 f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
-                 f"they would run fewer configs per process than the baseline's rounds did, "
-                 f"and a config's place in its process moves its latency")
-    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
-    result.a.baseline = name
+        result.notes.append("environment differs from the baseline's: " + "; ".join(differences))
     return result
 
 
