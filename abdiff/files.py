@@ -1,11 +1,17 @@
-"""File-system helpers every stage shares: the one atomic writer and the one
-"is this path inside that folder" check (links resolved)."""
+"""File-system helpers every stage shares: the one atomic writer, the one "is this path
+inside that folder" check (links resolved), and the in-use lock that keeps `cache clean`
+away from what a running measurement uses."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from abdiff.errors import InfrastructureError
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -35,3 +41,33 @@ def path_under_root(path: str | os.PathLike[str], root: str | os.PathLike[str]) 
     """Is `path` (links resolved) `root` itself or inside it?"""
     real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
     return real == top or top in real.parents
+
+
+def hold_in_use(lock_path: Path) -> int:
+    """Mark something as in use until this process ends: a shared POSIX lock on
+    `lock_path`, whose descriptor is returned and kept open (the kernel drops it when the
+    process exits, however it exits). Any number of processes may hold it at once.
+
+    POSIX locks (lockf), not flock: they belong to the process, so the process that holds
+    one may still clean up itself; only other processes are refused."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.lockf(fd, fcntl.LOCK_SH)
+    return fd
+
+
+@contextlib.contextmanager
+def unless_in_use(lock_path: Path, what: str) -> Iterator[None]:
+    """Run the block holding `lock_path` exclusively; InfrastructureError (exit 3) right
+    away when a running process holds it with `hold_in_use`."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # EAGAIN or EACCES: another process holds it
+            raise InfrastructureError(f"{what} in use by a running abdiff; let it finish (or "
+                                      "stop it), then clean again") from None
+        yield
+    finally:
+        os.close(fd)

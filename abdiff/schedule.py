@@ -17,6 +17,7 @@ import json
 import random
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -168,6 +169,31 @@ def state_lock(state_dir: Path) -> FileLock:
     locks = state_dir.parent.with_name("locks")  # beside runs/, so runs/ holds only states
     locks.mkdir(parents=True, exist_ok=True)
     return FileLock(locks / f"{state_dir.name}.lock", timeout=0)
+
+
+def clean_runs(runs_dir: Path, older_than_days: float | None) -> tuple[int, int]:
+    """Remove the run folders under `runs_dir` last written more than `older_than_days`
+    ago (all when None); returns (removed, kept because a running abdiff measures them)."""
+    if not runs_dir.is_dir():
+        return 0, 0
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    removed = kept = 0
+    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.is_symlink()):
+        written = max([folder.stat().st_mtime] + [p.stat().st_mtime for p in folder.iterdir()])
+        if cutoff is not None and written >= cutoff:
+            continue
+        lock = state_lock(folder)
+        try:
+            lock.acquire()
+        except Timeout:
+            kept += 1
+            continue
+        try:
+            shutil.rmtree(folder)
+            removed += 1
+        finally:
+            lock.release()
+    return removed, kept
 
 
 @contextmanager
