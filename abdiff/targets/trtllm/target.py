@@ -55,7 +55,7 @@ import yaml
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import path_under_root
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
-from abdiff.targets.hooks import Hook, missing_hooks, run_pack_hooks
+from abdiff.targets.hooks import Hook, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
 
@@ -498,6 +498,19 @@ class TrtllmTarget(Target):
     """Runs upstream's run.py at each checkout, with the probe in every rank."""
 
     name: ClassVar[str] = "trtllm"
+    hooks = TRTLLM_HOOKS
+    needs: ClassVar[dict[str, str]] = {
+        "GPU": "everything: upstream's benchmark runs on CUDA only",
+        "torch": "everything",
+        "torch with CUDA": "everything: the probe times with CUDA events",
+        "tensorrt_llm": "everything: each checkout's Python code needs the installed "
+                        "compiled parts",
+        "deep_gemm": "DSA configs (the DSA indexer calls DeepGEMM); TRTLLM configs still run",
+        "nsys": "nsys kernel records (target option nsys); torch.profiler still names kernels",
+        "mpirun": "--launcher mpirun: more than one GPU on a node (one rank still runs)",
+        "srun": "--launcher srun: runs across nodes under Slurm",
+    }
+    requires = ("GPU", "torch", "torch with CUDA", "tensorrt_llm")
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
@@ -510,9 +523,6 @@ class TrtllmTarget(Target):
     @classmethod
     def detect(cls, root: Path) -> bool:
         return (Path(root) / TOOLS_DIR).is_dir()
-
-    def hook_problems(self, checkout: Path) -> list[str]:
-        return missing_hooks(Path(checkout), TRTLLM_HOOKS)
 
     def env_info(self, checkout: Path) -> dict[str, Any]:
         checkout = Path(checkout)
