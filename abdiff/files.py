@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError
+from abdiff.errors import InfrastructureError, InputError
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -71,3 +71,13 @@ def unless_in_use(lock_path: Path, what: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 file's text; every way it can be unreadable is one InputError (exit 2)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read {what} ({exc})") from None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from abdiff.errors import InputError
-from abdiff.files import write_atomic
+from abdiff.files import read_text, write_atomic
 from abdiff.validate import Len, Min, from_json
 
 RUN_SCHEMA = "abdiff.run/1"
@@ -173,13 +173,7 @@ def parse_run_file(data: Any, where: str) -> RunFile:
 
 def read_json(path: Path, what: str) -> Any:
     """Decode a JSON file; every way it can be unreadable is one InputError (exit 2)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such {what}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read {what} ({exc})") from None
+    text = read_text(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

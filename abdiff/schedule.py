@@ -46,7 +46,6 @@ FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash f
 class Plan:
     rounds: int = 5  # first rounds per side
     max_rounds: int = 15  # adaptive ceiling per side
-    seed: int | None = None
 
 
 def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:

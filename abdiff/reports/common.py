@@ -100,14 +100,6 @@ def verdict_line(result: Result) -> str:
     return "no unintended change"
 
 
-def exit_code(result: Result) -> int:
-    """The run's exit code: the summary's when present, else 1 iff any unintended."""
-    code = result.summary.get("exit_code")
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code
-    return 1 if counts(result)["unintended"] else 0
-
-
 def min_effect(result: Result) -> float:
     """The practical threshold of the run (fraction), 0.02 when the summary lacks it."""
     value = result.summary.get("min_effect")

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import yaml
 
 from abdiff.errors import InputError
+from abdiff.files import read_text
 from abdiff.targets.layerwise import MATRIX_KEYS, Matrix, NonNegative, Positive, config_id
 from abdiff.validate import Len, from_json
 
@@ -119,10 +120,7 @@ def load_suite(name_or_path: str, allow_large: bool = False) -> Suite:
                 f"--configs {name_or_path!r}: no such suite; built-in suites are "
                 f"{', '.join(sorted(builtin))}, or give a path to a YAML file"
             )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read suite ({exc})") from None
+    text = read_text(path, "suite")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
