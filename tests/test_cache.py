@@ -19,6 +19,8 @@ from pathlib import Path
 from abdiff.checkouts import CheckoutCache
 from abdiff.revs import resolve_rev
 from abdiff.schedule import exclusive
+
+pytestmark = pytest.mark.slow  # several abdiff processes and a holder process
 repo, cache = Path(sys.argv[1]), Path(sys.argv[2])
 CheckoutCache(repo, cache).checkout(resolve_rev(repo, "HEAD"))
 with exclusive(cache / "runs" / "held"):

@@ -104,6 +104,7 @@ def test_suite_loader_bytes(data: bytes) -> None:
         _suite_or_input_error(path)
 
 
+@pytest.mark.slow
 @CLI
 @given(text=st.one_of(_suite_data.map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
                       _yaml_text))
@@ -187,6 +188,7 @@ def test_run_file_loader_total(text: str) -> None:
         assert isinstance(run, RunFile)
 
 
+@pytest.mark.slow
 @CLI
 @given(text_a=_run_text, text_b=_run_text,
        fmt=st.sampled_from(["table", "markdown", "json", "html"]))
@@ -210,6 +212,7 @@ def test_compare_through_the_cli(text_a: str, text_b: str, fmt: str, scratch: Pa
             assert json.loads(out)["summary"]["exit_code"] == rc
 
 
+@pytest.mark.slow
 @CLI
 @given(text=st.sampled_from(["", "baseline:"]).flatmap(
     lambda prefix: st.one_of(
