@@ -157,6 +157,12 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
     spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
+    # what the settings decide is checked before measuring; the machine after B's workers
+    # have reported it from the benchmark's own interpreter (which may have another torch)
+    chosen = {"target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
+    baseline_env = fingerprint(run_a)
+    env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
+                    args.allow_env_mismatch)
     sides = {"B": side_run(bench, spec_b)}
     wide = min_effect * BASELINE_MARGIN_FACTOR
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
@@ -167,16 +173,24 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
              f"and a config's place in its process moves its latency"]
     result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
     result.a.baseline = name
-    # B's fingerprint comes from its workers' env event (the benchmark's own interpreter,
-    # which may have another torch than abdiff's); a B that never ran has none to compare
-    here = {**sides["B"].run.env, "target": bench.target.name,
-            "cuda_graph": bench.settings.cuda_graph}
-    differences = fingerprint_differences(fingerprint(run_a), here) if "device" in here else []
-    if differences:
-        if not args.allow_env_mismatch:
-            raise InputError(f"baseline {name!r} was recorded on another environment ("
-                             + "; ".join(differences) + "); pass --allow-env-mismatch to compare")
-        result.notes.append("environment differs from the baseline's: " + "; ".join(differences))
+    here = {**sides["B"].run.env, **chosen}
+    if "device" in here:  # a B whose workers never started reported no machine
+        differences = env_differences(name, baseline_env, here, args.allow_env_mismatch,
+                                      " --resume")
+        if differences:
+            result.notes.append("environment differs from the baseline's: "
+                                + "; ".join(differences))
     return result
+
+
+def env_differences(name: str, baseline: dict, here: dict, allowed: bool,
+                    rerun: str = "") -> list[str]:
+    """The fingerprint keys that differ; InputError unless `allowed` (--allow-env-mismatch)."""
+    differences = fingerprint_differences(baseline, here)
+    if differences and not allowed:
+        raise InputError(f"baseline {name!r} was recorded on another environment ("
+                         + "; ".join(differences) + f"); pass --allow-env-mismatch{rerun} "
+                         "to compare")
+    return differences
 
 
