@@ -131,8 +131,7 @@ class _Decoder:
         if dataclasses.is_dataclass(hint):
             return self.dataclass(hint, value, path)
         if origin is Literal:
-            allowed = typing.get_args(hint)
-            if value in allowed and isinstance(value, str | type(None)):
+            if any(type(value) is type(v) and value == v for v in typing.get_args(hint)):
                 return value
             raise self.fail(path, f"must be {_describe(hint)}, got {value!r}")
         if origin in (Union, types.UnionType):
