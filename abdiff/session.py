@@ -135,7 +135,10 @@ def undecided_configs(
 def measure_and_compare(
     args: argparse.Namespace, bench: Bench, sides: dict[str, SideRun], run_a: RunFile,
     expect: dict, min_effect: float, notes: list[str], adaptive: bool = True,
+    check_measured: Callable[[], list[str]] | None = None,
 ) -> Result:
+    """Measure the sides, then compare. `check_measured` may refuse what was measured (an
+    InputError, before anything else is printed) or add notes."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     max_rounds = max(args.rounds, args.max_rounds) if adaptive else args.rounds
@@ -144,6 +147,8 @@ def measure_and_compare(
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(args.rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet)
+    if check_measured is not None:
+        notes = notes + check_measured()
     if not args.quiet:
         print(f"abdiff: {measurement.processes} worker processes this run; run files in {where}",
               file=sys.stderr)
@@ -171,15 +176,19 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
              f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
              f"they would run fewer configs per process than the baseline's rounds did, "
              f"and a config's place in its process moves its latency"]
-    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
-    result.a.baseline = name
-    here = {**sides["B"].run.env, **chosen}
-    if "device" in here:  # a B whose workers never started reported no machine
+
+    def machine_matches() -> list[str]:
+        here = {**sides["B"].run.env, **chosen}
+        if "device" not in here:  # B's workers never started: no machine reported
+            return []
         differences = env_differences(name, baseline_env, here, args.allow_env_mismatch,
                                       " --resume")
-        if differences:
-            result.notes.append("environment differs from the baseline's: "
-                                + "; ".join(differences))
+        return ["environment differs from the baseline's: " + "; ".join(differences)] \
+            if differences else []
+
+    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False,
+                                 check_measured=machine_matches)
+    result.a.baseline = name
     return result
 
 
