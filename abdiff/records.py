@@ -1,7 +1,9 @@
-"""Run-file (`abdiff.run/1`) and result (`abdiff.result/1`) schemas, with atomic writes.
+"""The run file (`abdiff.run/1`) and the result (`abdiff.result/1`), declared once.
 
 Data flows one way through the pipeline as these dataclasses; JSON is only
-produced and parsed here, so every other module works on typed objects.
+produced and parsed here, so every other module works on typed objects. Loading
+is validate.py driven by the type hints below (`Literal` statuses and verdicts,
+`Annotated` limits); docs/schemas/ is generated from the same classes.
 """
 
 from __future__ import annotations
