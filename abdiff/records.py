@@ -57,8 +57,8 @@ class RunFile:
     sha: str
     target: str
     suite: str
-    env: dict[str, Any] = field(default_factory=dict)
-    configs: list[ConfigRuns] = field(default_factory=list)
+    env: dict[str, Any]  # the machine, from the worker's env event (measure.environment)
+    configs: list[ConfigRuns]
     schema: Literal["abdiff.run/1"] = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:

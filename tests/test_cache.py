@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import git, git_env, one_line, run_abdiff
+
+pytestmark = pytest.mark.slow  # several abdiff processes and a holder process
 
 # A measurement's hold, as session.py takes them: checkouts through CheckoutCache, the
 # run folder through schedule.exclusive; it holds both until its stdin closes.
@@ -19,8 +22,6 @@ from pathlib import Path
 from abdiff.checkouts import CheckoutCache
 from abdiff.revs import resolve_rev
 from abdiff.schedule import exclusive
-
-pytestmark = pytest.mark.slow  # several abdiff processes and a holder process
 repo, cache = Path(sys.argv[1]), Path(sys.argv[2])
 CheckoutCache(repo, cache).checkout(resolve_rev(repo, "HEAD"))
 with exclusive(cache / "runs" / "held"):
