@@ -87,6 +87,12 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
 
 
+@cache
+def _parts(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(origin, args) of a type hint; cached, because typing's look-ups dominate a decode."""
+    return typing.get_origin(hint), typing.get_args(hint)
+
+
 def _describe(hint: Any) -> str:
     """What a type hint accepts, in words for an error message."""
     origin = typing.get_origin(hint)
@@ -117,9 +123,9 @@ class _Decoder:
         return self.fail(path, f"must be {_describe(hint)}, got {json_type_name(value)}")
 
     def decode(self, hint: Any, value: Any, path: str) -> Any:
-        origin = typing.get_origin(hint)
+        origin, args = _parts(hint)
         if origin is Annotated:
-            inner, *constraints = typing.get_args(hint)
+            inner, *constraints = args
             decoded = self.decode(inner, value, path)
             for constraint in constraints:
                 problem = constraint.check(decoded)
@@ -131,7 +137,7 @@ class _Decoder:
         if dataclasses.is_dataclass(hint):
             return self.dataclass(hint, value, path)
         if origin is Literal:
-            if any(type(value) is type(v) and value == v for v in typing.get_args(hint)):
+            if any(type(value) is type(v) and value == v for v in args):
                 return value
             raise self.fail(path, f"must be {_describe(hint)}, got {value!r}")
         if origin in (Union, types.UnionType):
@@ -139,17 +145,17 @@ class _Decoder:
         if origin is list:
             if not isinstance(value, list):
                 raise self.mismatch(path, hint, value)
-            (item,) = typing.get_args(hint)
+            (item,) = args
             return [self.decode(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
         if origin is dict:
             if not isinstance(value, dict):
                 raise self.mismatch(path, hint, value)
-            _, item = typing.get_args(hint)
+            _, item = args
             return {str(k): self.decode(item, v, _join(path, str(k))) for k, v in value.items()}
         return self.scalar(hint, value, path)
 
     def union(self, hint: Any, value: Any, path: str) -> Any:
-        options = typing.get_args(hint)
+        _, options = _parts(hint)
         if value is None and type(None) in options:
             return None
         # the first option whose JSON kind matches decides, so its error names the real fault
@@ -202,15 +208,15 @@ def _join(path: str, key: str) -> str:
 
 def _kind_matches(hint: Any, value: Any) -> bool:
     """Whether `value` is of the JSON kind `hint` describes (list, object, number, ...)."""
-    origin = typing.get_origin(hint)
+    origin, args = _parts(hint)
     if origin is Annotated:
-        return _kind_matches(typing.get_args(hint)[0], value)
+        return _kind_matches(args[0], value)
     if hint is Any:
         return True
     if origin is Literal:  # by kind, so that a wrong word gets the Literal's own message
-        return any(type(value) is type(allowed) for allowed in typing.get_args(hint))
+        return any(type(value) is type(allowed) for allowed in args)
     if origin in (Union, types.UnionType):
-        return any(_kind_matches(arg, value) for arg in typing.get_args(hint))
+        return any(_kind_matches(arg, value) for arg in args)
     if origin is list or hint is list:
         return isinstance(value, list)
     if origin is dict or hint is dict or dataclasses.is_dataclass(hint):
