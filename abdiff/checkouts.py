@@ -39,6 +39,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.files import hold_in_use, unless_in_use, write_atomic
 from abdiff.revs import WORKTREE, SideSpec, git_message, is_bare, run_git
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -84,16 +85,6 @@ def _rmtree(path: Path) -> None:
             shutil.rmtree(path, onexc=retry)
         else:
             shutil.rmtree(path, onerror=retry)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write then rename, so a reader sees the old file, or the whole new one."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _file_digest(path: Path) -> bytes:
@@ -152,12 +143,16 @@ class CheckoutCache:
         digest = hashlib.sha256(os.fsencode(str(self.common_dir))).hexdigest()[:12]
         self.key = f"{safe[:40]}-{digest}"
         self.key_dir = _checkouts_root(self.cache_dir) / self.key
+        self._in_use: int | None = None  # descriptor of the in-use lock, once checked out
         self.created: list[Path] = []
 
     # ------------------------------------------------------------------ public
 
     def checkout(self, side: SideSpec) -> Path:
-        """The folder the benchmark runs in for this side, made if not cached yet."""
+        """The folder the benchmark runs in for this side, made if not cached yet; this
+        repository's checkouts stay in use (`cache clean` refuses) until this process ends."""
+        if self._in_use is None:
+            self._in_use = hold_in_use(_in_use_lock(self.key_dir))
         if side.sha == WORKTREE:
             return self._working_tree_copy()
         if not _SHA_RE.fullmatch(side.sha):
@@ -178,7 +173,7 @@ class CheckoutCache:
                 self._discard(folder)
                 raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
                                           f"{folder}: {git_message(proc.stderr)}")
-            _write_atomic(self._marker(folder), side.sha + "\n")
+            write_atomic(self._marker(folder), side.sha + "\n")
             self.created.append(folder)
             return folder
 
@@ -236,7 +231,7 @@ class CheckoutCache:
                     return folder
                 self._discard(folder)
                 os.rename(tmp, folder)
-                _write_atomic(self._marker(folder), digest + "\n")
+                write_atomic(self._marker(folder), digest + "\n")
                 self.created.append(folder)
                 return folder
         except OSError as exc:
@@ -282,10 +277,10 @@ class CheckoutCache:
         self.key_dir.mkdir(parents=True, exist_ok=True)
         repo_file = self.key_dir / "REPO"
         if not repo_file.exists():
-            _write_atomic(repo_file, f"{self.common_dir}\n")
+            write_atomic(repo_file, f"{self.common_dir}\n")
         readme = self.key_dir / "README.txt"
         if not readme.exists():
-            _write_atomic(readme, _README.format(repo=self.repo_root, common=self.common_dir))
+            write_atomic(readme, _README.format(repo=self.repo_root, common=self.common_dir))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -347,8 +342,18 @@ def _remove_worktree(git_cwd: Path | None, folder: Path) -> None:
     _rmtree(folder)
 
 
+def _in_use_lock(key_dir: Path) -> Path:
+    return key_dir.parent / ".locks" / f"{key_dir.name}.in-use"
+
+
 def _clean_key_dir(key_dir: Path, git_cwd: Path | None) -> int:
-    """Remove one repository's checkouts, their worktree registrations, and the folder."""
+    """Remove one repository's checkouts, their worktree registrations, and the folder,
+    unless a running measurement uses them (InfrastructureError)."""
+    with unless_in_use(_in_use_lock(key_dir), f"the cached checkouts in {key_dir} are"):
+        return _remove_key_dir(key_dir, git_cwd)
+
+
+def _remove_key_dir(key_dir: Path, git_cwd: Path | None) -> int:
     if git_cwd is not None and not git_cwd.exists():
         git_cwd = None
     count = 0

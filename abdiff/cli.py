@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError, InputError, InternalError, save_traceback
+from abdiff.errors import InfrastructureError, InputError, InternalError, one_line, save_traceback
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,12 +69,6 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _one_line(exc: BaseException) -> str:
-    """An error message as the one line the CLI promises (a YAML or git message may hold
-    several)."""
-    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-
-
 def build_parser() -> argparse.ArgumentParser:
     from abdiff.commands import COMMANDS
 
@@ -104,21 +98,21 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
-        print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".
-        print(f"abdiff: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
         return InfrastructureError.exit_code
     except InternalError as exc:
-        print(f"abdiff: internal error: {_one_line(exc)} (traceback in {exc.traceback_path}; "
+        print(f"abdiff: internal error: {one_line(exc)} (traceback in {exc.traceback_path}; "
               "measured rounds are kept: the same command with --resume reports them)",
               file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug outside a run: still one line and exit 3
         path = save_traceback(exc, Path(tempfile.gettempdir()))
-        print(f"abdiff: internal error: {type(exc).__name__}: {_one_line(exc)} "
+        print(f"abdiff: internal error: {type(exc).__name__}: {one_line(exc)} "
               f"(traceback in {path})", file=sys.stderr)
         return InternalError.exit_code
     except KeyboardInterrupt as exc:

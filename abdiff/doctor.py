@@ -3,10 +3,11 @@
 Two independent questions:
 
 - the machine: GPU, torch (with CUDA), tensorrt_llm and its version,
-  deep_gemm, nsys, mpirun, srun. Each check says, per target, what its
-  absence rules out. Nothing heavy is imported: tensorrt_llm is located and
-  versioned through package metadata, never imported (importing it loads
-  CUDA libraries and takes seconds to minutes);
+  deep_gemm, nsys, mpirun, srun. Each target declares what the absence of
+  each rules out (`Target.needs`) and what it cannot run without
+  (`Target.requires`); this module only looks. Nothing heavy is imported:
+  tensorrt_llm is located and versioned through package metadata, never
+  imported (importing it loads CUDA libraries and takes seconds to minutes);
 - the code: in one or two checkouts, whether every hook the target's probe
   relies on still exists (abdiff/targets/hooks.py, ast only). This needs no GPU, so a
   CPU-only CI machine can tell a PR author that a rename broke the probe.
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-TARGET_NAMES = ("reference", "trtllm")
+from abdiff.targets import target_class
+from abdiff.targets.base import Target
 
 
 @dataclass
@@ -100,60 +102,38 @@ def _spec_origin(machine: Machine, name: str) -> str | None:
     return getattr(spec, "origin", None)
 
 
-def machine_checks(machine: Machine | None = None) -> list[Check]:
-    """Every component abdiff's targets may use, with what its absence rules out."""
+def machine_checks(targets: list[type[Target]], machine: Machine | None = None) -> list[Check]:
+    """Every component a target may use, with what each target says its absence rules out
+    (`Target.needs`, `Target.requires`)."""
     m = machine or Machine()
-    checks: list[Check] = []
+    found: list[tuple[str, bool, str]] = []
     gpus = m.gpus()
-    checks.append(Check(
-        "GPU", bool(gpus), "; ".join(gpus) or "nvidia-smi finds none",
-        {"trtllm": "everything: upstream's benchmark runs on CUDA only",
-         "reference": "CUDA kernel names and GPU latency (it runs on the CPU instead)"},
-        ("trtllm",)))
+    found.append(("GPU", bool(gpus), "; ".join(gpus) or "nvidia-smi finds none"))
     torch_version, cuda = m.torch()
-    checks.append(Check(
-        "torch", torch_version is not None, torch_version or "not importable",
-        {"trtllm": "everything", "reference": "everything"}, ("trtllm", "reference")))
-    checks.append(Check(
-        "torch with CUDA", cuda is not None,
-        f"CUDA {cuda}" if cuda else "torch sees no CUDA device",
-        {"trtllm": "everything: the probe times with CUDA events",
-         "reference": "GPU runs (CPU only)"}, ("trtllm",)))
+    found.append(("torch", torch_version is not None, torch_version or "not importable"))
+    found.append(("torch with CUDA", cuda is not None,
+                  f"CUDA {cuda}" if cuda else "torch sees no CUDA device"))
     trtllm_dir = _spec_origin(m, "tensorrt_llm")
     trtllm_version = m.version("tensorrt_llm")
-    checks.append(Check(
-        "tensorrt_llm", trtllm_dir is not None,
-        f"{trtllm_version or 'unknown version'} at {trtllm_dir}" if trtllm_dir
-        else "not installed",
-        {"trtllm": "everything: each checkout's Python code needs the installed compiled parts",
-         "reference": ""}, ("trtllm",)))
+    found.append(("tensorrt_llm", trtllm_dir is not None,
+                  f"{trtllm_version or 'unknown version'} at {trtllm_dir}" if trtllm_dir
+                  else "not installed"))
     deep_gemm = _spec_origin(m, "deep_gemm")
     if deep_gemm is None and trtllm_dir and Path(trtllm_dir, "deep_gemm").is_dir():
         deep_gemm = str(Path(trtllm_dir, "deep_gemm"))
-    checks.append(Check(
-        "deep_gemm", deep_gemm is not None, deep_gemm or "not found",
-        {"trtllm": "DSA configs (the DSA indexer calls DeepGEMM); TRTLLM configs still run",
-         "reference": "the real DeepGEMM kernel (the harness's Python stand-in is used)"}))
-    nsys = m.which("nsys")
-    checks.append(Check(
-        "nsys", nsys is not None, nsys or "not on PATH",
-        {"trtllm": "nsys kernel records (target option nsys); torch.profiler still names kernels",
-         "reference": ""}))
-    mpirun = m.which("mpirun")
-    checks.append(Check(
-        "mpirun", mpirun is not None, mpirun or "not on PATH",
-        {"trtllm": "--launcher mpirun: more than one GPU on a node (one rank still runs)",
-         "reference": "--launcher mpirun"}))
+    found.append(("deep_gemm", deep_gemm is not None, deep_gemm or "not found"))
+    for tool in ("nsys", "mpirun"):
+        path = m.which(tool)
+        found.append((tool, path is not None, path or "not on PATH"))
     srun = m.which("srun")
     why = ("srun is not on PATH" if srun is None else
            None if m.environ.get("SLURM_JOB_ID") else
            f"{srun}, but SLURM_JOB_ID is not set (not inside a Slurm allocation)")
-    checks.append(Check(
-        "srun", why is None, f"{srun} in job {m.environ.get('SLURM_JOB_ID')}" if why is None
-        else why,
-        {"trtllm": "--launcher srun: runs across nodes under Slurm",
-         "reference": "--launcher srun"}))
-    return checks
+    found.append(("srun", why is None,
+                  f"{srun} in job {m.environ.get('SLURM_JOB_ID')}" if why is None else why))
+    return [Check(name, present, detail, {t.name: t.needs.get(name, "") for t in targets},
+                  tuple(t.name for t in targets if name in t.requires))
+            for name, present, detail in found]
 
 
 def missing_for(checks: list[Check], target: str) -> list[str]:
@@ -174,10 +154,11 @@ def preflight(target: str, device: str, launcher: str,
 
     Beyond what the target always needs: torch with CUDA when `--device cuda` asks
     for it, and the launcher's command (mpirun, srun in an allocation)."""
-    needs_cuda = device == "cuda" or (device == "auto" and target == "trtllm")
+    target_cls = target_class(target)
+    needs_cuda = device == "cuda" or (device == "auto" and "GPU" in target_cls.requires)
     if machine is None:
         machine = Machine() if needs_cuda else Machine(torch=_torch_located)
-    checks = machine_checks(machine)
+    checks = machine_checks([target_cls], machine)
     missing = missing_for(checks, target)
     wanted = (["GPU", "torch with CUDA"] if needs_cuda else []) + \
         ([launcher] if launcher in ("mpirun", "srun") else [])
@@ -190,7 +171,7 @@ def preflight(target: str, device: str, launcher: str,
             "`abdiff doctor` says what each rules out, --skip-preflight measures anyway")
 
 
-def machine_table(checks: list[Check], targets: tuple[str, ...] = TARGET_NAMES) -> str:
+def machine_table(checks: list[Check], targets: list[str]) -> str:
     rows = []
     for check in checks:
         costs = [("-" if check.present else (check.rules_out.get(t) or "(not used)"))

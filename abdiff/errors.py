@@ -1,4 +1,4 @@
-"""The failures the CLI turns into exit codes (DESIGN.md, "Commands"): bad input (2),
+"""The failures the CLI turns into exit codes (README, "Exit codes"): bad input (2),
 the tool could not run (3), a bug in abdiff (3, with its traceback saved)."""
 
 from __future__ import annotations
@@ -53,3 +53,15 @@ def internal_errors(folder: Path) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - any other exception is abdiff's own bug
         raise InternalError(exc, save_traceback(exc, folder)) from exc
+def one_line(text: object, limit: int | None = None) -> str:
+    """A message as one line (a YAML, git or HTTP message may hold several), clipped to
+    `limit` characters where given."""
+    line = " ".join(str(text).split())
+    return line if limit is None or len(line) <= limit else line[: limit - 3] + "..."
+
+
+def exception_line(exc: BaseException) -> str:
+    """`Type: last line of the message` for an exception raised by benchmark code, whose
+    last line (of an assertion or a CUDA error) is the one that says what failed."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[-1].strip()}" if lines else type(exc).__name__

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from abdiff import __version__
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError, InputError, one_line
 
 MARKER = "<!-- abdiff -->"
 DEFAULT_API_URL = "https://api.github.com"
@@ -73,11 +73,6 @@ def validate_target(repo: str, pr: int) -> tuple[str, str]:
 def with_marker(body: str) -> str:
     """The body, starting with the marker line so the next run finds this comment."""
     return body if body.startswith(MARKER) else f"{MARKER}\n{body}"
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class GitHubClient:
@@ -166,7 +161,7 @@ class GitHubClient:
             raise self._http_error(where, err) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
             reason = getattr(err, "reason", err)
-            message = f"{where}: cannot reach {self.api_url} ({_one_line(reason)})"
+            message = f"{where}: cannot reach {self.api_url} ({one_line(reason, 300)})"
             raise _Transient(message) from None
         try:
             return (json.loads(raw) if raw else None), headers
@@ -181,7 +176,7 @@ class GitHubClient:
             message = ""
         text = f"{where}: {err.code} {err.reason}"
         if message:
-            text += f": {_one_line(message)}"
+            text += f": {one_line(message, 300)}"
         headers = err.headers or {}
         wait = _retry_after(headers)
         rate_limited = err.code == 429 or (

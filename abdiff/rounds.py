@@ -14,7 +14,7 @@ from pathlib import Path
 
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import ProcessOutcome, last_meaningful_line, run_process
+from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
 from abdiff.protocol import STDERR_MARK, RoundLog, read_round_log
 from abdiff.records import RoundRecord
 from abdiff.suites import Config
@@ -163,8 +163,8 @@ def run_round(
         job.write(job_path)
         spec = launcher.wrap(target.round_command(checkout, job_path, job))
         try:
-            outcome = run_process(spec, attempt, record_path, settings.timeout_s,
-                                  settings.pass_env, settings.max_memory_bytes)
+            outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
+                                   settings.pass_env, settings.max_memory_bytes)
         except BaseException:
             for cid, record in finished(read_round_log(record_path), remaining,
                                         round_index).items():

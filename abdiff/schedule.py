@@ -17,6 +17,7 @@ import json
 import random
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -25,13 +26,13 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
 from abdiff.records import (
     ConfigRuns,
     RoundRecord,
     RunFile,
     load_run_file,
-    write_atomic,
     write_run_file,
 )
 from abdiff.rounds import RoundSettings, run_round
@@ -45,7 +46,6 @@ FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash f
 class Plan:
     rounds: int = 5  # first rounds per side
     max_rounds: int = 15  # adaptive ceiling per side
-    seed: int | None = None
 
 
 def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
@@ -172,6 +172,31 @@ def state_lock(state_dir: Path) -> FileLock:
     locks = state_dir.parent.with_name("locks")  # beside runs/, so runs/ holds only states
     locks.mkdir(parents=True, exist_ok=True)
     return FileLock(locks / f"{state_dir.name}.lock", timeout=0)
+
+
+def clean_runs(runs_dir: Path, older_than_days: float | None) -> tuple[int, int]:
+    """Remove the run folders under `runs_dir` last written more than `older_than_days`
+    ago (all when None); returns (removed, kept because a running abdiff measures them)."""
+    if not runs_dir.is_dir():
+        return 0, 0
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    removed = kept = 0
+    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.is_symlink()):
+        written = max([folder.stat().st_mtime] + [p.stat().st_mtime for p in folder.iterdir()])
+        if cutoff is not None and written >= cutoff:
+            continue
+        lock = state_lock(folder)
+        try:
+            lock.acquire()
+        except Timeout:
+            kept += 1
+            continue
+        try:
+            shutil.rmtree(folder)
+            removed += 1
+        finally:
+            lock.release()
+    return removed, kept
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
-from abdiff.measure import environment, resolve_device
+from abdiff.measure import resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
@@ -170,7 +170,10 @@ def undecided_configs(
 def measure_and_compare(
     args: argparse.Namespace, bench: Bench, sides: dict[str, SideRun], run_a: RunFile,
     expect: dict, min_effect: float, notes: list[str], adaptive: bool = True,
+    check_measured: Callable[[], list[str]] | None = None,
 ) -> Result:
+    """Measure the sides, then compare. `check_measured` may refuse what was measured (an
+    InputError, before anything else is printed) or add notes."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     max_rounds = max(args.rounds, args.max_rounds) if adaptive else args.rounds
@@ -180,6 +183,8 @@ def measure_and_compare(
                 Plan(args.rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet,
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
+        if check_measured is not None:
+            notes = notes + check_measured()
         if not args.quiet:
             print(f"abdiff: {measurement.processes} worker processes this run; run files in "
                   f"{where}", file=sys.stderr)
@@ -194,25 +199,44 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
     spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
+    # what the settings decide is checked before measuring; the machine after B's workers
+    # have reported it from the benchmark's own interpreter (which may have another torch)
+    chosen = {"target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
+    baseline_env = fingerprint(run_a)
+    env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
+                    args.allow_env_mismatch)
     sides = {"B": side_run(bench, spec_b)}
-    here = {**environment(resolve_device(args.device)), **sides["B"].run.env,
-            "target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
-    differences = fingerprint_differences(fingerprint(run_a), here)
-    notes = []
-    if differences:
-        if not args.allow_env_mismatch:
-            raise InputError(f"baseline {name!r} was recorded on another environment ("
-                             + "; ".join(differences) + "); pass --allow-env-mismatch to compare")
-        notes.append("environment differs from the baseline's: " + "; ".join(differences))
     wide = min_effect * BASELINE_MARGIN_FACTOR
-    notes.insert(0, f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
-                 f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-                 f"interleaved with B, so latency uses a {wide:.1%} margin "
-                 f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
-                 f"they would run fewer configs per process than the baseline's rounds did, "
-                 f"and a config's place in its process moves its latency")
-    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
+    notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
+             f"interleaved with B, so latency uses a {wide:.1%} margin "
+             f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
+             f"they would run fewer configs per process than the baseline's rounds did, "
+             f"and a config's place in its process moves its latency"]
+
+    def machine_matches() -> list[str]:
+        here = {**sides["B"].run.env, **chosen}
+        if "device" not in here:  # B's workers never started: no machine reported
+            return []
+        differences = env_differences(name, baseline_env, here, args.allow_env_mismatch,
+                                      " --resume")
+        return ["environment differs from the baseline's: " + "; ".join(differences)] \
+            if differences else []
+
+    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False,
+                                 check_measured=machine_matches)
     result.a.baseline = name
     return result
+
+
+def env_differences(name: str, baseline: dict, here: dict, allowed: bool,
+                    rerun: str = "") -> list[str]:
+    """The fingerprint keys that differ; InputError unless `allowed` (--allow-env-mismatch)."""
+    differences = fingerprint_differences(baseline, here)
+    if differences and not allowed:
+        raise InputError(f"baseline {name!r} was recorded on another environment ("
+                         + "; ".join(differences) + f"); pass --allow-env-mismatch{rerun} "
+                         "to compare")
+    return differences
 
 

@@ -12,6 +12,8 @@ from conftest import run_abdiff, write_suite
 from abdiff.demo import build_demo_repo
 from abdiff.records import load_run_file
 
+pytestmark = pytest.mark.slow  # baselines measured in worker processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,8 @@ from abdiff.demo import BRANCHES, build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
 from abdiff.errors import InputError
 
+pytestmark = pytest.mark.slow  # every demo branch measured with torch
+
 RUN_PY = "examples/layer_wise_benchmarks/run.py"
 CONFIG = "examples/layer_wise_benchmarks/config_gen.yaml"
 DG_ASSERT = "DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)"

@@ -16,6 +16,8 @@ from conftest import git, run_abdiff, write_suite
 from abdiff.demo import build_demo_repo
 from abdiff.records import load_run_file
 
+pytestmark = pytest.mark.slow  # whole suites measured in worker processes
+
 RESULT_KEYS = {"schema", "a", "b", "expect", "configs", "summary"}
 CONFIG_KEYS = {"id", "params", "status_change", "facts_changed", "kernels_added",
                "kernels_removed", "latency", "in_scope", "verdict"}

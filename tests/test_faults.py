@@ -45,6 +45,8 @@ from abdiff.cli import main
 from abdiff.demo import build_demo_repo
 from abdiff.records import load_run_file
 
+pytestmark = pytest.mark.slow  # one run over every fault, in worker processes
+
 
 def _config(run: dict, batch_size: int) -> dict:
     return next(c for c in run["configs"] if c["id"] == config_id(batch_size))

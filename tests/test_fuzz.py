@@ -12,6 +12,7 @@ import json
 import os
 import string
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ from hypothesis import strategies as st
 from abdiff.cli import main
 from abdiff.errors import InputError
 from abdiff.records import RunFile, load_run_file
-from abdiff.suites.loader import MATRIX_KEYS, TOP_LEVEL_KEYS, Suite, load_suite
+from abdiff.suites.loader import Suite, SuiteFile, load_suite
+from abdiff.targets.layerwise import MATRIX_KEYS
 
 # examples per CLI property (each runs abdiff in-process and a few git commands);
 # ABDIFF_FUZZ_EXAMPLES=2000 for a longer hunt
@@ -65,7 +67,7 @@ _matrix = st.dictionaries(
     st.sampled_from([*MATRIX_KEYS, "dtype", ""]) | st.text(max_size=6),
     st.lists(_scalars, max_size=4) | _scalars, max_size=7)
 _suite_data = st.dictionaries(
-    st.sampled_from([*TOP_LEVEL_KEYS, "colour"]) | st.text(max_size=6),
+    st.sampled_from([*(f.name for f in fields(SuiteFile)), "colour"]) | st.text(max_size=6),
     _values, max_size=6).flatmap(
     lambda d: st.builds(lambda m: {**d, "matrix": m}, _matrix) | st.just(d))
 _yaml_text = (st.text(max_size=200)
@@ -102,6 +104,7 @@ def test_suite_loader_bytes(data: bytes) -> None:
         _suite_or_input_error(path)
 
 
+@pytest.mark.slow
 @CLI
 @given(text=st.one_of(_suite_data.map(lambda d: yaml.safe_dump(d, allow_unicode=True)),
                       _yaml_text))
@@ -185,6 +188,7 @@ def test_run_file_loader_total(text: str) -> None:
         assert isinstance(run, RunFile)
 
 
+@pytest.mark.slow
 @CLI
 @given(text_a=_run_text, text_b=_run_text,
        fmt=st.sampled_from(["table", "markdown", "json", "html"]))
@@ -212,6 +216,7 @@ def test_compare_through_the_cli(text_a: str, text_b: str, fmt: str, scratch: Pa
             assert json.loads(out)["summary"]["exit_code"] == rc
 
 
+@pytest.mark.slow
 @CLI
 @given(text=st.sampled_from(["", "baseline:"]).flatmap(
     lambda prefix: st.one_of(

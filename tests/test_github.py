@@ -401,7 +401,7 @@ def _with_error_b(value: Any) -> dict[str, Any]:
     (_without("a"), "missing field 'a'"),
     (_config_without("latency"), "missing field 'latency'"),
     (_config_without("error_b"), "missing field 'error_b'"),
-    (_with_error_b(["<b>"]), "field 'error_b' must be str/null"),
+    (_with_error_b(["<b>"]), "configs[0].error_b must be str or null, got list"),
     ([1, 2], "JSON object"),
 ])
 def test_cli_bad_result_is_exit_2(data: Any, needle: str, tmp_path: Path,

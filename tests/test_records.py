@@ -64,15 +64,23 @@ def test_load_result_and_tolerated_extras(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "needle"), [
-    (lambda d: d["configs"][0]["latency"].update(ratio="1.0"), "field 'ratio'"),
-    (lambda d: d["configs"][0]["latency"].update(ci=[1.0]), "field 'ci'"),
-    (lambda d: d["configs"][0].update(kernels_added={"k": -1}), "kernels_added"),
-    (lambda d: d["configs"][0].update(in_scope=1), "field 'in_scope' must be bool"),
-    (lambda d: d["configs"][0].update(facts_changed={"x": 3}), "facts_changed"),
-    (lambda d: d["b"].update(sha=None), "b: field 'sha' must be str, got null"),
-    (lambda d: d.update(expect={"backend": "DSA"}), "field 'expect'"),
-    (lambda d: d.update(notes=[1]), "field 'notes'"),
-    (lambda d: d["configs"].append(7), "configs[2]: must be an object"),
+    (lambda d: d["configs"][0]["latency"].update(ratio="1.0"),
+     "configs[0].latency.ratio must be float or null, got str"),
+    (lambda d: d["configs"][0]["latency"].update(ci=[1.0]),
+     "configs[0].latency.ci must have exactly 2 items"),
+    (lambda d: d["configs"][0]["latency"].update(verdict="worse"),
+     "configs[0].latency.verdict must be one of 'unchanged', 'slower'"),
+    (lambda d: d["configs"][0].update(kernels_added={"k": -1}),
+     "configs[0].kernels_added.k must be >= 0, got -1"),
+    (lambda d: d["configs"][0].update(in_scope=1), "configs[0].in_scope must be bool, got int"),
+    (lambda d: d["configs"][0].update(facts_changed={"x": 3}),
+     "configs[0].facts_changed.x must be a list, got int"),
+    (lambda d: d["configs"][0].pop("status_a"), "configs[0] is missing field 'status_a'"),
+    (lambda d: d["b"].update(sha=None), "b.sha must be str, got null"),
+    (lambda d: d.update(expect={"backend": "DSA"}), "expect.backend must be a list, got str"),
+    (lambda d: d.update(notes=[1]), "notes[0] must be str, got int"),
+    (lambda d: d["configs"].append(7), "configs[2] must be an object, got int"),
+    (lambda d: d.update(schema="abdiff.run/1"), "schema is 'abdiff.run/1', expected"),
 ])
 def test_parse_result_errors_are_one_line(mutate, needle: str) -> None:
     result = compare_runs(_run("main", "a" * 40, None, 800.0, True),

@@ -1,10 +1,15 @@
-"""Schedule: balanced, randomized ABBA blocks."""
+"""Schedule: balanced, randomized ABBA blocks; adaptive extension, failure repeats and
+resume, measured with the fake target."""
 
 import random
 from collections import Counter
 from pathlib import Path
 
-from abdiff.schedule import Measurement, SideRun, empty_run, schedule
+import pytest
+from fake_target import CONFIGS, FakeLauncher, fake_measurement
+
+from abdiff.records import load_run_file
+from abdiff.schedule import FAILURE_REPEATS, Measurement, Plan, SideRun, empty_run, schedule
 
 
 def test_abba_blocks_balance_both_sides() -> None:
@@ -46,3 +51,74 @@ def test_a_finished_measurement_does_not_lend_its_seed(tmp_path: Path) -> None:
         seeds.add(measurement.seed)
         measurement.save(complete=True)
     assert len(seeds) == 3  # a fresh random order each time
+
+
+# ---------------------------------------------------------------- with the fake target
+# (tests/fake_target.py: rounds, schedule, extension, failure repeats and resume, in
+# milliseconds, without torch or a worker process)
+
+
+def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
+    launcher = FakeLauncher(lambda side, cid, r: 100.0 if side == "A" else 110.0)
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(3, 3))
+    for side in "AB":
+        run = measurement.sides[side].run
+        assert all(sorted(r.round for r in c.rounds) == [0, 1, 2] for c in run.configs)
+        assert run.env["device"] == "cpu"  # from the worker's env event
+    assert len(launcher.workers) == 6  # one worker per side and round
+    saved = load_run_file(tmp_path / "state" / "b.json")
+    assert saved.configs[0].rounds[0].latency_us[0] == 110.0
+
+
+def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
+    asked = []
+
+    def undecided() -> list[str]:
+        asked.append(1)
+        return [CONFIGS[0].id] if len(asked) == 1 else []
+
+    launcher = FakeLauncher(lambda side, cid, r: 100.0)
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8),
+                                   undecided=undecided)
+    rounds = {c.id: len(c.rounds) for c in measurement.sides["A"].run.configs}
+    assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
+    assert len(asked) == 2  # asked again after the block, and stopped
+    assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
+
+
+def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:
+    def behaviour(side: str, cid: str, r: int) -> float | str:
+        return "abort" if (side, cid) == ("A", CONFIGS[1].id) else 100.0
+
+    launcher = FakeLauncher(behaviour)
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(4, 4))
+    a = {c.id: c.rounds for c in measurement.sides["A"].run.configs}
+    assert [r.status for r in a[CONFIGS[1].id]] == ["aborted"] * FAILURE_REPEATS
+    assert "SIGABRT" in a[CONFIGS[1].id][0].error
+    # the configs after the abort still got every round, from a second worker
+    assert [r.status for r in a[CONFIGS[2].id]] == ["ok"] * 4
+    a_workers = [ids for side, _, ids in launcher.workers if side == "A"]
+    assert a_workers[:2] == [[c.id for c in CONFIGS], [CONFIGS[2].id]]
+    assert all(CONFIGS[1].id not in ids for ids in a_workers[4:])
+
+
+def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:
+    def interrupted(side: str, cid: str, r: int) -> float | str:
+        if (side, cid, r) == ("B", CONFIGS[1].id, 1):
+            raise KeyboardInterrupt
+        return 100.0
+
+    first = FakeLauncher(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fake_measurement(tmp_path / "state", first, Plan(2, 2), seed=3)
+    kept = {(side, cid) for side, r, ids in first.workers for cid in ids if r == 1}
+    second = FakeLauncher(lambda side, cid, r: 100.0)
+    measurement = fake_measurement(tmp_path / "state", second, Plan(2, 2), seed=None)
+    assert measurement.seed == 3  # the interrupted round order goes on
+    redone = [(side, r, ids) for side, r, ids in second.workers]
+    assert redone and all(r == 1 for _, r, _ in redone)
+    # B's round 1 lost only the interrupted config and those after it
+    assert ("B", 1, [CONFIGS[1].id, CONFIGS[2].id]) in redone
+    assert ("B", CONFIGS[0].id) in kept
+    for side in "AB":
+        assert all(len(c.rounds) == 2 for c in measurement.sides[side].run.configs)

@@ -149,6 +149,7 @@ def test_option_like_revs_never_reach_git(words: list[str], tmp_path: Path, faul
 
 # ---------------------------------------------------------------- credentials stay out
 
+@pytest.mark.slow
 
 def test_benchmark_never_sees_credentials(fault_run: FaultRun) -> None:
     """The benchmark process of a real run saw none of the credential-like variables of
@@ -176,6 +177,7 @@ def test_ordinary_variables_pass(name: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 # ---------------------------------------------------------------- benchmark text is inert
 
+@pytest.mark.slow
 
 def test_hostile_error_line_is_escaped_in_markdown(fault_run: FaultRun) -> None:
     """The aborting benchmark's stderr line reaches the PR comment as inert text: no HTML,
@@ -209,6 +211,7 @@ class _Text(HTMLParser):
     def handle_data(self, data: str) -> None:
         (self.scripts if self._in_script else self.text).append(data)
 
+@pytest.mark.slow
 
 def test_hostile_error_line_is_escaped_in_html(fault_run: FaultRun) -> None:
     page = _Text()
@@ -219,6 +222,7 @@ def test_hostile_error_line_is_escaped_in_html(fault_run: FaultRun) -> None:
     assert "b" not in page.tags
     assert "<script>alert" not in fault_run.html
 
+@pytest.mark.slow
 
 def test_hostile_error_line_is_clean_in_the_terminal_table(
         fault_run: FaultRun, capsys: pytest.CaptureFixture[str]) -> None:

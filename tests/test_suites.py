@@ -52,6 +52,9 @@ def test_matrix_expands_with_readable_ids(tmp_path: Path) -> None:
     ]
     assert suite.expect == {"backend": ["DSA"]}
     assert (suite.warmup_times, suite.run_times) == (1, 3)
+    one_backend = load_suite(write(tmp_path, GOOD.replace("[DSA, TRTLLM]", "TRTLLM")))
+    assert [c.id for c in one_backend.configs] == [
+        "GEN-TRTLLM-bs2-q1-kv64", "GEN-TRTLLM-bs2-q4-kv64"]
 
 
 @pytest.mark.parametrize(
@@ -61,14 +64,20 @@ def test_matrix_expands_with_readable_ids(tmp_path: Path) -> None:
         ("- a\n- b\n", "must be a YAML mapping"),
         (GOOD + "colour: red\n", "unknown key 'colour'"),
         (GOOD.replace("backend: [DSA, TRTLLM]", "backend: [DSA, FLASH]"),
-         "'backend' has value 'FLASH'; allowed: DSA, TRTLLM"),
-        (GOOD.replace("batch_size: [2]", "batch_size: [two]"), "'batch_size' has value 'two'"),
-        (GOOD.replace("batch_size: [2]", "batch_size: [0]"), "'batch_size' has 0"),
-        (GOOD.replace("batch_size: [2]", "batch_size: []"), "'batch_size' has no values"),
-        (GOOD.replace("batch_size: [2]", "beam: [2]"), "unknown matrix key 'beam'"),
-        (GOOD.replace("run_times: 3", "run_times: lots"), "'run_times' must be an integer"),
+         "matrix.backend[1] must be one of 'DSA', 'TRTLLM', got 'FLASH'"),
+        (GOOD.replace("batch_size: [2]", "batch_size: [two]"),
+         "matrix.batch_size[0] must be int, got str"),
+        (GOOD.replace("batch_size: [2]", "batch_size: [0]"),
+         "matrix.batch_size[0] must be >= 1, got 0"),
+        (GOOD.replace("batch_size: [2]", "batch_size: []"),
+         "matrix.batch_size must have at least 1 item"),
+        (GOOD.replace("batch_size: [2]", "beam: [2]"),
+         "matrix has unknown key 'beam'; allowed: run_type, backend"),
+        (GOOD.replace("run_times: 3", "run_times: lots"), "run_times must be int, got str"),
         (GOOD.replace("expect: {backend: DSA}", "expect: {colour: red}"), "unknown key 'colour'"),
-        ("matrix: {}\n", "non-empty mapping"),
+        ("matrix: {}\n", "matrix is missing field 'run_type'"),
+        (GOOD.replace("seq_len_q: [1, 4]", "seq_len_q: [4, 4]"),
+         "matrix.seq_len_q lists a value twice"),
     ],
 )
 def test_bad_suites_name_file_and_key(tmp_path: Path, text: str, needle: str) -> None:

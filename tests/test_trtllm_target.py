@@ -241,6 +241,7 @@ def run_worker(checkout: Path, work: Path, configs: list[dict], **kw) -> tuple:
     outcome = run_process(LocalLauncher().wrap(spec), work, Path(job.record_path), timeout_s=120)
     return outcome, read_round_log(Path(job.record_path)), spec
 
+@pytest.mark.slow
 
 def test_probe_records_facts_kernels_and_latency(checkouts: dict[str, Path],
                                                  tmp_path: Path) -> None:
@@ -274,6 +275,7 @@ def patched_pr(checkouts: dict[str, Path], tmp_path: Path, old: str, new: str) -
     runner.write_text(text.replace(old, new))
     return checkout
 
+@pytest.mark.slow
 
 def test_probe_uses_checkout_code_over_installed_compiled_parts(
         checkouts: dict[str, Path], tmp_path: Path) -> None:
@@ -294,6 +296,7 @@ def test_probe_uses_checkout_code_over_installed_compiled_parts(
     assert log.env["tensorrt_llm"] == "1.3.0rc0-checkout"
     assert spec.env["PYTHONPATH"].split(":")[1] == str(tmp_path / "work/trtllm-overlay")
 
+@pytest.mark.slow
 
 def test_probe_refuses_code_from_outside_the_checkout(checkouts: dict[str, Path],
                                                       tmp_path: Path) -> None:
@@ -311,6 +314,7 @@ def test_probe_refuses_code_from_outside_the_checkout(checkouts: dict[str, Path]
         assert "was imported from" in log.done[config["id"]].error
         assert "not from the checkout" in log.done[config["id"]].error
 
+@pytest.mark.slow
 
 def test_probe_fails_a_backend_the_model_cannot_build(checkouts: dict[str, Path],
                                                       tmp_path: Path) -> None:
@@ -321,6 +325,7 @@ def test_probe_fails_a_backend_the_model_cannot_build(checkouts: dict[str, Path]
     errors = {log.done[c["id"]].error for c in configs}
     assert len(errors) == 1 and "backend TRTLLM, but the model builds DSA" in errors.pop()
 
+@pytest.mark.slow
 
 def test_a_python_error_fails_its_config_and_names_it_last(checkouts: dict[str, Path],
                                                             tmp_path: Path) -> None:
@@ -341,6 +346,7 @@ def test_a_python_error_fails_its_config_and_names_it_last(checkouts: dict[str, 
     assert (record.status, record.error) == (
         "failed", "ValueError: Has nan, please fix weights initialization")
 
+@pytest.mark.slow
 
 def test_a_round_isolates_aborting_shapes(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """Through the round runner: one abort costs one process, never another config's data."""
@@ -358,6 +364,7 @@ def test_a_round_isolates_aborting_shapes(checkouts: dict[str, Path], tmp_path: 
     # 1: autotune at the largest shape (bs4 q2) aborts; 2: {2,4}x{1} runs; 3: bs2 q2 aborts
     assert output.processes == 3
 
+@pytest.mark.slow
 
 def test_both_backends_in_one_round(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """A clean worker that leaves another block's configs: the round runner starts the next."""
@@ -402,6 +409,7 @@ def test_doctor_checks_hooks_of_both_sides(repo: Path, tmp_path: Path, capsys) -
     assert code == (0 if "target trtllm (chosen): can run here" in out else 3)
     assert "tensorrt_llm" in out and "GPU" in out
 
+@pytest.mark.slow
 
 def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,12 @@
-"""`abdiff cache clean [--cache-dir DIR] [--repo PATH]`: remove cached checkouts.
+"""`abdiff cache clean [--cache-dir DIR] [--repo PATH | --runs [--older-than DAYS]]`.
 
-Checkouts are git worktrees registered in the user's repository, so deleting
-the cache folder by hand would leave stale `git worktree list` entries; this
-command deregisters them too. Measured rounds (`runs/` in the cache) are kept.
+Without --runs: remove cached checkouts. Checkouts are git worktrees registered in
+the user's repository, so deleting the cache folder by hand would leave stale `git
+worktree list` entries; this command deregisters them too. It refuses (exit 3) while a
+running measurement uses them. Measured rounds (`runs/` in the cache) are kept.
+
+With --runs: remove the measured rounds kept for --resume instead (all, or those not
+written for DAYS days), except those a running measurement holds.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import argparse
 from pathlib import Path
 
 from abdiff.checkouts import clean_cache, default_cache_dir
+from abdiff.errors import InputError
 from abdiff.revs import open_repo
+from abdiff.schedule import clean_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,15 +34,35 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "$XDG_CACHE_HOME/abdiff or ~/.cache/abdiff)")
     clean.add_argument("--repo", type=Path,
                        help="only this repository's checkouts (default: all repositories)")
+    clean.add_argument("--runs", action="store_true",
+                       help="remove measured rounds (runs/ in the cache), not checkouts")
+    clean.add_argument("--older-than", type=float, metavar="DAYS",
+                       help="with --runs: only run folders not written for DAYS days")
     parser.set_defaults(run=run)
     clean.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     cache_dir = args.cache_dir or default_cache_dir()
+    if args.older_than is not None and not args.runs:
+        raise InputError("--older-than DAYS selects run folders: add --runs")
+    if args.runs:
+        return clean_runs_folder(cache_dir / "runs", args.older_than, args.repo)
     repo_root = open_repo(args.repo) if args.repo is not None else None
     count = clean_cache(cache_dir, repo_root)
     which = f" of {repo_root}" if repo_root is not None else ""
     print(f"abdiff: removed {count} cached checkout{'s' if count != 1 else ''}{which} "
           f"from {cache_dir}")
+    return 0
+
+
+def clean_runs_folder(runs_dir: Path, older_than: float | None, repo: Path | None) -> int:
+    if repo is not None:
+        raise InputError("--runs cleans every repository's run folders; drop --repo")
+    if older_than is not None and not (older_than >= 0):
+        raise InputError(f"--older-than {older_than:g}: give a number of days >= 0")
+    removed, kept = clean_runs(runs_dir, older_than)
+    age = f" older than {older_than:g} days" if older_than is not None else ""
+    print(f"abdiff: removed {removed} run folder{'s' if removed != 1 else ''}{age} "
+          f"from {runs_dir}" + (f"; kept {kept} in use by a running abdiff" if kept else ""))
     return 0

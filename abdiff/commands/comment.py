@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from abdiff.errors import InputError
+from abdiff.files import read_text
 from abdiff.github import DEFAULT_API_URL, upsert_comment
 
 
@@ -54,12 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_body(path: Path) -> str:
-    try:
-        body = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file (--body)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the comment body ({exc})") from None
+    body = read_text(path, "comment body (--body)")
     if not body.strip():
         raise InputError(f"{path}: the comment body is empty")
     return body

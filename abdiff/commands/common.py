@@ -9,8 +9,9 @@ from pathlib import Path
 
 from abdiff import stats
 from abdiff.errors import InputError
+from abdiff.files import write_atomic
 from abdiff.policy import NOTHING_MEASURED_EXIT
-from abdiff.records import Result, write_atomic
+from abdiff.records import Result
 from abdiff.reports import FORMATS
 from abdiff.reports.common import clip
 from abdiff.schedule import (

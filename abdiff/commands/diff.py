@@ -20,7 +20,7 @@ from abdiff.commands.common import (
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Plan
 from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
-from abdiff.suites.loader import MATRIX_KEYS
+from abdiff.targets.layerwise import MATRIX_KEYS
 
 
 def looks_like_range(word: str) -> bool:

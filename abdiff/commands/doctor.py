@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
         detected or target_class("reference"))
     target = target_cls()
 
-    checks = machine_checks()
-    print(machine_table(checks))
+    checks = machine_checks(classes)
+    print(machine_table(checks, sorted(TARGET_CLASSES)))
     print()
-    for name in TARGET_CLASSES:
+    for name in sorted(TARGET_CLASSES):
         missing = missing_for(checks, name)
         chosen = " (chosen)" if name == target_cls.name else ""
         state = f"cannot run here: needs {', '.join(missing)}" if missing else "can run here"
@@ -75,12 +75,9 @@ def run(args: argparse.Namespace) -> int:
     elif repo_root is not None and (args.target or detected):
         reports.append(HookReport("working tree", repo_root, target.hook_problems(repo_root)))
     if reports:
-        from abdiff.targets.trtllm.target import TRTLLM_HOOKS, TrtllmTarget
-
-        total = len(TRTLLM_HOOKS) if isinstance(target, TrtllmTarget) else None
         print()
         print(f"probe hooks of target {target_cls.name}:")
-        print(hooks_table(reports, total))
+        print(hooks_table(reports, len(target.hooks)))
     elif repo_root is None:
         print("\nno repository here: hooks not checked (give --repo PATH or a range)")
     return exit_code(checks, target_cls.name, reports)

@@ -1,15 +1,18 @@
 """The launcher interface: turn a target's single-process command into what to start.
 
 A launcher only rewrites the command (`wrap`); starting, watching and killing the
-process group is shared (`launchers/process.py: run_process`), so every launcher
-gets the same timeout and signal handling.
+process group is shared (`run`, which is `launchers/process.py: run_process` for
+every real launcher), so every launcher gets the same timeout and signal handling.
+Tests replace `run` to run a fake worker in their own process (tests/fake_target.py).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import ClassVar
 
+from abdiff.launchers.process import ProcessOutcome, run_process
 from abdiff.targets.base import LaunchSpec
 
 
@@ -21,6 +24,12 @@ class Launcher(ABC):
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         """The command to start for `spec` (argv as a list, never a shell string)."""
+
+    def run(self, spec: LaunchSpec, log_dir: Path, progress_path: Path,
+            timeout_s: float | None, pass_env: list[str] | None = None,
+            max_memory_bytes: int | None = None) -> ProcessOutcome:
+        """Start the wrapped command and watch it to the end (see run_process)."""
+        return run_process(spec, log_dir, progress_path, timeout_s, pass_env, max_memory_bytes)
 
     def launch_failure(self, stderr_text: str) -> str | None:
         """The launcher's own reason when the job never started (exit 3), else None."""

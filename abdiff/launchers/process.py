@@ -9,18 +9,17 @@ too, and no orphan keeps a GPU busy after abdiff is gone.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fnmatch
 import os
-import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from abdiff.errors import InfrastructureError
 from abdiff.targets.base import LaunchSpec
 
 # Names never passed to benchmark code unless --pass-env names them: a pull
@@ -32,7 +31,7 @@ SECRET_PATTERNS = (
 )
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+GUARD = Path(__file__).with_name("guard.py")
 
 
 def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None) -> dict[str, str]:
@@ -86,41 +85,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """Linux: a function that makes the calling process get SIGKILL when its parent dies.
-
-    Looked up in the parent (not in the forked child, where loading a library
-    is unsafe). Other systems: None.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def arm() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # abdiff died before the line above ran
-            os._exit(1)
-
-    return arm
-
-
-def _child_setup(max_memory_bytes: int | None) -> Callable[[], None]:
-    """Runs in the worker between fork and exec: memory limit, and die with abdiff.
-
-    A worker outlives a SIGKILLed abdiff otherwise (it is in its own session,
-    out of reach of the terminal's signals); the parent-death signal reaches the
-    worker process itself, and what it started is in its process group.
-    """
-    arm = _parent_death_signal()
-
-    def setup() -> None:
-        if arm is not None:
-            arm()
-        if max_memory_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
-
-    return setup
+def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
+    """`argv` started through guard.py, which arms the parent-death signal and the memory
+    limit inside the new process before it execs `argv` (no preexec_fn: see guard.py)."""
+    return [sys.executable, str(GUARD), str(os.getpid()), str(max_memory_bytes or 0), "--",
+            *argv]
 
 
 def run_process(
@@ -141,20 +110,21 @@ def run_process(
     log_dir.mkdir(parents=True, exist_ok=True)
     stderr_path = log_dir / "stderr.txt"
     with open(log_dir / "stdout.txt", "ab") as out, open(stderr_path, "ab") as err:
+        if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
+                os.access(spec.cwd / spec.argv[0], os.X_OK)):
+            # checked here, because once guard.py runs a failed exec is only an exit code
+            raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program")
         try:
             proc = subprocess.Popen(
-                spec.argv,
+                guarded(spec.argv, max_memory_bytes),
                 cwd=spec.cwd,
                 env=worker_environment(spec.env, pass_env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=_child_setup(max_memory_bytes),
             )
         except OSError as exc:
-            from abdiff.errors import InfrastructureError
-
             raise InfrastructureError(f"cannot start {spec.argv[0]}: {exc.strerror}") from None
         last_size, deadline = -1, None
         try:

@@ -1,11 +1,11 @@
 """The one interface every target implements.
 
-A target answers three questions about a repository at one checkout:
-how to start a worker round for a list of configs (`round_command`), which
-hook points the probe relies on and whether they still exist there
-(`hook_problems`, for `abdiff doctor`), and what it records of the
-environment (`env_info`). Everything else (schedule, launch, compare) is
-shared by all targets.
+A target answers a few questions about a repository at one checkout: how to
+start a worker round for a list of configs (`round_command`), which hook points
+its worker relies on (`hooks`; `hook_problems` says which are missing there),
+what of the machine it needs (`needs`, `requires`), and what it records of the
+environment (`env_info`). `abdiff doctor` asks these instead of knowing targets
+by name. Everything else (schedule, launch, compare) is shared by all targets.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from abdiff.protocol import RoundJob
+from abdiff.targets.hooks import Hook, missing_hooks
 
 
 @dataclass
@@ -31,6 +32,12 @@ class Target(ABC):
     """How to run configs of one kind of repository at one checkout."""
 
     name: ClassVar[str]
+    # what the worker relies on in a checkout (checked with the ast module, no GPU)
+    hooks: ClassVar[tuple[Hook, ...]] = ()
+    # machine component (abdiff/doctor.py names them) -> what this target loses without it
+    needs: ClassVar[dict[str, str]] = {}
+    # the components without which this target cannot run at all
+    requires: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abstractmethod
@@ -41,9 +48,9 @@ class Target(ABC):
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
         """The command that runs `job` inside `checkout`, importing that checkout's code."""
 
-    @abstractmethod
     def hook_problems(self, checkout: Path) -> list[str]:
-        """What the probe hooks into that is missing at `checkout` (empty when all is there)."""
+        """What the worker hooks into that is missing at `checkout` (empty when all is there)."""
+        return missing_hooks(Path(checkout), self.hooks)
 
     def env_info(self, checkout: Path) -> dict[str, Any]:
         """Extra environment facts recorded in the run file's `env`."""

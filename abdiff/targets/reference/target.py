@@ -27,6 +27,16 @@ REFERENCE_HOOKS: tuple[Hook, ...] = (
 
 class ReferenceTarget(Target):
     name: ClassVar[str] = "reference"
+    hooks = REFERENCE_HOOKS
+    needs: ClassVar[dict[str, str]] = {
+        "GPU": "CUDA kernel names and GPU latency (it runs on the CPU instead)",
+        "torch": "everything",
+        "torch with CUDA": "GPU runs (CPU only)",
+        "deep_gemm": "the real DeepGEMM kernel (the harness's Python stand-in is used)",
+        "mpirun": "--launcher mpirun",
+        "srun": "--launcher srun",
+    }
+    requires = ("torch",)
 
     @classmethod
     def detect(cls, root: Path) -> bool:
@@ -35,8 +45,3 @@ class ReferenceTarget(Target):
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
         argv = [sys.executable, "-m", "abdiff.targets.reference.worker", str(job_path)]
         return LaunchSpec(argv, Path(checkout))
-
-    def hook_problems(self, checkout: Path) -> list[str]:
-        from abdiff.targets.hooks import missing_hooks
-
-        return missing_hooks(Path(checkout), REFERENCE_HOOKS)

@@ -16,6 +16,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from abdiff.errors import exception_line
+from abdiff.files import path_under_root
 from abdiff.measure import (
     GPU_MIN_WARMUP_S,
     environment,
@@ -37,7 +39,7 @@ def _import_runner(checkout: Path) -> type:
     sys.path.insert(0, str(checkout))
     package = importlib.import_module(HARNESS_PACKAGE)
     origin = Path(package.__file__).resolve()
-    if checkout.resolve() not in origin.parents:
+    if not path_under_root(origin, checkout):
         raise RuntimeError(f"{HARNESS_PACKAGE} was imported from {origin}, not from {checkout}")
     return importlib.import_module(RUNNER_MODULE).Runner
 
@@ -71,9 +73,7 @@ def failure_reason(exc: BaseException) -> str:
     A MemoryError says nothing by itself; it names the address-space limit
     (`--max-memory`) it ran into, where there is one.
     """
-    text = str(exc).strip()
-    name = type(exc).__name__
-    line = f"{name}: {text.splitlines()[-1]}" if text else name
+    line = exception_line(exc)
     if isinstance(exc, MemoryError):
         soft = resource.getrlimit(resource.RLIMIT_AS)[0]
         limit = ("no address-space limit" if soft == resource.RLIM_INFINITY

@@ -53,8 +53,11 @@ from typing import Any, ClassVar
 import yaml
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.files import path_under_root
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
-from abdiff.targets.hooks import Hook, missing_hooks, run_pack_hooks
+from abdiff.targets.hooks import Hook, run_pack_hooks
+from abdiff.targets.layerwise import BACKENDS
+from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -63,8 +66,6 @@ TOOLS_DIR = "tensorrt_llm/tools/layer_wise_benchmarks"
 RUNNER_PY = f"{TOOLS_DIR}/runner.py"
 ATTENTION = "tensorrt_llm/_torch/attention_backend"
 DSA_FILES = (f"{ATTENTION}/sparse/dsa.py", f"{ATTENTION}/sparse/dsa/metadata.py")
-SHAPES = ("batch_size", "seq_len_q", "seq_len_kv_cache")
-BACKENDS = ("DSA", "TRTLLM")
 
 # What the probe relies on in a checkout (checked by `abdiff doctor` with the ast module).
 TRTLLM_HOOKS: tuple[Hook, ...] = (
@@ -497,6 +498,19 @@ class TrtllmTarget(Target):
     """Runs upstream's run.py at each checkout, with the probe in every rank."""
 
     name: ClassVar[str] = "trtllm"
+    hooks = TRTLLM_HOOKS
+    needs: ClassVar[dict[str, str]] = {
+        "GPU": "everything: upstream's benchmark runs on CUDA only",
+        "torch": "everything",
+        "torch with CUDA": "everything: the probe times with CUDA events",
+        "tensorrt_llm": "everything: each checkout's Python code needs the installed "
+                        "compiled parts",
+        "deep_gemm": "DSA configs (the DSA indexer calls DeepGEMM); TRTLLM configs still run",
+        "nsys": "nsys kernel records (target option nsys); torch.profiler still names kernels",
+        "mpirun": "--launcher mpirun: more than one GPU on a node (one rank still runs)",
+        "srun": "--launcher srun: runs across nodes under Slurm",
+    }
+    requires = ("GPU", "torch", "torch with CUDA", "tensorrt_llm")
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
@@ -509,9 +523,6 @@ class TrtllmTarget(Target):
     @classmethod
     def detect(cls, root: Path) -> bool:
         return (Path(root) / TOOLS_DIR).is_dir()
-
-    def hook_problems(self, checkout: Path) -> list[str]:
-        return missing_hooks(Path(checkout), TRTLLM_HOOKS)
 
     def env_info(self, checkout: Path) -> dict[str, Any]:
         checkout = Path(checkout)
@@ -559,7 +570,7 @@ class TrtllmTarget(Target):
 
         path_entries = [str(SITE_DIR)]
         compiled = self.compiled_package(options)
-        if compiled is not None and not under_path(compiled, checkout):
+        if compiled is not None and not path_under_root(compiled, checkout):
             path_entries.append(str(build_overlay(checkout, compiled, work / "trtllm-overlay")))
         else:
             path_entries.append(str(checkout))
@@ -599,9 +610,3 @@ class TrtllmTarget(Target):
             "ABDIFF_RANK_PATHS": os.pathsep.join(dict.fromkeys(rank_paths)),
         }
         return LaunchSpec(argv, bench if bench.is_dir() else checkout, env)
-
-
-def under_path(path: Path, root: Path) -> bool:
-    """Is `path` (links resolved) `root` or inside it?"""
-    real, top = Path(path).resolve(), Path(root).resolve()
-    return real == top or top in real.parents

@@ -40,13 +40,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from abdiff.errors import exception_line
+from abdiff.files import path_under_root
+from abdiff.targets.layerwise import SHAPE_KEYS
 from abdiff.targets.trtllm.probe import PLAN_ENV
 
 PACKAGE = "tensorrt_llm"
 TOOLS = "tensorrt_llm.tools.layer_wise_benchmarks"
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "WORLD_SIZE")
-SHAPE_KEYS = ("batch_size", "seq_len_q", "seq_len_kv_cache")
 
 
 def _env_int(names: tuple[str, ...], default: int, environ: Any = None) -> int:
@@ -93,17 +95,6 @@ class ProbePlan:
 
 class ProbeError(RuntimeError):
     """The probe cannot measure this process at all (its configs are already failed)."""
-
-
-def _last_line(exc: BaseException) -> str:
-    lines = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return lines[-1] if lines else type(exc).__name__
-
-
-def under(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
-    """Is `path` (links resolved) inside `root`?"""
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 @dataclass
@@ -176,7 +167,7 @@ class Probe:
     # -- the import side ---------------------------------------------------------------
     def check_origin(self, what: str, origin: str | None) -> None:
         """Refuse code that does not come from the checkout under test."""
-        if origin and not under(origin, self.plan.checkout):
+        if origin and not path_under_root(origin, self.plan.checkout):
             raise self.fatal(
                 f"{what} was imported from {os.path.realpath(origin)}, not from the checkout "
                 f"{self.plan.checkout}: the checkout must come first on PYTHONPATH "
@@ -249,7 +240,7 @@ class Probe:
             run_pack = original(runner, *args, **kwargs)
         except BaseException as exc:
             if config is not None:
-                self._failed(config, _last_line(exc))
+                self._failed(config, exception_line(exc))
                 self.attributed = True
             raise
         finally:
@@ -332,7 +323,7 @@ class Probe:
                 probe._span_end(pack, begin)
                 return result
             except BaseException as exc:
-                probe._failed(pack.config, _last_line(exc), pack.facts)
+                probe._failed(pack.config, exception_line(exc), pack.facts)
                 probe.attributed = True
                 raise
             finally:
@@ -388,7 +379,7 @@ class Probe:
             else:
                 latencies = [(end - start) / 1000.0 for start, end in spans]
         except RuntimeError as exc:
-            self._failed(pack.config, f"cannot read the timing events: {_last_line(exc)}",
+            self._failed(pack.config, f"cannot read the timing events: {exception_line(exc)}",
                          pack.facts)
             return
         latencies = [max(value, 1e-3) for value in latencies]  # a run file needs positive numbers
@@ -400,7 +391,7 @@ class Probe:
         try:
             self.finish_current()
         except Exception as exc:  # noqa: BLE001 - never let the probe hide run.py's own exit
-            print(f"abdiff probe: {_last_line(exc)}", file=sys.stderr)
+            print(f"abdiff probe: {exception_line(exc)}", file=sys.stderr)
         if self.unattributed:
             self.fail_all(self.unattributed)
             return
@@ -414,7 +405,7 @@ class Probe:
 
     def on_exception(self, exc: BaseException) -> None:
         if not self.attributed and not isinstance(exc, KeyboardInterrupt | ProbeError):
-            self.unattributed = _last_line(exc)
+            self.unattributed = exception_line(exc)
 
 
 class _LoaderProxy:

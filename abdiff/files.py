@@ -1,0 +1,83 @@
+"""File-system helpers every stage shares: the one atomic writer, the one "is this path
+inside that folder" check (links resolved), and the in-use lock that keeps `cache clean`
+away from what a running measurement uses."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError, InputError
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text so that readers see the old file or the new one, never half of it.
+
+    Write to a temporary file in the same folder, fsync, then rename over the
+    target (rename is atomic within one file system).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report or baseline is shared
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def path_under_root(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """Is `path` (links resolved) `root` itself or inside it?"""
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return real == top or top in real.parents
+
+
+def hold_in_use(lock_path: Path) -> int:
+    """Mark something as in use until this process ends: a shared POSIX lock on
+    `lock_path`, whose descriptor is returned and kept open (the kernel drops it when the
+    process exits, however it exits). Any number of processes may hold it at once.
+
+    POSIX locks (lockf), not flock: they belong to the process, so the process that holds
+    one may still clean up itself; only other processes are refused."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.lockf(fd, fcntl.LOCK_SH)
+    return fd
+
+
+@contextlib.contextmanager
+def unless_in_use(lock_path: Path, what: str) -> Iterator[None]:
+    """Run the block holding `lock_path` exclusively; InfrastructureError (exit 3) right
+    away when a running process holds it with `hold_in_use`."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # EAGAIN or EACCES: another process holds it
+            raise InfrastructureError(f"{what} in use by a running abdiff; let it finish (or "
+                                      "stop it), then clean again") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 file's text; every way it can be unreadable is one InputError (exit 2)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read {what} ({exc})") from None

@@ -1,0 +1,93 @@
+"""A fake target for fast tests of rounds, schedule and resume: no torch, no subprocess.
+
+Its "worker" runs in the test's own process (FakeLauncher.run takes the place of
+run_process) and writes the same record log a real worker writes (protocol.py), so
+rounds.py and schedule.py run unchanged. What the benchmark does for one config in
+one round is a function of (side checkout name, config id, round):
+
+- a number: ok, with that latency in µs (five iterations around it);
+- "raise": the config fails with an exception, the worker goes on;
+- "abort": the worker process dies of SIGABRT in that config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import ProcessOutcome
+from abdiff.protocol import RecordWriter, RoundJob
+from abdiff.records import RoundRecord
+from abdiff.rounds import RoundSettings
+from abdiff.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.suites import Config
+from abdiff.targets.base import LaunchSpec, Target
+
+Behaviour = Callable[[str, str, int], "float | str"]
+SIGABRT_EXIT = -6
+
+
+class FakeTarget(Target):
+    name: ClassVar[str] = "fake"
+
+    @classmethod
+    def detect(cls, root: Path) -> bool:
+        return False
+
+    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        return LaunchSpec(["fake-worker", str(job_path)], Path(checkout))
+
+
+@dataclass
+class FakeLauncher(Launcher):
+    behaviour: Behaviour
+    workers: list[tuple[str, int, list[str]]] = field(default_factory=list)  # side, round, ids
+    name: ClassVar[str] = "in-process"
+
+    def wrap(self, spec: LaunchSpec) -> LaunchSpec:
+        return spec
+
+    def run(self, spec: LaunchSpec, log_dir: Path, progress_path: Path,
+            timeout_s: float | None, pass_env: list[str] | None = None,
+            max_memory_bytes: int | None = None) -> ProcessOutcome:
+        job = RoundJob.read(Path(spec.argv[1]))
+        side = spec.cwd.name
+        self.workers.append((side, job.round, [c["id"] for c in job.configs]))
+        stderr = log_dir / "stderr.txt"
+        stderr.write_text("")
+        writer = RecordWriter(Path(job.record_path))
+        writer.env({"device": "cpu", "python": "fake", "cpu_model": "fake"})
+        try:
+            for config in job.configs:
+                writer.start(config["id"])
+                what = self.behaviour(side, config["id"], job.round)
+                if what == "abort":
+                    stderr.write_text("Fatal Python error: Aborted\n")
+                    return ProcessOutcome(SIGABRT_EXIT, False, stderr)
+                record = (RoundRecord("failed", "RuntimeError: boom", round=job.round)
+                          if what == "raise" else
+                          RoundRecord("ok", None, [what * (1 + 0.001 * i) for i in range(5)],
+                                      {"side": side}, {"kernel": 1}, job.round))
+                writer.done(config["id"], record)
+        finally:
+            writer.close()
+        return ProcessOutcome(0, False, stderr)
+
+
+CONFIGS = [Config(f"GEN-TRTLLM-bs{b}-q1-kv64", {"batch_size": b}) for b in (1, 2, 3)]
+SETTINGS = RoundSettings(facts=[], warmup_times=0, run_times=5, timeout_s=None)
+
+
+def fake_measurement(state_dir: Path, launcher: FakeLauncher, plan: Plan, *,
+                     undecided: Callable[[], list[str]] | None = None, resume: bool = False,
+                     seed: int | None = 7, configs: list[Config] = CONFIGS) -> Measurement:
+    """Both sides (checkouts named A and B) measured with the fake target."""
+    sides = {name: SideRun(state_dir.parent / name,
+                           empty_run(name.lower(), name * 40, "fake", "s", configs, {}))
+             for name in "AB"}
+    measurement = Measurement.open(state_dir, sides, resume, seed)
+    return measure(measurement, configs, FakeTarget(), launcher, SETTINGS, plan, undecided,
+                   quiet=True)

@@ -1,0 +1,81 @@
+"""launchers/process.py: a worker gets its memory limit and parent-death signal inside its
+own process (guard.py, no preexec_fn), and dies with abdiff."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abdiff.errors import InfrastructureError
+from abdiff.launchers.process import run_process
+from abdiff.targets.base import LaunchSpec
+
+REPORT_LIMITS = """
+import ctypes, resource, signal
+deathsig = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(deathsig), 0, 0, 0)  # PR_GET_PDEATHSIG
+print(resource.getrlimit(resource.RLIMIT_AS)[0], deathsig.value == signal.SIGKILL)
+"""
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+
+
+@linux
+@pytest.mark.parametrize(("max_memory", "expected"), [(3 * 2**30, 3 * 2**30), (None, -1)])
+def test_worker_gets_limit_and_parent_death_signal(tmp_path: Path, max_memory: int | None,
+                                                   expected: int) -> None:
+    spec = LaunchSpec([sys.executable, "-c", REPORT_LIMITS], tmp_path)
+    outcome = run_process(spec, tmp_path / "log", tmp_path / "progress", 60,
+                          max_memory_bytes=max_memory)
+    assert outcome.returncode == 0, outcome.stderr_path.read_text()
+    limit, armed = (tmp_path / "log" / "stdout.txt").read_text().split()
+    assert int(limit) == expected and armed == "True"  # -1: RLIM_INFINITY
+
+
+def test_missing_program_is_an_infrastructure_error(tmp_path: Path) -> None:
+    spec = LaunchSpec(["no-such-benchmark-runner"], tmp_path)
+    with pytest.raises(InfrastructureError, match="cannot start no-such-benchmark-runner"):
+        run_process(spec, tmp_path / "log", tmp_path / "progress", 60)
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from abdiff.launchers.process import run_process
+from abdiff.targets.base import LaunchSpec
+folder = Path(sys.argv[1])
+run_process(LaunchSpec(["sh", "-c", "echo $$ > pid; exec sleep 120"], folder),
+            folder / "log", folder / "progress", None)
+"""
+
+
+@linux
+def test_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)])
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    parent.kill()  # SIGKILL: abdiff gets no chance to clean up
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while _alive(worker):
+        assert time.monotonic() < deadline, "the worker outlived its parent"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (reaped by init soon) has already died
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
