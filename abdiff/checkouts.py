@@ -19,8 +19,15 @@ git common dir, so two repositories (or two clones named alike) never collide,
 while the linked worktrees of one repository share a key. The marker sits beside
 the folder, not in it, so a checkout is byte-for-byte the commit (`git status`
 clean there). A folder without a valid marker was interrupted (crash, disk full)
-and is removed and rebuilt. Checkouts are treated as read-only: abdiff does not
-detect edits made inside them; `abdiff cache clean` removes them all.
+and is removed and rebuilt.
+
+A cached checkout outlives the run that made it, and the benchmark ran inside
+it: a pull request's benchmark could have edited the checkout of `main` that
+the next run (or a trusted nightly) measures. So a commit checkout is made
+exactly the commit again before every reuse (its index thrown away, `git reset
+--hard`, `git clean -ffdx`, through the hardened git runner), and a working-tree
+copy is reused only while its content still hashes to its name; anything else
+is rebuilt. `abdiff cache clean` removes them all.
 """
 
 from __future__ import annotations
@@ -172,8 +179,10 @@ class CheckoutCache:
                              check=False)
             if exists.returncode != 0:
                 raise InputError(f"{side.rev}: commit {side.sha} is not in {self.repo_root}")
-            proc = run_git(self.repo_root, "worktree", "add", "--detach", str(folder), side.sha,
-                           check=False)
+            # --force: a folder whose git link was rewritten could not be deregistered
+            # above; its stale registration must not block the rebuild.
+            proc = run_git(self.repo_root, "worktree", "add", "--force", "--detach", str(folder),
+                           side.sha, check=False)
             if proc.returncode != 0:
                 self._discard(folder)
                 raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
@@ -190,11 +199,35 @@ class CheckoutCache:
     # ------------------------------------------------------------------ commits
 
     def _valid_commit_checkout(self, folder: Path, sha: str) -> bool:
-        """Marker holds the sha, the worktree's .git link exists and its HEAD is the sha."""
+        """A worktree of this repository at `sha`, restored to exactly the commit.
+
+        The marker must hold the sha, and the folder's git link must lead to this
+        repository with HEAD at the sha. Then the index is removed, so that git
+        compares every file by content rather than by a stat cache anyone could
+        have rewritten, `reset --hard` restores edited and deleted files and
+        `clean -ffdx` removes added ones (ignored ones too: a planted `.pyc`
+        would be imported). False when any step fails: the caller rebuilds.
+        """
         if not self._marker_ok(folder, sha) or not (folder / ".git").is_file():
             return False
-        proc = run_git(folder, "rev-parse", "--verify", "HEAD", check=False)
-        return proc.returncode == 0 and proc.stdout.strip() == sha
+        where = run_git(folder, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                        "--git-dir", check=False)
+        lines = where.stdout.splitlines()
+        if where.returncode != 0 or len(lines) != 2 or _real(Path(lines[0])) != self.common_dir:
+            return False
+        head = run_git(folder, "rev-parse", "--verify", "HEAD", check=False)
+        if head.returncode != 0 or head.stdout.strip() != sha:
+            return False
+        try:
+            (Path(lines[1]) / "index").unlink(missing_ok=True)
+        except OSError:
+            return False
+        for args in (("reset", "-q", "--hard", sha), ("clean", "-ffdxq")):
+            if run_git(folder, *args, check=False).returncode != 0:
+                return False
+        status = run_git(folder, "status", "--porcelain", "--ignored", "--untracked-files=all",
+                         check=False)
+        return status.returncode == 0 and status.stdout == ""
 
     # ------------------------------------------------------------------ working tree
 
@@ -224,7 +257,7 @@ class CheckoutCache:
         with self._locked():
             self._prepare_key_dir()
             folder = self.key_dir / f"{_COPY_PREFIX}{digest}"
-            if self._marker_ok(folder, digest) and folder.is_dir():
+            if self._copy_intact(folder, digest):
                 return folder
         tmp = self.key_dir / f"{_TMP_PREFIX}{_COPY_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
@@ -232,7 +265,7 @@ class CheckoutCache:
             digest = tree_digest(tmp, copied)
             with self._locked():
                 folder = self.key_dir / f"{_COPY_PREFIX}{digest}"
-                if self._marker_ok(folder, digest) and folder.is_dir():
+                if self._copy_intact(folder, digest):
                     return folder
                 self._discard(folder)
                 os.rename(tmp, folder)
@@ -244,6 +277,17 @@ class CheckoutCache:
                                       f"into {self.key_dir}: {exc}") from exc
         finally:
             _rmtree(tmp)
+
+    def _copy_intact(self, folder: Path, digest: str) -> bool:
+        """The marker names `digest` and every file in the copy, no more, still hashes to it."""
+        if not self._marker_ok(folder, digest) or not folder.is_dir() or folder.is_symlink():
+            return False
+        present = []
+        for top, dirs, names in os.walk(folder):
+            rel_top = os.path.relpath(top, folder)
+            for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+                present.append(os.path.normpath(os.path.join(rel_top, name)))
+        return tree_digest(folder, present) == digest
 
     def _copy_files(self, files: list[str], dest: Path) -> list[str]:
         copied = []

@@ -25,6 +25,7 @@ from abdiff.compare import compare_runs
 from abdiff.errors import InputError
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import refuse_write_token
 from abdiff.measure import environment, resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
@@ -61,6 +62,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
         raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
                          "cpu was given); drop --cuda-graph to time eager calls")
+    refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
