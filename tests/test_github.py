@@ -610,3 +610,33 @@ def test_comment_needs_the_standard_library_only(github: FakeGitHub, result_file
         check=False)
     assert proc.returncode == 0, proc.stderr
     assert github.comments[0]["body"].startswith(f"{MARKER}\n")
+
+
+# ---------------------------------------------------------------- ci/abdiff-ci.sh --post-only
+
+CI_SCRIPT = Path(__file__).resolve().parents[1] / "ci" / "abdiff-ci.sh"
+
+
+def _post_only(github: FakeGitHub, out: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ABDIFF_")}
+    env.update(ABDIFF_BIN=f"{sys.executable} -m abdiff.cli", ABDIFF_GH_REPO=REPO,
+               ABDIFF_PR=str(PR), GITHUB_TOKEN=TOKEN, ABDIFF_API_URL=github.base,
+               ABDIFF_VERIFIED_HEAD=HEAD, ABDIFF_RUN_URL=RUN_URL)
+    return subprocess.run(["bash", str(CI_SCRIPT), "--post-only", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_ci_script_posts_with_footer_then_marks_stale(github: FakeGitHub, result_file: Path,
+                                                      tmp_path: Path) -> None:
+    """The Jenkins path: post the result with the verified footer; a later build that left
+    no result.json (or a symbolic link in its place) marks that comment stale, exit 3."""
+    out = result_file.parent
+    proc = _post_only(github, out)
+    assert proc.returncode == 0, proc.stderr
+    assert f"Measured head `{HEAD}` (verified)" in github.comments[0]["body"]
+    result_file.unlink()
+    result_file.symlink_to(tmp_path / "elsewhere.json")
+    proc = _post_only(github, out)
+    assert proc.returncode == 3 and "no " in proc.stderr
+    assert github.comments[0]["body"].split("\n")[1].startswith(STALE_PREFIX)
+    assert len(github.comments) == 1
