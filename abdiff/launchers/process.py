@@ -3,7 +3,9 @@ kill its whole process group when needed.
 
 Every launcher (local, mpirun, srun) ends here: the process gets its own
 session, so a timeout, Ctrl-C or SIGTERM reaches mpirun's or torch's children
-too, and no orphan keeps a GPU busy after abdiff is gone.
+too, and no orphan keeps a GPU busy after abdiff is gone. It is also where the
+benchmark is kept from abdiff's credentials: an allow-listed environment, a
+temporary HOME per process, and abdiff's own /proc environ blanked.
 """
 
 from __future__ import annotations
