@@ -24,10 +24,10 @@ and is removed and rebuilt.
 A cached checkout outlives the run that made it, and the benchmark ran inside
 it: a pull request's benchmark could have edited the checkout of `main` that
 the next run (or a trusted nightly) measures. So a commit checkout is made
-exactly the commit again before every reuse (its index thrown away, `git reset
---hard`, `git clean -ffdx`, through the hardened git runner), and a working-tree
-copy is reused only while its content still hashes to its name; anything else
-is rebuilt. `abdiff cache clean` removes them all.
+exactly the commit again before every reuse (`git reset --hard`, `git clean
+-ffdx`, an index that skips files thrown away first, all through the hardened
+git runner), and a working-tree copy is reused only while its content still
+hashes to its name; anything else is rebuilt. `abdiff cache clean` removes them all.
 """
 
 from __future__ import annotations
@@ -202,11 +202,13 @@ class CheckoutCache:
         """A worktree of this repository at `sha`, restored to exactly the commit.
 
         The marker must hold the sha, and the folder's git link must lead to this
-        repository with HEAD at the sha. Then the index is removed, so that git
-        compares every file by content rather than by a stat cache anyone could
-        have rewritten, `reset --hard` restores edited and deleted files and
-        `clean -ffdx` removes added ones (ignored ones too: a planted `.pyc`
-        would be imported). False when any step fails: the caller rebuilds.
+        repository with HEAD at the sha. Then what a benchmark changed is undone:
+        `reset --hard` restores edited and deleted files, `clean -ffdx` removes
+        added ones (ignored ones too: a planted `.pyc` would be imported). An
+        index whose entries are told to skip the check (assume-unchanged,
+        skip-worktree) is thrown away first, so every file is compared again.
+        Unchanged files are not rewritten. False when any step fails: the
+        caller rebuilds.
         """
         if not self._marker_ok(folder, sha) or not (folder / ".git").is_file():
             return False
@@ -218,16 +220,33 @@ class CheckoutCache:
         head = run_git(folder, "rev-parse", "--verify", "HEAD", check=False)
         if head.returncode != 0 or head.stdout.strip() != sha:
             return False
-        try:
-            (Path(lines[1]) / "index").unlink(missing_ok=True)
-        except OSError:
+        flags = run_git(folder, "ls-files", "-v", "-z", check=False)
+        blind = flags.returncode != 0 or any(
+            entry[:1].islower() or entry[:1] == "S" for entry in flags.stdout.split("\0"))
+        if blind:
+            try:
+                (Path(lines[1]) / "index").unlink(missing_ok=True)
+            except OSError:
+                return False
+        status = self._status(folder)
+        if status is None:
             return False
-        for args in (("reset", "-q", "--hard", sha), ("clean", "-ffdxq")):
+        steps = []
+        if blind or any(not e.startswith(("??", "!!")) for e in status):
+            steps.append(("reset", "-q", "--hard", sha))
+        if any(e.startswith(("??", "!!")) for e in status):
+            steps.append(("clean", "-ffdxq"))
+        for args in steps:
             if run_git(folder, *args, check=False).returncode != 0:
                 return False
-        status = run_git(folder, "status", "--porcelain", "--ignored", "--untracked-files=all",
-                         check=False)
-        return status.returncode == 0 and status.stdout == ""
+        return not steps or self._status(folder) == []
+
+    @staticmethod
+    def _status(folder: Path) -> list[str] | None:
+        """`git status` entries, untracked and ignored files included (None: git failed)."""
+        proc = run_git(folder, "status", "--porcelain", "-z", "--ignored",
+                       "--untracked-files=all", check=False)
+        return [e for e in proc.stdout.split("\0") if e] if proc.returncode == 0 else None
 
     # ------------------------------------------------------------------ working tree
 
