@@ -107,7 +107,7 @@ def _git(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
         raise InfrastructureError(f"cannot run git: {exc}") from None
 
 
-def filters_off(cwd: Path, env: dict[str, str]) -> dict[str, str]:
+def _filters_off(cwd: Path, env: dict[str, str]) -> dict[str, str]:
     """`env` plus configuration that empties every filter driver git would see in `cwd`.
 
     Filter drivers are named in configuration (`filter.NAME.smudge`), which a
@@ -135,7 +135,7 @@ def run_git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
     raises InfrastructureError with git's message; callers that turn a failure
     into an InputError pass check=False.
     """
-    env = filters_off(cwd, git_env())
+    env = _filters_off(cwd, git_env())
     proc = _git(["git", "-C", str(cwd), *GIT_HARDENING, *args], env)
     if check and proc.returncode != 0:
         raise InfrastructureError(
