@@ -19,8 +19,15 @@ git common dir, so two repositories (or two clones named alike) never collide,
 while the linked worktrees of one repository share a key. The marker sits beside
 the folder, not in it, so a checkout is byte-for-byte the commit (`git status`
 clean there). A folder without a valid marker was interrupted (crash, disk full)
-and is removed and rebuilt. Checkouts are treated as read-only: abdiff does not
-detect edits made inside them; `abdiff cache clean` removes them all.
+and is removed and rebuilt.
+
+A cached checkout outlives the run that made it, and the benchmark ran inside
+it: a pull request's benchmark could have edited the checkout of `main` that
+the next run (or a trusted nightly) measures. So a commit checkout is made
+exactly the commit again before every reuse (`git reset --hard`, `git clean
+-ffdx`, an index that skips files thrown away first, all through the hardened
+git runner), and a working-tree copy is reused only while its content still
+hashes to its name; anything else is rebuilt. `abdiff cache clean` removes them all.
 """
 
 from __future__ import annotations
@@ -167,8 +174,10 @@ class CheckoutCache:
                              check=False)
             if exists.returncode != 0:
                 raise InputError(f"{side.rev}: commit {side.sha} is not in {self.repo_root}")
-            proc = run_git(self.repo_root, "worktree", "add", "--detach", str(folder), side.sha,
-                           check=False)
+            # --force: a folder whose git link was rewritten could not be deregistered
+            # above; its stale registration must not block the rebuild.
+            proc = run_git(self.repo_root, "worktree", "add", "--force", "--detach", str(folder),
+                           side.sha, check=False)
             if proc.returncode != 0:
                 self._discard(folder)
                 raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
@@ -185,11 +194,54 @@ class CheckoutCache:
     # ------------------------------------------------------------------ commits
 
     def _valid_commit_checkout(self, folder: Path, sha: str) -> bool:
-        """Marker holds the sha, the worktree's .git link exists and its HEAD is the sha."""
+        """A worktree of this repository at `sha`, restored to exactly the commit.
+
+        The marker must hold the sha, and the folder's git link must lead to this
+        repository with HEAD at the sha. Then what a benchmark changed is undone:
+        `reset --hard` restores edited and deleted files, `clean -ffdx` removes
+        added ones (ignored ones too: a planted `.pyc` would be imported). An
+        index whose entries are told to skip the check (assume-unchanged,
+        skip-worktree) is thrown away first, so every file is compared again.
+        Unchanged files are not rewritten. False when any step fails: the
+        caller rebuilds.
+        """
         if not self._marker_ok(folder, sha) or not (folder / ".git").is_file():
             return False
-        proc = run_git(folder, "rev-parse", "--verify", "HEAD", check=False)
-        return proc.returncode == 0 and proc.stdout.strip() == sha
+        where = run_git(folder, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                        "--git-dir", check=False)
+        lines = where.stdout.splitlines()
+        if where.returncode != 0 or len(lines) != 2 or _real(Path(lines[0])) != self.common_dir:
+            return False
+        head = run_git(folder, "rev-parse", "--verify", "HEAD", check=False)
+        if head.returncode != 0 or head.stdout.strip() != sha:
+            return False
+        flags = run_git(folder, "ls-files", "-v", "-z", check=False)
+        blind = flags.returncode != 0 or any(
+            entry[:1].islower() or entry[:1] == "S" for entry in flags.stdout.split("\0"))
+        if blind:
+            try:
+                (Path(lines[1]) / "index").unlink(missing_ok=True)
+            except OSError:
+                return False
+        status = self._status(folder)
+        if status is None:
+            return False
+        steps = []
+        if blind or any(not e.startswith(("??", "!!")) for e in status):
+            steps.append(("reset", "-q", "--hard", sha))
+        if any(e.startswith(("??", "!!")) for e in status):
+            steps.append(("clean", "-ffdxq"))
+        for args in steps:
+            if run_git(folder, *args, check=False).returncode != 0:
+                return False
+        return not steps or self._status(folder) == []
+
+    @staticmethod
+    def _status(folder: Path) -> list[str] | None:
+        """`git status` entries, untracked and ignored files included (None: git failed)."""
+        proc = run_git(folder, "status", "--porcelain", "-z", "--ignored",
+                       "--untracked-files=all", check=False)
+        return [e for e in proc.stdout.split("\0") if e] if proc.returncode == 0 else None
 
     # ------------------------------------------------------------------ working tree
 
@@ -219,7 +271,7 @@ class CheckoutCache:
         with self._locked():
             self._prepare_key_dir()
             folder = self.key_dir / f"{_COPY_PREFIX}{digest}"
-            if self._marker_ok(folder, digest) and folder.is_dir():
+            if self._copy_intact(folder, digest):
                 return folder
         tmp = self.key_dir / f"{_TMP_PREFIX}{_COPY_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
@@ -227,7 +279,7 @@ class CheckoutCache:
             digest = tree_digest(tmp, copied)
             with self._locked():
                 folder = self.key_dir / f"{_COPY_PREFIX}{digest}"
-                if self._marker_ok(folder, digest) and folder.is_dir():
+                if self._copy_intact(folder, digest):
                     return folder
                 self._discard(folder)
                 os.rename(tmp, folder)
@@ -239,6 +291,17 @@ class CheckoutCache:
                                       f"into {self.key_dir}: {exc}") from exc
         finally:
             _rmtree(tmp)
+
+    def _copy_intact(self, folder: Path, digest: str) -> bool:
+        """The marker names `digest` and every file in the copy, no more, still hashes to it."""
+        if not self._marker_ok(folder, digest) or not folder.is_dir() or folder.is_symlink():
+            return False
+        present = []
+        for top, dirs, names in os.walk(folder):
+            rel_top = os.path.relpath(top, folder)
+            for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+                present.append(os.path.normpath(os.path.join(rel_top, name)))
+        return tree_digest(folder, present) == digest
 
     def _copy_files(self, files: list[str], dest: Path) -> list[str]:
         copied = []

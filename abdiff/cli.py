@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from abdiff.commands import NAMES
 from abdiff.errors import InfrastructureError, InputError, InternalError, one_line, save_traceback
 
 
@@ -69,8 +70,9 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from abdiff.commands import COMMANDS
+def build_parser(first_word: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with the subcommand's name, only that subcommand is loaded."""
+    from abdiff.commands import commands
 
     parser = _Parser(
         prog="abdiff",
@@ -78,21 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
         "Usage: abdiff A..B --configs SUITE, or one of the subcommands below.",
     )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    for module in COMMANDS:
+    for module in commands(first_word):
         module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from abdiff.commands import diff
-
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with _stop_on_signals():
             # `abdiff A..B ...` has no subcommand word: the range is the command.
-            if argv and diff.looks_like_range(argv[0]):
-                argv = ["diff", *argv]
-            args = build_parser().parse_args(argv)
+            if argv and argv[0] not in NAMES:
+                from abdiff.commands import diff
+
+                if diff.looks_like_range(argv[0]):
+                    argv = ["diff", *argv]
+            args = build_parser(argv[0] if argv else None).parse_args(argv)
             if not getattr(args, "command", None):
                 build_parser().print_help(sys.stderr)
                 return 2

@@ -8,6 +8,11 @@ re-run edits it instead of adding another comment to the PR.
 Transient failures (429, 403 with a rate-limit answer, 5xx, connection errors)
 are retried with exponential backoff under a total wait cap; anything else is
 an InfrastructureError with one line naming the status and GitHub's message.
+
+Only a comment written by the token's own account is ever edited (anyone can
+write a comment that starts with the marker). The footer below the report is
+built here from what the trusted job verified (the PR's head SHA, the URL of
+the run that measured it), never from the artifact.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ MARKER = "<!-- abdiff -->"
 DEFAULT_API_URL = "https://api.github.com"
 MAX_BODY_CHARS = 65536  # GitHub's limit for a comment body
 MAX_PAGES = 100  # 10,000 comments: beyond that something is wrong, not a long PR
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # plain http only for a local test server
+WORKFLOWS_DIR = ".github/workflows/"
+STALE_PREFIX = "> :warning: **Stale:**"
+_SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_URL_SAFE_RE = re.compile(r"[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")  # no space, (), [], <>, quotes
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 _NEXT_RE = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 _HINTS = {
@@ -96,8 +106,11 @@ class GitHubClient:
         timeout: float = 30.0,
     ) -> None:
         parsed = urllib.parse.urlsplit(api_url)
-        if parsed.scheme not in ("https", "http") or not parsed.netloc:
-            raise InputError(f"--api-url must be an http(s) URL, got {api_url!r}")
+        if not parsed.netloc or not (
+                parsed.scheme == "https"
+                or (parsed.scheme == "http" and parsed.hostname in LOOPBACK_HOSTS)):
+            raise InputError(f"--api-url must be an https URL (plain http only to this "
+                             f"machine), got {api_url!r}")
         self.token = token
         self.api_url = api_url.rstrip("/")
         self._origin = (parsed.scheme, parsed.netloc)
@@ -211,14 +224,30 @@ class GitHubClient:
             url = match.group(1)
         raise InfrastructureError(f"GitHub API GET {url}: more than {MAX_PAGES} pages")
 
-    def find_marker_comment(
-        self, owner: str, name: str, pr: int, author: str | None = None
-    ) -> dict[str, Any] | None:
-        """The first issue comment on the PR whose body starts with the marker.
+    def token_login(self) -> str:
+        """The login of the account the token belongs to (GET /user).
 
-        With `author` (e.g. "github-actions[bot]"), only that account's
-        comments count: anyone can write a comment starting with the marker,
-        and abdiff should not adopt it.
+        A GitHub Actions token cannot read /user: its account is
+        `github-actions[bot]`, which the caller then names with --author.
+        """
+        try:
+            answer, _ = self.request("GET", self.url("/user"))
+        except InfrastructureError as exc:
+            raise InfrastructureError(
+                f"cannot tell which account the token belongs to ({exc}); pass --author LOGIN "
+                "(github-actions[bot] for a workflow's token)") from None
+        login = answer.get("login") if isinstance(answer, dict) else None
+        if not isinstance(login, str) or not login:
+            raise InfrastructureError("GitHub API GET /user: the answer has no login")
+        return login
+
+    def find_marker_comment(
+        self, owner: str, name: str, pr: int, author: str
+    ) -> dict[str, Any] | None:
+        """The first issue comment on the PR by `author` whose body starts with the marker.
+
+        Only that account's comments count: anyone can write a comment starting
+        with the marker, and abdiff must not adopt it.
         """
         url = self.url(f"/repos/{owner}/{name}/issues/{pr}/comments?per_page=100")
         for comment in self.paginate(url):
@@ -227,10 +256,14 @@ class GitHubClient:
             if not str(comment.get("body") or "").startswith(MARKER):
                 continue
             user = comment.get("user")
-            login = user.get("login") if isinstance(user, dict) else None
-            if author is None or login == author:
+            if isinstance(user, dict) and user.get("login") == author:
                 return comment
         return None
+
+    def changed_files(self, owner: str, name: str, pr: int) -> list[str]:
+        """The paths a pull request changes (GitHub lists at most 3,000)."""
+        url = self.url(f"/repos/{owner}/{name}/pulls/{pr}/files?per_page=100")
+        return [str(f.get("filename")) for f in self.paginate(url) if isinstance(f, dict)]
 
 
 def _header(headers: dict[str, str], name: str) -> str | None:
@@ -254,6 +287,71 @@ def _retry_after(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def check_head_sha(sha: str) -> str:
+    """A full commit SHA (what the trusted job verified), or InputError."""
+    if not _SHA_RE.fullmatch(sha or ""):
+        raise InputError(f"--head-sha must be a full commit SHA (40 or 64 hex digits), got {sha!r}")
+    return sha
+
+
+def check_run_url(url: str) -> str:
+    """An https URL (http only to this machine) made of characters that cannot leave a
+    Markdown link; InputError otherwise."""
+    parsed = urllib.parse.urlsplit(url or "")
+    secure = parsed.scheme == "https" or (parsed.scheme == "http"
+                                          and parsed.hostname in LOOPBACK_HOSTS)
+    if not secure or not parsed.netloc or not _URL_SAFE_RE.fullmatch(url):
+        raise InputError(f"--run-url must be an https URL without spaces, brackets or quotes, "
+                         f"got {url!r}")
+    return url
+
+
+def trusted_footer(head_sha: str, run_url: str, reported_sha: str | None,
+                   changed: list[str] | None) -> str:
+    """Lines below the report, from what the trusted job verified, not from the artifact.
+
+    `reported_sha` is side B's SHA as the result names it; `changed` the PR's
+    files (None: not looked up).
+    """
+    lines = ["", "---", f"Measured head `{head_sha}` (verified) in [this run]({run_url})."]
+    if reported_sha is not None and reported_sha != head_sha:
+        lines.append(f":warning: The result names side B `{reported_sha[:64]}`, not the "
+                     "verified head: do not trust it.")
+    touched = sorted(p for p in changed or [] if p.startswith(WORKFLOWS_DIR))
+    if touched:
+        lines.append(f":warning: This pull request changes {len(touched)} file(s) under "
+                     f"`{WORKFLOWS_DIR}`: the run above used the pull request's own workflows, "
+                     "which decide what was measured and reported. Review them first.")
+    return "\n".join(lines) + "\n"
+
+
+def stale_line(head_sha: str, run_url: str) -> str:
+    return (f"{STALE_PREFIX} [the run]({run_url}) for head `{head_sha}` produced no result; "
+            "the report below is of an earlier commit.")
+
+
+def mark_stale(repo: str, pr: int, token: str, head_sha: str, run_url: str,
+               api_url: str = DEFAULT_API_URL, *, author: str | None = None,
+               sleep: Callable[[float], None] = time.sleep,
+               max_wait: float = 120.0) -> CommentOutcome | None:
+    """Say on the earlier abdiff comment that a newer run produced no result.
+
+    The stale line goes right below the marker (replacing an older one); the
+    report stays as it was. None when the PR has no abdiff comment.
+    """
+    owner, name = validate_target(repo, pr)
+    line = stale_line(check_head_sha(head_sha), check_run_url(run_url))
+    client = GitHubClient(token, api_url, sleep=sleep, max_wait=max_wait)
+    existing = client.find_marker_comment(owner, name, pr, author or client.token_login())
+    if existing is None:
+        return None
+    rest = str(existing.get("body") or "").split("\n")[1:]
+    if rest and rest[0].startswith(STALE_PREFIX):
+        rest = rest[1:]
+    body = "\n".join([MARKER, line, *rest])
+    return _patch(client, owner, name, existing, body[:MAX_BODY_CHARS])
+
+
 def upsert_comment(
     repo: str,
     pr: int,
@@ -269,8 +367,8 @@ def upsert_comment(
     """Create the abdiff comment on a PR, or update the one abdiff made before.
 
     Lists the PR's issue comments (all pages), PATCHes the first whose body
-    starts with `<!-- abdiff -->` (and, given `author`, was written by that
-    login), else POSTs a new one. `dry_run` validates
+    starts with `<!-- abdiff -->` and was written by `author` (default: the
+    token's own account), else POSTs a new one. `dry_run` validates
     and returns the POST it would send without touching the network (whether
     it would be an update is only known by listing).
     """
@@ -284,16 +382,12 @@ def upsert_comment(
     create_url = client.url(f"/repos/{owner}/{name}/issues/{pr}/comments")
     if dry_run:
         return CommentOutcome("dry-run", "POST", create_url, body=body)
+    author = author or client.token_login()
     payload = {"body": body}
     for attempt in range(2):
         existing = client.find_marker_comment(owner, name, pr, author)
         if existing is not None:
-            cid = existing.get("id")
-            if not isinstance(cid, int) or isinstance(cid, bool):
-                raise InfrastructureError("GitHub API: the abdiff comment has no numeric id")
-            url = client.url(f"/repos/{owner}/{name}/issues/comments/{cid}")
-            answer, _ = client.request("PATCH", url, payload)
-            return _outcome("updated", "PATCH", url, answer, body)
+            return _patch(client, owner, name, existing, body)
         try:
             answer, _ = client.request("POST", create_url, payload, retry_server_errors=False)
         except _Transient as exc:
@@ -305,6 +399,16 @@ def upsert_comment(
             continue
         return _outcome("created", "POST", create_url, answer, body)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _patch(client: GitHubClient, owner: str, name: str, existing: dict[str, Any],
+           body: str) -> CommentOutcome:
+    cid = existing.get("id")
+    if not isinstance(cid, int) or isinstance(cid, bool):
+        raise InfrastructureError("GitHub API: the abdiff comment has no numeric id")
+    url = client.url(f"/repos/{owner}/{name}/issues/comments/{cid}")
+    answer, _ = client.request("PATCH", url, {"body": body})
+    return _outcome("updated", "PATCH", url, answer, body)
 
 
 def _outcome(action: str, method: str, url: str, answer: Any, body: str) -> CommentOutcome:

@@ -14,6 +14,13 @@ Decisions (DESIGN.md, "revs / checkouts"):
   repository has no working tree, so `A..` is refused there (`A..B` works).
 - A commit missing from a shallow clone is reported as such, with the fix
   (`git fetch --unshallow`), because "unknown revision" alone would mislead.
+
+`run_git` is the one way abdiff runs git, on the user's repository and on its
+cached checkouts alike. Both may have been written by code abdiff measured (a
+pull request's benchmark runs as the same user), so git runs hardened: no hooks,
+no fsmonitor, no transport (nothing is fetched), and no clean/smudge/process
+filter from the repository's configuration. A file under a filter is checked out
+as the blob git stores (an LFS file stays a pointer).
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ _REPO_ENV = (
 )
 
 
+# Passed to every git command: nothing configured in a repository runs as a side effect.
+GIT_HARDENING = (
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "protocol.allow=never",
+)
+_FILTER_KEY_RE = re.compile(r"filter\.(.+)\.(?:clean|smudge|process|required)", re.DOTALL)
+
+
 @dataclass(frozen=True)
 class RevRange:
     """A parsed, not yet resolved, range. `b` None means the working tree ("A..")."""
@@ -66,29 +82,61 @@ class SideSpec:
 
 
 def git_env() -> dict[str, str]:
-    """The environment for git: no prompts, C messages, no inherited repository choice."""
-    env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+    """The environment for git: no prompts, C messages, no inherited repository choice.
+
+    Configuration passed through the environment (GIT_CONFIG_COUNT and its keys)
+    is dropped: run_git sets its own.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in _REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+    env.pop("GIT_CONFIG_COUNT", None)
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["LC_ALL"] = "C"
     env.pop("LANGUAGE", None)
     return env
 
 
-def run_git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `git -C cwd ARGS...` (argv list, no shell); a missing git is an infrastructure error.
-
-    With check=True a non-zero exit raises InfrastructureError with git's message;
-    callers that turn a failure into an InputError pass check=False.
-    """
-    argv = ["git", "-C", str(cwd), *args]
+def _git(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=git_env(),
+        return subprocess.run(argv, capture_output=True, text=True, env=env,
                               stdin=subprocess.DEVNULL, check=False,
                               encoding="utf-8", errors="surrogateescape")
     except FileNotFoundError:
         raise InfrastructureError("git is not installed (or not on PATH)") from None
     except OSError as exc:
         raise InfrastructureError(f"cannot run git: {exc}") from None
+
+
+def _filters_off(cwd: Path, env: dict[str, str]) -> dict[str, str]:
+    """`env` plus configuration that empties every filter driver git would see in `cwd`.
+
+    Filter drivers are named in configuration (`filter.NAME.smudge`), which a
+    repository can carry; an empty command means no filter, and `required=false`
+    keeps git from failing for the lack of one. Passed as GIT_CONFIG_KEY_n
+    variables, not `-c`, because a driver's NAME may hold `=`.
+    """
+    listed = _git(["git", "-C", str(cwd), *GIT_HARDENING, "config", "--null", "--name-only",
+                   "--get-regexp", r"^filter\."], env)
+    names = {m.group(1) for key in listed.stdout.split("\0")
+             if (m := _FILTER_KEY_RE.fullmatch(key))}
+    settings = [(f"filter.{name}.{part}", "false" if part == "required" else "")
+                for name in sorted(names) for part in ("clean", "smudge", "process", "required")]
+    env = dict(env)
+    for i, (key, value) in enumerate(settings):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(len(settings))
+    return env
+
+
+def run_git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `git -C cwd ARGS...` hardened (argv list, no shell, GIT_HARDENING, filters off).
+
+    A missing git is an infrastructure error. With check=True a non-zero exit
+    raises InfrastructureError with git's message; callers that turn a failure
+    into an InputError pass check=False.
+    """
+    env = _filters_off(cwd, git_env())
+    proc = _git(["git", "-C", str(cwd), *GIT_HARDENING, *args], env)
     if check and proc.returncode != 0:
         raise InfrastructureError(
             f"git {' '.join(args[:2])} failed in {cwd}: {git_message(proc.stderr)}")

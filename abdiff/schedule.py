@@ -7,7 +7,10 @@ latency verdict is still inconclusive get more blocks, up to `max_rounds`.
 
 Both run files are rewritten atomically after every round in a state folder
 keyed by what was measured; re-running the same command (or `--resume`)
-continues from the rounds already there.
+continues from the rounds already there. state.json records the SHA-256 of
+each run file as abdiff wrote it: an unfinished measurement whose files no
+longer match (rounds planted or edited, e.g. by a benchmark sharing the cache
+folder) is discarded and measured anew, unless `--resume` asks to continue it.
 """
 
 from __future__ import annotations
@@ -122,7 +125,12 @@ class Measurement:
             except (ValueError, KeyError, TypeError, OSError) as exc:
                 raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
                                  f"{state_dir} to measure again") from None
-            if resume or not state.get("complete"):
+            if not resume and not state.get("complete") \
+                    and state.get("files") != _file_hashes(state_dir, sides):
+                print(f"abdiff: {state_dir}: its run files are not the ones abdiff wrote; "
+                      "discarding the unfinished measurement (--resume would continue it)",
+                      file=sys.stderr)
+            elif resume or not state.get("complete"):
                 for name, side in sides.items():
                     saved = state_dir / f"{name.lower()}.json"
                     if saved.exists():
@@ -142,8 +150,9 @@ class Measurement:
     def save(self, complete: bool) -> None:
         for name, side in self.sides.items():
             write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
-        write_atomic(self.state_dir / "state.json",
-                     json.dumps({"seed": self.seed, "complete": complete}) + "\n")
+        state = {"seed": self.seed, "complete": complete,
+                 "files": _file_hashes(self.state_dir, self.sides)}
+        write_atomic(self.state_dir / "state.json", json.dumps(state) + "\n")
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
@@ -165,6 +174,18 @@ class Measurement:
         assert config is not None, config_id
         config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
+
+
+def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:
+    """SHA-256 of each side's run file in the state folder (None: not there)."""
+    hashes: dict[str, str | None] = {}
+    for name in sorted(sides):
+        path = state_dir / f"{name.lower()}.json"
+        try:
+            hashes[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            hashes[path.name] = None
+    return hashes
 
 
 def state_lock(state_dir: Path) -> FileLock:

@@ -26,6 +26,7 @@ from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import refuse_write_token
 from abdiff.measure import resolve_device
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
@@ -62,6 +63,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
         raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
                          "cpu was given); drop --cuda-graph to time eager calls")
+    refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")

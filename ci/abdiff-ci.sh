@@ -31,8 +31,11 @@ Options (each has an environment variable; the option wins):
 
 Posting (ABDIFF_POST_COMMENT=1, or --post-only):
   ABDIFF_GH_REPO=OWNER/NAME  ABDIFF_PR=N  GITHUB_TOKEN=...  [ABDIFF_API_URL=URL]
-  [ABDIFF_COMMENT_AUTHOR=LOGIN]  (only update an earlier comment by this account)
+  [ABDIFF_COMMENT_AUTHOR=LOGIN]  (the account whose comment is updated; default: the token's)
+  [ABDIFF_VERIFIED_HEAD=SHA ABDIFF_RUN_URL=URL]  (footer: the head you verified was measured,
+                                 and this build; with no result, the earlier comment is marked stale)
 Other: ABDIFF_BIN (the abdiff command, default: abdiff)
+       ABDIFF_CACHE_DIR (default: a fresh folder for this job, removed at the end)
 EOF
 }
 
@@ -97,19 +100,28 @@ check_post_target() {  # before anything runs: a bad target should not cost a wh
 
 post_comment() {  # render and post "$out/result.json"; returns abdiff comment's exit code
   local gh_repo="${ABDIFF_GH_REPO}" pr="${ABDIFF_PR}"
-  if [[ ! -f "$out/result.json" ]]; then
-    echo "abdiff-ci: no $out/result.json to post" >&2
-    return 3
-  fi
-  local args=(comment --repo "$gh_repo" --pr "$pr" --result "$out/result.json")
+  local args=(comment --repo "$gh_repo" --pr "$pr")
   if [[ -n "${ABDIFF_API_URL:-}" ]]; then
     args+=(--api-url "$ABDIFF_API_URL")
   fi
   if [[ -n "${ABDIFF_COMMENT_AUTHOR:-}" ]]; then
     args+=(--author "$ABDIFF_COMMENT_AUTHOR")
   fi
+  local footer=0
+  if [[ -n "${ABDIFF_VERIFIED_HEAD:-}" && -n "${ABDIFF_RUN_URL:-}" ]]; then
+    args+=(--head-sha "$ABDIFF_VERIFIED_HEAD" --run-url "$ABDIFF_RUN_URL")
+    footer=1
+  fi
+  # -L: a result.json that is a symbolic link was not written by abdiff.
+  if [[ ! -f "$out/result.json" || -L "$out/result.json" ]]; then
+    echo "abdiff-ci: no $out/result.json to post" >&2
+    if ((footer)); then
+      "${abdiff_cmd[@]}" "${args[@]}" --stale || true
+    fi
+    return 3
+  fi
   local rc=0
-  "${abdiff_cmd[@]}" "${args[@]}" || rc=$?
+  "${abdiff_cmd[@]}" "${args[@]}" --result "$out/result.json" || rc=$?
   return "$rc"
 }
 
@@ -128,12 +140,26 @@ check_word "suite (--suite/ABDIFF_SUITE)" "$suite"
 [[ -d "$repo" ]] || die "repository folder not found: $repo"
 mkdir -p -- "$out"
 
+# A cache of this job only, unless the operator names one: on a persistent agent
+# a shared cache would let one pull request's benchmark prepare the checkouts
+# and rounds of the next run (docs/ci.md, "Threat model").
+cache="${ABDIFF_CACHE_DIR:-}"
+if [[ -z "$cache" ]]; then
+  cache="$(mktemp -d "${TMPDIR:-/tmp}/abdiff-cache.XXXXXX")"
+  cleanup() {
+    env -u GITHUB_TOKEN "${abdiff_cmd[@]}" cache clean --cache-dir "$cache" >/dev/null 2>&1 || true
+    rm -rf -- "$cache"
+  }
+  trap cleanup EXIT
+fi
+
 echo "abdiff-ci: ${base}${range_op}${head} suite=${suite} out=${out}" >&2
 rc=0
 # The benchmark (pull-request code) runs below: keep any GitHub token out of
-# its environment. This is not a sandbox (same user); see docs/ci.md.
+# its environment (abdiff refuses to measure with GITHUB_TOKEN set). Workers
+# get an allow-listed environment; this is not a sandbox (same user): docs/ci.md.
 env -u GITHUB_TOKEN -u GH_TOKEN "${abdiff_cmd[@]}" "${base}${range_op}${head}" \
-  --repo "$repo" --configs "$suite" \
+  --repo "$repo" --configs "$suite" --cache-dir "$cache" \
   --format markdown --output "$out/report.md" --json "$out/result.json" \
   ${extra[@]+"${extra[@]}"} || rc=$?
 printf '%s\n' "$rc" >"$out/exit_code"

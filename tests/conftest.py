@@ -22,8 +22,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,9 +64,17 @@ def _grandchild():
 
 def inject(batch_size):
     dump = os.environ.get("ABDIFF_TEST_ENV_DUMP")
-    if dump:
+    if dump:  # what a hostile benchmark can find: its environment, its parent's, ~/.netrc
+        try:
+            with open(f"/proc/{{os.getppid()}}/environ", "rb") as handle:
+                parent = handle.read().decode(errors="replace")
+        except OSError as exc:
+            parent = repr(exc)
+        netrc = os.path.expanduser("~/.netrc")
         with open(dump, "w") as handle:
-            json.dump(sorted(os.environ), handle)
+            json.dump({{"names": sorted(os.environ), "parent_environ": parent,
+                       "home": os.environ.get("HOME"),
+                       "netrc": open(netrc).read() if os.path.exists(netrc) else None}}, handle)
     if batch_size == 3:  # a host assert: message on stderr, then SIGABRT
         _grandchild()
         print("DG_HOST_ASSERT failed: " + HOSTILE, file=sys.stderr, flush=True)
@@ -108,6 +118,16 @@ _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import 
 
 
 # ---------------------------------------------------------------- git and processes
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_write_token() -> Iterator[None]:
+    """CI may set GITHUB_TOKEN for the whole job; abdiff refuses to measure with it set,
+    and no test should hand it to anything. Session-wide, so session fixtures run without it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("GITHUB_TOKEN", raising=False)
+        yield
+
 
 
 def git_env() -> dict[str, str]:
@@ -274,7 +294,11 @@ HEALTHY = (1, 2)
 FAULT_ORDER = [1, 3, 6, 5, 7, 9, 10, 11, 12, 13, 2]
 FAULT_ROUNDS = 2
 PASSED_SECRET = "KEEP_THIS_TOKEN"
-SECRETS = ("GITHUB_TOKEN", "GH_TOKEN", "CI_JOB_TOKEN", "DB_PASSWORD", "APP_SECRET",
+SECRET_VALUE = "s3cr3t-value"
+# GITHUB_TOKEN is not here: abdiff refuses to measure while it is set (test_security.py).
+SECRETS = ("GH_TOKEN", "GH_PAT", "PIP_INDEX_URL", "HTTPS_PROXY", "DOCKER_AUTH_CONFIG",
+           "CI_JOB_JWT_V2", "DEPLOY_KEY", "REGISTRY_CREDS", "GIT_CONFIG_VALUE_0", "GIT_ASKPASS",
+           "SLURM_JWT", "CI_JOB_TOKEN", "DB_PASSWORD", "APP_SECRET",
            "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AZURE_CLIENT_SECRET", "OPENAI_API_KEY",
            "GOOGLE_APPLICATION_CREDENTIALS", "HF_TOKEN", "DEPLOY_PRIVATE_KEY", "npm_token")
 
@@ -289,7 +313,8 @@ class FaultRun:
     state_dir: Path
     markdown: str
     html: str
-    env_seen: list[str]
+    env_seen: dict[str, Any]  # what the benchmark found (FAULTS_PY: inject)
+    home: Path  # abdiff's HOME, holding a ~/.netrc
     orphans: dict[int, str]
 
 
@@ -299,17 +324,22 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
     tmp = tmp_path_factory.mktemp("fault-run")
     suite = write_suite(tmp / "faults.yaml", FAULT_ORDER)
     env = git_env()
-    env.update({name: "s3cr3t" for name in SECRETS})
+    env.update({name: SECRET_VALUE for name in SECRETS})
     env[PASSED_SECRET] = "passed-on-purpose"
     env["ABDIFF_TEST_PLAIN"] = "plain"
     env["ABDIFF_TEST_ENV_DUMP"] = str(tmp / "env-seen.json")
+    home = tmp / "home"
+    home.mkdir()
+    (home / ".netrc").write_text(f"machine github.com login ci password {SECRET_VALUE}\n")
+    env["HOME"] = str(home)
     start = time.monotonic()
     try:
         proc = run_abdiff(
             "main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir",
             tmp / "cache", "--target", "reference", "--rounds", FAULT_ROUNDS, "--max-rounds",
             FAULT_ROUNDS, "--seed", 1, "--timeout", 8, "--max-memory", "1536M",
-            "--pass-env", PASSED_SECRET, "--format", "markdown", "--output", tmp / "report.md",
+            "--pass-env", PASSED_SECRET, "--pass-env", "ABDIFF_TEST_ENV_DUMP",
+            "--format", "markdown", "--output", tmp / "report.md",
             "--html", tmp / "report.html", "--json", tmp / "result.json", env=env)
         seconds = time.monotonic() - start
         orphans = wait_for_no_processes(str(tmp), timeout=5)
@@ -322,5 +352,5 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
         runs={side: json.loads((state / f"{side.lower()}.json").read_text()) for side in "AB"},
         state_dir=state,
         markdown=(tmp / "report.md").read_text(), html=(tmp / "report.html").read_text(),
-        env_seen=json.loads((tmp / "env-seen.json").read_text()), orphans=orphans,
+        env_seen=json.loads((tmp / "env-seen.json").read_text()), home=home, orphans=orphans,
     )

@@ -283,6 +283,93 @@ def test_worktree_copy_without_marker_is_rebuilt(repo: tuple[Path, str, str],
     assert (folder / "bench" / "value.py").read_text() == "VALUE = 3\n"
 
 
+# ---------------------------------------------------------------- hostile repositories and caches
+
+
+def test_hooks_and_filters_of_the_repository_never_run(repo: tuple[Path, str, str],
+                                                       cache_dir: Path, tmp_path: Path) -> None:
+    """A repository (or whoever wrote its .git) with a post-checkout hook, an fsmonitor and
+    smudge filters: abdiff's git commands run none of them, and the checkout holds the blobs
+    git stores."""
+    root, _, _ = repo
+    c3 = commit_files(root, {".gitattributes": "*.py filter=evil\n*.txt filter=a=b\n",
+                             "bench/value.py": "VALUE = 3\n", "note.txt": "plain\n"}, "c3")
+    pwned = tmp_path / "pwned"
+    pwned.mkdir()
+    script = tmp_path / "evil.sh"
+    script.write_text(f'#!/bin/sh\ntouch "{pwned}/$(basename "$0")-$$"\ncat\n')
+    script.chmod(0o755)
+    hook = root / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f'#!/bin/sh\ntouch "{pwned}/hook"\n')
+    hook.chmod(0o755)
+    for key, value in [("filter.evil.smudge", f"{script} smudge"), ("filter.evil.required", "true"),
+                       ("filter.a=b.process", f"{script} process"),
+                       ("core.fsmonitor", str(script))]:
+        git(root, "config", key, value)
+    cache = CheckoutCache(root, cache_dir)
+    folder = cache.checkout(resolve_rev(root, "main"))
+    CheckoutCache(root, cache_dir).checkout(resolve_rev(root, "main"))  # the reuse path too
+    assert sorted(p.name for p in pwned.iterdir()) == []
+    assert git(folder, "rev-parse", "HEAD") == c3
+    assert (folder / "bench" / "value.py").read_text() == "VALUE = 3\n"
+    assert (folder / "note.txt").read_text() == "plain\n"
+
+
+def test_tampered_commit_checkout_is_restored(repo: tuple[Path, str, str],
+                                             cache_dir: Path) -> None:
+    """What one run's benchmark did to a cached checkout does not reach the next run: an
+    edit that keeps size and modification time, a rewritten index, added and ignored files
+    (a planted .pyc would be imported) are all undone."""
+    root, c1, _ = repo
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec("main~1", c1))
+    value = folder / "bench" / "value.py"
+    before = value.stat()
+    value.write_text("VALUE = 9\n")
+    os.utime(value, ns=(before.st_atime_ns, before.st_mtime_ns))
+    git(folder, "update-index", "--assume-unchanged", "bench/value.py")  # the index vouches
+    (folder / "bench" / "evil.py").write_text("import os\n")
+    (folder / "bench" / "__pycache__").mkdir()
+    (folder / "bench" / "__pycache__" / "value.cpython-311.pyc").write_bytes(b"planted")
+    (folder / "run.log").write_text("ignored\n")
+    (folder / "gone.txt").unlink()
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(SideSpec("main~1", c1)) == folder
+    assert value.read_text() == "VALUE = 1\n"
+    assert (folder / "gone.txt").exists()
+    assert not (folder / "bench" / "evil.py").exists()
+    assert not (folder / "bench" / "__pycache__").exists()
+    assert not (folder / "run.log").exists()
+    assert checkout_is_valid(folder, c1)
+
+
+def test_checkout_linked_to_another_repository_is_rebuilt(repo: tuple[Path, str, str],
+                                                         cache_dir: Path,
+                                                         tmp_path: Path) -> None:
+    root, c1, _ = repo
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec("main~1", c1))
+    other, _, _ = make_repo(tmp_path / "other")
+    git(other, "worktree", "add", "-q", "--detach", str(tmp_path / "decoy"), "main~1")
+    (folder / ".git").write_text((tmp_path / "decoy" / ".git").read_text())
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(SideSpec("main~1", c1)) == folder and again.created == [folder]
+    assert checkout_is_valid(folder, c1)
+    assert str(folder) in registered(root)
+
+
+def test_tampered_worktree_copy_is_rebuilt(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    root, _, _ = repo
+    dirty(root)
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec(WORKTREE, WORKTREE))
+    (folder / "bench" / "value.py").write_text("VALUE = 9\n")
+    again = CheckoutCache(root, cache_dir)
+    assert again.checkout(SideSpec(WORKTREE, WORKTREE)) == folder and again.created == [folder]
+    assert (folder / "bench" / "value.py").read_text() == "VALUE = 3\n"
+    (folder / "sitecustomize.py").write_text("import os\n")  # an added file counts too
+    third = CheckoutCache(root, cache_dir)
+    assert third.checkout(SideSpec(WORKTREE, WORKTREE)) == folder and third.created == [folder]
+    assert not (folder / "sitecustomize.py").exists()
+
+
 # ---------------------------------------------------------------- clean
 
 

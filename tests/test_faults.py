@@ -389,8 +389,6 @@ def test_full_disk_and_killed_checkout_are_recovered(tmp_path: Path) -> None:
     shas = build_demo_repo(repo)
     suite = write_suite(tmp_path / "s.yaml", [1])
     cache = tmp_path / "cache"
-    hook = repo / ".git" / "hooks" / "post-checkout"
-    hook.parent.mkdir(exist_ok=True)
     args = ["main..pr", "--configs", suite, "--repo", repo, "--cache-dir", cache, "--target",
             "reference", "--rounds", 1, "--max-rounds", 1, "--json", tmp_path / "result.json",
             "--html", tmp_path / "report.html"]
@@ -404,11 +402,20 @@ def test_full_disk_and_killed_checkout_are_recovered(tmp_path: Path) -> None:
         assert not [p for p in cache.glob("checkouts/*/*") if p.name in shas.values()]
 
         # 2. abdiff killed after git wrote the files, before the checkout was marked complete
+        # (a git first on PATH that stops there: abdiff runs no hook of the repository)
         flag = tmp_path / "in-checkout"
-        hook.write_text(f"#!/bin/sh\ntouch '{flag}'\nsleep 60\n")
-        hook.chmod(0o755)
+        slow_git = tmp_path / "slow-git" / "git"
+        slow_git.parent.mkdir()
+        real_git = next(Path(d) / "git" for d in os.environ["PATH"].split(os.pathsep)
+                        if (Path(d) / "git").is_file())
+        slow_git.write_text(f'#!/bin/sh\n"{real_git}" "$@"\nrc=$?\ncase " $* " in\n'
+                            f'  *" worktree add "*) touch \'{flag}\'; sleep 60 ;;\nesac\n'
+                            'exit $rc\n')
+        slow_git.chmod(0o755)
+        env = git_env()
+        env["PATH"] = f"{slow_git.parent}{os.pathsep}{env['PATH']}"
         proc = subprocess.Popen(abdiff_argv(*args), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=git_env(), start_new_session=True)
+                                stderr=subprocess.PIPE, env=env, start_new_session=True)
         deadline = time.monotonic() + 60
         while not flag.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -418,7 +425,6 @@ def test_full_disk_and_killed_checkout_are_recovered(tmp_path: Path) -> None:
         (half,) = [p for p in cache.glob("checkouts/*/*") if p.name == shas["main"]]
         assert (half / "tinyllm").is_dir() and not half.with_name(half.name + ".done").exists()
         (half / "tinyllm" / "__init__.py").write_text("raise SystemExit('half-made')\n")
-        hook.unlink()
         ok = run_abdiff(*args)
         assert ok.returncode == 0, ok.stderr
         assert "Traceback" not in ok.stderr

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ import pytest
 
 from abdiff import cli, records
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.github import MARKER, upsert_comment
+from abdiff.github import MARKER, STALE_PREFIX, GitHubClient, upsert_comment
 from abdiff.reports import markdown
 
 TOKEN = "test-token-123"
@@ -34,6 +37,8 @@ class FakeGitHub:
     next_id: int = 1000
     base: str = ""
     extra_link: str | None = None
+    login: str = "github-actions[bot]"  # the token's own account (GET /user)
+    files: list[str] = field(default_factory=lambda: ["bench/run.py"])  # what PR 7 changes
 
     def add(self, body: str, login: str = "github-actions[bot]") -> dict[str, Any]:
         self.next_id += 1
@@ -71,6 +76,10 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 if not apply_anyway:
                     return self._send(status, {"message": message}, headers)
             list_path = f"/repos/{REPO}/issues/{PR}/comments"
+            if method == "GET" and url.path == "/user":
+                return self._send(200, {"login": state.login})
+            if method == "GET" and url.path == f"/repos/{REPO}/pulls/{PR}/files":
+                return self._send(200, [{"filename": name} for name in state.files])
             if method == "GET" and url.path == list_path:
                 page = int(urllib.parse.parse_qs(url.query).get("page", ["1"])[0])
                 items = state.comments[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
@@ -132,6 +141,7 @@ class Sleeps(list):
 def _upsert(gh: FakeGitHub, body: str = f"{MARKER}\nreport v2\n", **kw: Any):
     kw.setdefault("sleep", Sleeps())
     kw.setdefault("token", TOKEN)
+    kw.setdefault("author", "github-actions[bot]")  # the retry tests script the list request
     return upsert_comment(REPO, PR, body, api_url=gh.base, **kw)
 
 
@@ -170,6 +180,30 @@ def test_author_filter_ignores_marker_comments_by_others(github: FakeGitHub) -> 
     outcome = _upsert(github, author="github-actions[bot]")
     assert outcome.action == "updated" and outcome.comment_id == mine["id"]
     assert impostor["body"] == f"{MARKER}\nfake report"
+
+
+def test_a_strangers_marker_comment_is_never_edited(github: FakeGitHub) -> None:
+    """A hostile comment holding the marker, by another account, listed first: without
+    --author abdiff asks whose token it holds, and only ever edits that account's comment."""
+    github.login = "abdiff-bot"
+    impostor = github.add(f"{MARKER}\nfake report", login="mallory")
+    outcome = _upsert(github, author=None)
+    assert outcome.action == "created"
+    assert impostor["body"] == f"{MARKER}\nfake report"
+    assert ("PATCH", f"/repos/{REPO}/issues/comments/{impostor['id']}") not in github.log
+    mine = github.comments[-1]
+    mine["user"]["login"] = "abdiff-bot"
+    assert _upsert(github, author=None).comment_id == mine["id"]
+    assert github.log[0] == ("GET", "/user")
+
+
+@pytest.mark.parametrize("url", ["http://api.github.example", "ftp://127.0.0.1", "file:///x",
+                                 "http://127.0.0.1.evil.example"])
+def test_only_https_or_loopback_api_urls(url: str) -> None:
+    with pytest.raises(InputError, match="https URL"):
+        GitHubClient(TOKEN, url)
+    GitHubClient(TOKEN, "https://github.example/api/v3")
+    GitHubClient(TOKEN, "http://localhost:8080")
 
 
 def test_502_is_retried(github: FakeGitHub) -> None:
@@ -438,3 +472,171 @@ def test_cli_body_and_result_together_is_exit_2(body_file: Path, result_file: Pa
     assert cli.main(argv) == 2  # one of them is required
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--body" in err and "--result" in err
+
+
+# ---------------------------------------------------------------- the trusted footer, stale runs
+
+HEAD = "c" * 40
+RUN_URL = "https://github.example/octo/bench/actions/runs/42"
+
+
+def _comment(github: FakeGitHub, *argv: str) -> int:
+    return cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--api-url", github.base,
+                     *argv])
+
+
+def test_footer_names_the_verified_head_and_the_run(github: FakeGitHub, result_file: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys) -> None:
+    """A forged artifact names its own B SHA; the footer shows the head the trusted job
+    verified, links the run, says the two differ, and warns about changed workflows."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    github.files = ["bench/run.py", ".github/workflows/abdiff.yml"]
+    assert _comment(github, "--result", str(result_file), "--head-sha", HEAD,
+                    "--run-url", RUN_URL) == 0, capsys.readouterr().err
+    body = github.comments[0]["body"]
+    report, footer = body.split("\n---\n")
+    assert report == markdown.render(records.load_result(result_file)).rstrip("\n") + "\n"
+    assert f"Measured head `{HEAD}` (verified) in [this run]({RUN_URL})." in footer
+    assert f"names side B `{'b' * 40}`, not the verified head" in footer
+    assert "changes 1 file(s) under `.github/workflows/`" in footer
+    github.files = ["bench/run.py"]
+    data = _result_json()
+    data["b"]["sha"] = HEAD
+    result_file.write_text(records.dump_json(data), encoding="utf-8")
+    assert _comment(github, "--result", str(result_file), "--head-sha", HEAD,
+                    "--run-url", RUN_URL) == 0
+    footer = github.comments[0]["body"].split("\n---\n")[1]
+    assert ":warning:" not in footer and len(github.comments) == 1
+
+
+@pytest.mark.parametrize(("sha", "url", "needle"), [
+    ("c" * 39, RUN_URL, "--head-sha"),
+    (HEAD, "http://github.example/run", "--run-url"),
+    (HEAD, RUN_URL + ") [click](https://evil.example", "--run-url"),
+    (HEAD, None, "go together"),
+])
+def test_bad_footer_values_are_exit_2(sha: str, url: str | None, needle: str, result_file: Path,
+                                      capsys) -> None:
+    argv = ["comment", "--repo", REPO, "--pr", str(PR), "--result", str(result_file),
+            "--dry-run", "--head-sha", sha]
+    assert cli.main(argv + (["--run-url", url] if url else [])) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_stale_marks_only_our_comment(github: FakeGitHub, monkeypatch: pytest.MonkeyPatch,
+                                      capsys) -> None:
+    """A newer run produced no result: the earlier report gets one stale line under the
+    marker (replaced, not stacked, on the next one); a stranger's comment is left alone."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    impostor = github.add(f"{MARKER}\nfake", login="mallory")
+    assert _comment(github, "--stale", "--head-sha", HEAD, "--run-url", RUN_URL) == 0
+    assert "no earlier abdiff comment" in capsys.readouterr().out
+    mine = github.add(f"{MARKER}\nreport of an older head\n")
+    for run in (41, 42):
+        url = f"https://github.example/octo/bench/actions/runs/{run}"
+        assert _comment(github, "--stale", "--head-sha", HEAD, "--run-url", url) == 0
+    lines = mine["body"].split("\n")
+    assert lines[0] == MARKER and lines[1].startswith(STALE_PREFIX)
+    assert f"runs/42) for head `{HEAD}` produced no result" in lines[1]
+    assert lines[2:] == ["report of an older head", ""]
+    assert impostor["body"] == f"{MARKER}\nfake"
+
+
+# ---------------------------------------------------------------- forged artifacts
+
+
+def test_forged_result_cannot_link_or_overflow(github: FakeGitHub, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Thousands of long notes with bare URLs, www. and GH-123 references: the comment stays
+    under GitHub's limit (it is posted) and none of them becomes a link."""
+    data = _result_json(error_b="see https://evil.example/x www.evil.example GH-123")
+    data["notes"] = [f"note {i}: http://evil.example/{'x' * 380} gh-{i}" for i in range(1000)]
+    path = tmp_path / "forged.json"
+    path.write_text(records.dump_json(data), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    assert _comment(github, "--result", str(path), "--head-sha", HEAD, "--run-url",
+                    RUN_URL) == 0, capsys.readouterr().err
+    body = github.comments[0]["body"]
+    assert len(body) < 65536 and "more notes in the JSON result" in body
+    report = body.split("\n---\n")[0]
+    for raw in ("https://", "http://", "www.", "GH-123", "gh-1"):
+        assert raw not in report
+
+
+def test_oversized_result_is_not_read(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as handle:
+        handle.truncate(17 * 2**20)  # sparse: no disk used
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(path),
+                     "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and "larger than" in err and len(err.strip().splitlines()) == 1
+
+
+BLOCKER = """
+import sys
+
+BLOCKED = {"numpy", "scipy", "yaml", "tabulate", "filelock", "torch", "pydantic", "tqdm"}
+
+
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked: abdiff comment must need the stdlib only")
+
+
+sys.meta_path.insert(0, Blocker())
+"""
+
+
+def test_comment_needs_the_standard_library_only(github: FakeGitHub, result_file: Path,
+                                                 tmp_path: Path) -> None:
+    """`abdiff comment --result` in a fresh interpreter where numpy, scipy, yaml, tabulate,
+    filelock, torch and pydantic cannot be imported: it renders and posts."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(site), GITHUB_TOKEN=TOKEN)
+    probe = subprocess.run([sys.executable, "-c", "import yaml"], env=env, capture_output=True,
+                           text=True, check=False)
+    assert "blocked" in probe.stderr  # the blocker is in force
+    proc = subprocess.run(
+        [sys.executable, "-m", "abdiff.cli", "comment", "--repo", REPO, "--pr", str(PR),
+         "--result", str(result_file), "--api-url", github.base, "--head-sha", HEAD,
+         "--run-url", RUN_URL], env=env, capture_output=True, text=True, timeout=120,
+        check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert github.comments[0]["body"].startswith(f"{MARKER}\n")
+
+
+# ---------------------------------------------------------------- ci/abdiff-ci.sh --post-only
+
+CI_SCRIPT = Path(__file__).resolve().parents[1] / "ci" / "abdiff-ci.sh"
+
+
+def _post_only(github: FakeGitHub, out: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ABDIFF_")}
+    env.update(ABDIFF_BIN=f"{sys.executable} -m abdiff.cli", ABDIFF_GH_REPO=REPO,
+               ABDIFF_PR=str(PR), GITHUB_TOKEN=TOKEN, ABDIFF_API_URL=github.base,
+               ABDIFF_VERIFIED_HEAD=HEAD, ABDIFF_RUN_URL=RUN_URL)
+    return subprocess.run(["bash", str(CI_SCRIPT), "--post-only", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_ci_script_posts_with_footer_then_marks_stale(github: FakeGitHub, result_file: Path,
+                                                      tmp_path: Path) -> None:
+    """The Jenkins path: post the result with the verified footer; a later build that left
+    no result.json (or a symbolic link in its place) marks that comment stale, exit 3."""
+    out = result_file.parent
+    proc = _post_only(github, out)
+    assert proc.returncode == 0, proc.stderr
+    assert f"Measured head `{HEAD}` (verified)" in github.comments[0]["body"]
+    result_file.unlink()
+    result_file.symlink_to(tmp_path / "elsewhere.json")
+    proc = _post_only(github, out)
+    assert proc.returncode == 3 and "no " in proc.stderr
+    assert github.comments[0]["body"].split("\n")[1].startswith(STALE_PREFIX)
+    assert len(github.comments) == 1

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
-from abdiff.records import load_run_file
+from abdiff.records import RoundRecord, load_run_file, write_run_file
 from abdiff.schedule import FAILURE_REPEATS, Measurement, Plan, SideRun, empty_run, schedule
+from abdiff.suites import Config
 
 
 def test_abba_blocks_balance_both_sides() -> None:
@@ -122,3 +123,48 @@ def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:
     assert ("B", CONFIGS[0].id) in kept
     for side in "AB":
         assert all(len(c.rounds) == 2 for c in measurement.sides[side].run.configs)
+def _one_config(tmp_path: Path) -> dict[str, SideRun]:
+    configs = [Config("GEN-TRTLLM-bs8-q1-kv64", {"batch_size": 8})]
+    return {side: SideRun(tmp_path, empty_run(side, side.lower() * 40, "reference", "s",
+                                              configs, {}))
+            for side in "AB"}
+
+
+def _plant_round(state: Path) -> None:
+    """What a benchmark sharing the cache could do: write a faster round into B's run file."""
+    planted = load_run_file(state / "b.json")
+    planted.configs[0].rounds = [RoundRecord("ok", latency_us=[1.0, 1.0, 1.0], round=0)]
+    write_run_file(state / "b.json", planted)
+
+
+def test_planted_rounds_are_not_continued(tmp_path: Path, capsys) -> None:
+    """An unfinished measurement continues only while its run files are the bytes abdiff
+    wrote; planted rounds are discarded (and said so on stderr), unless --resume."""
+    state = tmp_path / "state"
+    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
+    first.save(complete=False)
+    kept = Measurement.open(state, _one_config(tmp_path), resume=False, seed=6)
+    assert kept.seed == 5 and len(kept.sides["A"].run.configs[0].rounds) == 1
+    assert capsys.readouterr().err == ""
+
+    _plant_round(state)
+    fresh = Measurement.open(state, _one_config(tmp_path), resume=False, seed=7)
+    assert fresh.seed == 7
+    assert all(not c.rounds for side in fresh.sides.values() for c in side.run.configs)
+    assert "not the ones abdiff wrote" in capsys.readouterr().err
+    assert load_run_file(state / "b.json").configs[0].rounds == []
+
+    _plant_round(state)
+    resumed = Measurement.open(state, _one_config(tmp_path), resume=True, seed=8)
+    assert resumed.sides["B"].run.configs[0].rounds[0].latency_us == [1.0, 1.0, 1.0]
+
+
+def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
+    """A state folder abdiff never wrote (no hashes in state.json) is measured anew."""
+    state = tmp_path / "state"
+    Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    _plant_round(state)
+    (state / "state.json").write_text('{"seed": 5, "complete": false}\n')
+    fresh = Measurement.open(state, _one_config(tmp_path), resume=False, seed=9)
+    assert fresh.seed == 9 and fresh.sides["B"].run.configs[0].rounds == []

@@ -8,14 +8,28 @@ really crashed with a hostile line on stderr and really saw the environment abdi
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE, PASSED_SECRET, SECRETS, FaultRun, config_id, write_suite
+from conftest import (
+    HOSTILE,
+    PASSED_SECRET,
+    SECRET_VALUE,
+    SECRETS,
+    FaultRun,
+    config_id,
+    git_env,
+    one_line,
+    run_abdiff,
+    write_suite,
+)
 
 from abdiff.cli import main
 from abdiff.launchers.process import worker_environment
@@ -152,27 +166,103 @@ def test_option_like_revs_never_reach_git(words: list[str], tmp_path: Path, faul
 @pytest.mark.slow
 
 def test_benchmark_never_sees_credentials(fault_run: FaultRun) -> None:
-    """The benchmark process of a real run saw none of the credential-like variables of
-    abdiff's environment, whatever their case, except the one named by --pass-env."""
-    seen = set(fault_run.env_seen)
-    assert not seen & set(SECRETS), seen & set(SECRETS)
-    assert PASSED_SECRET in seen
-    assert "ABDIFF_TEST_PLAIN" in seen and "PATH" in seen
+    """The benchmark process of a real run saw only the allowed part of abdiff's environment
+    (credentials hidden in any name, plain variables too) plus what --pass-env named; its
+    parent's /proc environ no longer holds the values, and HOME is a fresh folder without
+    the CI user's ~/.netrc."""
+    seen = fault_run.env_seen
+    names = set(seen["names"])
+    assert not names & set(SECRETS), names & set(SECRETS)
+    assert PASSED_SECRET in names and "PATH" in names
+    assert "ABDIFF_TEST_PLAIN" not in names
+    assert SECRET_VALUE not in seen["parent_environ"]
+    assert "s3cr3t" not in seen["parent_environ"] and "PATH=" in seen["parent_environ"]
+    assert seen["netrc"] is None
+    assert seen["home"] != str(fault_run.home) and "abdiff-home-" in seen["home"]
+    assert not Path(seen["home"]).exists()  # removed after the worker
 
 
-@pytest.mark.parametrize("name", [*SECRETS, "SSH_AUTH_SOCK", "MY_SERVICE_CREDENTIALS",
-                                  "DJANGO_SECRET_KEY", "github_token", "Api_Password"])
-def test_credential_patterns(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", [*SECRETS, "GITHUB_TOKEN", "SSH_AUTH_SOCK", "AWS_SECRET_KEY",
+                                  "MY_SERVICE_CREDENTIALS", "DJANGO_SECRET_KEY", "github_token",
+                                  "Api_Password", "HOME", "SECRETARY", "TORCH_HUB_TOKEN"])
+def test_only_allowed_variables_reach_workers(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(name, "x")
     assert name not in worker_environment({})
     assert worker_environment({}, pass_env=[name])[name] == "x"
 
 
-@pytest.mark.parametrize("name", ["PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TOKENIZERS_PARALLELISM",
-                                  "OMP_NUM_THREADS", "SECRETARY", "PASSWORD_RULES"])
-def test_ordinary_variables_pass(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", ["PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "TERM",
+                                  "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NCCL_DEBUG",
+                                  "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                  "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF",
+                                  "TRITON_CACHE_DIR", "OMPI_MCA_btl", "PMIX_RANK", "SLURM_JOB_ID",
+                                  "VIRTUAL_ENV", "CONDA_PREFIX", "HF_HOME", "HF_HUB_OFFLINE",
+                                  "HF_HUB_CACHE", "TRANSFORMERS_OFFLINE"])
+def test_what_benchmarks_need_passes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(name, "x")
     assert worker_environment({})[name] == "x"
+
+
+# A benchmark that looks for credentials where a process of the same user can find them.
+SNOOP = """
+import json, os, sys
+try:
+    parent = open(f"/proc/{os.getppid()}/environ", "rb").read().decode(errors="replace")
+except OSError as exc:
+    parent = repr(exc)
+netrc = os.path.expanduser("~/.netrc")
+json.dump({"parent": parent, "home": os.environ["HOME"], "names": sorted(os.environ),
+           "netrc": open(netrc).read() if os.path.exists(netrc) else None},
+          open(sys.argv[1], "w"))
+"""
+# abdiff's side: run the benchmark through the real process runner, as a round does.
+PARENT = """
+import sys
+from pathlib import Path
+from abdiff.launchers.process import run_process
+from abdiff.targets.base import LaunchSpec
+out = Path(sys.argv[1])
+spec = LaunchSpec([sys.executable, "-c", sys.argv[2], str(out / "seen.json")], out)
+sys.exit(run_process(spec, out / "logs", out / "progress", timeout_s=120).returncode)
+"""
+
+
+def test_a_snooping_benchmark_finds_no_credentials(tmp_path: Path) -> None:
+    """A benchmark that reads /proc/$PPID/environ and ~/.netrc: abdiff's process was started
+    with credentials in its environment and a ~/.netrc in its HOME, and the benchmark finds
+    neither."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".netrc").write_text(f"machine github.com login ci password {SECRET_VALUE}\n")
+    env = git_env()
+    env.update({name: SECRET_VALUE for name in SECRETS}, HOME=str(home))
+    proc = subprocess.run([sys.executable, "-c", PARENT, str(tmp_path), SNOOP], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr + (tmp_path / "logs" / "stderr.txt").read_text()
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert SECRET_VALUE not in seen["parent"]
+    assert f"PATH={os.environ['PATH']}" in seen["parent"]  # what workers get anyway stays
+    assert not set(seen["names"]) & set(SECRETS)
+    assert seen["netrc"] is None and seen["home"] != str(home)
+    assert not Path(seen["home"]).exists()  # the temporary HOME is removed after the worker
+
+
+def test_the_targets_variables_and_a_fresh_home(tmp_path: Path) -> None:
+    env = worker_environment({"PYTHONPATH": "/probe", "ABDIFF_JOB": "1"}, home=tmp_path)
+    assert env["PYTHONPATH"] == "/probe" and env["ABDIFF_JOB"] == "1"
+    assert env["HOME"] == str(tmp_path)
+
+
+def test_measuring_with_a_write_token_is_refused(tmp_path: Path, faulty_repo: Path) -> None:
+    """GITHUB_TOKEN in the measuring process: exit 2, one line, before any checkout."""
+    suite = write_suite(tmp_path / "s.yaml", [1])
+    env = git_env()
+    env["GITHUB_TOKEN"] = "ghs_write"
+    proc = run_abdiff("main..pr", "--configs", suite, "--repo", faulty_repo,
+                      "--cache-dir", tmp_path / "cache", env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "GITHUB_TOKEN is set" in one_line(proc.stderr)
+    assert not (tmp_path / "cache").exists()
 
 
 # ---------------------------------------------------------------- benchmark text is inert

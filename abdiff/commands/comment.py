@@ -6,10 +6,15 @@ The token comes from GITHUB_TOKEN, never from the command line, where it
 would show up in process listings and CI logs.
 
 `--result FILE` is the form for untrusted input: the `abdiff.result/1` JSON is
-validated and the comment is rendered here by abdiff's own markdown report,
+size-capped, validated and rendered here by abdiff's own markdown report,
 which escapes everything from the benchmark, so a forged file can choose
 what the report says but not how it is written (no raw HTML, pings or
 links). `--body FILE` posts a file as it is, for input that is trusted.
+`--head-sha` and `--run-url` (what the trusted job verified) add a footer;
+`--stale` marks the earlier comment when a newer run produced no result.
+
+This path imports the standard library only (records, reports.markdown,
+github): the job holding the write token installs abdiff with `--no-deps`.
 """
 
 from __future__ import annotations
@@ -18,10 +23,26 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from abdiff.errors import InputError
 from abdiff.files import read_text
-from abdiff.github import DEFAULT_API_URL, upsert_comment
+from abdiff.github import (
+    DEFAULT_API_URL,
+    GitHubClient,
+    check_head_sha,
+    check_run_url,
+    mark_stale,
+    trusted_footer,
+    upsert_comment,
+    validate_target,
+)
+
+if TYPE_CHECKING:  # imported when rendering, like the rest of that path
+    from abdiff.records import Result
+
+# A real result of a thousand configs is about 2 MB; a forged artifact may be anything.
+MAX_RESULT_BYTES = 16 * 2**20
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,12 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--body", type=Path, metavar="FILE",
                         help="the comment text as it is, e.g. the report of --format markdown "
                         "(trusted input only: it is posted unescaped)")
+    source.add_argument("--stale", action="store_true",
+                        help="mark the earlier abdiff comment stale: the run of --run-url "
+                        "for --head-sha produced no result")
+    parser.add_argument("--head-sha", metavar="SHA",
+                        help="the PR head the trusted job verified was measured (footer)")
+    parser.add_argument("--run-url", metavar="URL",
+                        help="the run that measured it (footer); goes with --head-sha")
     parser.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL", DEFAULT_API_URL),
                         metavar="URL",
                         help="GitHub API root (default: $GITHUB_API_URL or %(default)s)")
     parser.add_argument("--author", metavar="LOGIN",
-                        help="only adopt an earlier comment by this account, e.g. "
-                        "github-actions[bot] (default: any comment starting with the marker)")
+                        help="the account whose earlier comment is updated, e.g. "
+                        "github-actions[bot] (default: the token's own account)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print what would be sent; no network, no token needed")
     parser.set_defaults(run=run)
@@ -61,20 +89,52 @@ def _read_body(path: Path) -> str:
     return body
 
 
-def _render_result(path: Path) -> str:
-    """The markdown report of a validated result file (InputError when it is not one)."""
+def _load_result(path: Path) -> Result:
+    """The validated result file; too large, unreadable or invalid is an InputError."""
     from abdiff.records import load_result
-    from abdiff.reports import FORMATS
 
-    return FORMATS["markdown"].render(load_result(path))
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (--result)") from None
+    if size > MAX_RESULT_BYTES:
+        raise InputError(f"{path}: {size} bytes, larger than the {MAX_RESULT_BYTES} a result "
+                         "file may be; not read")
+    return load_result(path)
+
+
+def _footer(args: argparse.Namespace, token: str, reported_sha: str | None) -> str:
+    """The trusted footer, or "" without --head-sha; the PR's files are looked up when posting."""
+    if args.head_sha is None:
+        return ""
+    changed = None
+    if not args.dry_run:
+        owner, name = validate_target(args.repo, args.pr)
+        changed = GitHubClient(token, args.api_url).changed_files(owner, name, args.pr)
+    return trusted_footer(args.head_sha, args.run_url, reported_sha, changed)
 
 
 def run(args: argparse.Namespace) -> int:
     """Post or update the comment; 0 on success, errors raise (exit 2 or 3)."""
-    body = _render_result(args.result) if args.result is not None else _read_body(args.body)
+    if (args.head_sha is None) != (args.run_url is None):
+        raise InputError("--head-sha and --run-url go together (the footer names both)")
+    if args.head_sha is not None:
+        check_head_sha(args.head_sha)
+        check_run_url(args.run_url)
+    elif args.stale:
+        raise InputError("--stale needs --head-sha and --run-url (the run that left no result)")
     token = os.environ.get("GITHUB_TOKEN", "").strip()
     if not token and not args.dry_run:
         raise InputError("GITHUB_TOKEN is not set (needed to post; --dry-run needs none)")
+    if args.stale:
+        return _mark_stale(args, token)
+    if args.result is not None:
+        from abdiff.reports import markdown
+
+        result = _load_result(args.result)
+        body = markdown.render(result) + _footer(args, token, result.b.sha)
+    else:
+        body = _read_body(args.body) + _footer(args, token, None)
     outcome = upsert_comment(args.repo, args.pr, body, token, api_url=args.api_url,
                              dry_run=args.dry_run, author=args.author)
     if outcome.action == "dry-run":
@@ -85,4 +145,19 @@ def run(args: argparse.Namespace) -> int:
     where = outcome.html_url or outcome.request_url
     print(f"{outcome.action} comment {outcome.comment_id}: {where}")
     sys.stdout.flush()
+    return 0
+
+
+def _mark_stale(args: argparse.Namespace, token: str) -> int:
+    if args.dry_run:
+        validate_target(args.repo, args.pr)
+        print(f"dry run: would mark the abdiff comment on {args.repo}#{args.pr} stale")
+        return 0
+    outcome = mark_stale(args.repo, args.pr, token, args.head_sha, args.run_url,
+                         api_url=args.api_url, author=args.author)
+    if outcome is None:
+        print("no earlier abdiff comment to mark stale")
+    else:
+        where = outcome.html_url or outcome.request_url
+        print(f"marked comment {outcome.comment_id} stale: {where}")
     return 0

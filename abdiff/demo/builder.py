@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.revs import GIT_HARDENING
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -152,7 +153,7 @@ def _git_env(date: str) -> dict[str, str]:
 
 
 def _git(repo: Path, *args: str, date: str = _COMMITS["main"][1]) -> str:
-    argv = ["git", "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", *args]
+    argv = ["git", *GIT_HARDENING, "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", *args]
     try:
         proc = subprocess.run(
             argv, cwd=repo, env=_git_env(date), capture_output=True, text=True, check=False

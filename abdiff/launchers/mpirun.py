@@ -111,9 +111,11 @@ class MpirunLauncher(RankLauncher):
         prefix: list[str] = []
         if cleared:
             prefix = ["env"] + [arg for k in cleared for arg in ("-u", k)]
-        exported = [k for k in PASSED_IF_SET if k in self.environ] + sorted(spec.env)
+        # In the spec's env they pass the worker environment's allow-list too.
+        passed = {k: self.environ[k] for k in PASSED_IF_SET if k in self.environ}
+        env = passed | spec.env
         argv = [*prefix, "mpirun", "--allow-run-as-root", "--np", str(self.np)]
-        for name in dict.fromkeys(exported):
+        for name in dict.fromkeys([*passed, *sorted(spec.env)]):
             argv += ["-x", name]
         argv += [*self.extra_args, *spec.argv]
-        return LaunchSpec(argv, spec.cwd, dict(spec.env))
+        return LaunchSpec(argv, spec.cwd, env)

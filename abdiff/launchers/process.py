@@ -3,52 +3,109 @@ kill its whole process group when needed.
 
 Every launcher (local, mpirun, srun) ends here: the process gets its own
 session, so a timeout, Ctrl-C or SIGTERM reaches mpirun's or torch's children
-too, and no orphan keeps a GPU busy after abdiff is gone.
+too, and no orphan keeps a GPU busy after abdiff is gone. It is also where the
+benchmark is kept from abdiff's credentials: an allow-listed environment, a
+temporary HOME per process, and abdiff's own /proc environ blanked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fnmatch
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError
+from abdiff.errors import InfrastructureError, InputError
 from abdiff.targets.base import LaunchSpec
 
-# Names never passed to benchmark code unless --pass-env names them: a pull
-# request's benchmark must not read the CI's credentials.
-SECRET_PATTERNS = (
-    "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "*_PASSWD", "*_API_KEY", "*_ACCESS_KEY*",
-    "GITHUB_TOKEN", "GH_TOKEN", "AWS_*", "AZURE_*", "GOOGLE_APPLICATION_CREDENTIALS",
-    "HF_TOKEN", "*_CREDENTIALS", "*_PRIVATE_KEY", "SSH_AUTH_SOCK",
-)
+# What benchmark processes get from abdiff's environment: what a benchmark needs to run
+# (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
+# environment, Hugging Face's non-secret locations). Everything else only by --pass-env NAME:
+# credentials hide in names no deny-list foresees (PIP_INDEX_URL or HTTPS_PROXY with a
+# password, GH_PAT, CI_JOB_JWT_V2, DOCKER_AUTH_CONFIG, GIT_CONFIG_* headers).
+ALLOWED_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "TERM", "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_CACHE",
+    "TRANSFORMERS_OFFLINE",
+})
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "TORCH_", "PYTORCH_",
+                    "TRITON_", "OMPI_", "PMIX_", "SLURM_")
+# Credentials that use an allowed prefix (SLURM_JWT, a TORCH_HUB token): still kept out.
+SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_KEY",
+                   "*CREDENTIAL*", "*_AUTH*")
+WRITE_TOKEN = "GITHUB_TOKEN"
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
 GUARD = Path(__file__).with_name("guard.py")
+PR_SET_DUMPABLE = 4
 
 
-def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None) -> dict[str, str]:
-    """This process's environment without credentials, plus the target's variables.
+def passed_to_workers(name: str, pass_env: list[str] | None = None) -> bool:
+    """Whether a variable of abdiff's environment reaches benchmark processes."""
+    if name in (pass_env or ()):
+        return True
+    allowed = name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+    return allowed and not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_PATTERNS)
 
-    Names match SECRET_PATTERNS whatever their case (`github_token` too).
+
+def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,
+                       home: Path | None = None) -> dict[str, str]:
+    """The allowed part of this process's environment, plus the target's variables.
+
+    `home` replaces HOME (a fresh folder per worker process, so `~/.netrc`,
+    `~/.docker/config.json` or `~/.git-credentials` of the CI user are not there).
     """
-    keep = set(pass_env or [])
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name in keep
-        or not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_PATTERNS)
-    }
+    env = {name: value for name, value in os.environ.items() if passed_to_workers(name, pass_env)}
     env.update(extra)
+    if home is not None:
+        env["HOME"] = str(home)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def refuse_write_token() -> None:
+    """Measuring runs other people's code: a write token in abdiff's own process is a
+    mistake of the CI set-up (docs/ci.md), refused before anything runs."""
+    if os.environ.get(WRITE_TOKEN):
+        raise InputError(f"{WRITE_TOKEN} is set: abdiff runs the benchmark's code, which must "
+                         "not share a process tree with a write token; unset it for this step "
+                         "(post with `abdiff comment` in a separate job)")
+
+
+def hide_environment(pass_env: list[str] | None = None) -> None:
+    """Keep this process's environment from the benchmark processes it starts.
+
+    A worker can read `/proc/<abdiff's pid>/environ`: the environment abdiff was
+    started with, as it lies in abdiff's memory. Blank there the values workers
+    do not get (os.environ is Python's copy and keeps them), and make abdiff not
+    dumpable, so that a process of the same (non-root) user cannot read its memory
+    or attach to it. Linux only; elsewhere nothing to do. Idempotent.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+    except (OSError, IndexError, ValueError):
+        return
+    block = (ctypes.c_char * (end - start)).from_address(start)
+    offset = 0
+    for entry in bytes(block).split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and value and not passed_to_workers(os.fsdecode(name), pass_env):
+            at = offset + len(name) + 1
+            ctypes.memset(ctypes.addressof(block) + at, 0, len(value))
+        offset += len(entry) + 1
 
 
 @dataclass
@@ -109,7 +166,9 @@ def run_process(
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     stderr_path = log_dir / "stderr.txt"
-    with open(log_dir / "stdout.txt", "ab") as out, open(stderr_path, "ab") as err:
+    hide_environment(pass_env)
+    with open(log_dir / "stdout.txt", "ab") as out, open(stderr_path, "ab") as err, \
+            tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True) as home:
         if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
                 os.access(spec.cwd / spec.argv[0], os.X_OK)):
             # checked here, because once guard.py runs a failed exec is only an exit code
@@ -118,7 +177,7 @@ def run_process(
             proc = subprocess.Popen(
                 guarded(spec.argv, max_memory_bytes),
                 cwd=spec.cwd,
-                env=worker_environment(spec.env, pass_env),
+                env=worker_environment(spec.env, pass_env, Path(home)),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -14,6 +14,7 @@ to inject HTML, ping people, break out of a table, or fill the comment.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from abdiff.records import ConfigResult, Result
@@ -22,7 +23,10 @@ from abdiff.reports import common
 MARKER = "<!-- abdiff -->"
 # GitHub rejects comment bodies over 65536 characters; stay well below.
 MAX_CHARS = 60000
+NOTES_CHARS = 8000  # the notes section; the rest goes to the tables
 ZWJ = "\u200d"
+# GitHub turns these into links or cross-references even as plain text.
+_AUTOLINK_RE = re.compile(r"(?i)(?<![a-z0-9])(https?|www|gh)(?=://|\.|-\d)")
 _BACKSLASH = set("\\`*_[]|~$!")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
@@ -35,8 +39,9 @@ def escape(text: object, limit: int = common.TEXT_LIMIT) -> str:
     - `&`, `<`, `>` as entities: no raw HTML, no closing of our `<details>`;
     - backslash before `` \\ ` * _ [ ] | ~ $ ! ``: no code spans or fences,
       emphasis, links or images, math, and no `|` ending a table cell;
-    - a zero-width joiner after `@` and before the digits of `#123`: no
-      @mention notifications and no cross-references to other issues.
+    - a zero-width joiner after `@`, before the digits of `#123`, and inside
+      `http://`, `https://`, `www.` and `GH-123`: no @mention notifications, no
+      links, no cross-references to other issues.
     """
     line = common.clip(text, limit)
     out: list[str] = []
@@ -51,7 +56,7 @@ def escape(text: object, limit: int = common.TEXT_LIMIT) -> str:
             out.append("#" + ZWJ)
         else:
             out.append(ch)
-    return "".join(out)
+    return _AUTOLINK_RE.sub(lambda m: m.group(1) + ZWJ, "".join(out))
 
 
 def _cell(lines: Iterable[str]) -> str:
@@ -111,8 +116,15 @@ def render(result: Result) -> str:
         "",
         " · ".join(f"{escape(k)}: {escape(v)}" for k, v in common.context_items(result)),
     ]
-    for note in [*common.notes(result), *common.only_in_lines(result)]:
-        lines += ["", f"Note: {escape(note, 400)}"]
+    notes = [*common.notes(result), *common.only_in_lines(result)]
+    used = 0
+    for shown, note in enumerate(notes):
+        line = f"Note: {escape(note, 400)}"
+        if used + len(line) > NOTES_CHARS:
+            lines += ["", f"... {len(notes) - shown} more notes in the JSON result."]
+            break
+        lines += ["", line]
+        used += len(line) + 2
 
     if still_failing:  # never folded away: these configs were not measured at all
         lines += ["", "#### Still failing (the same failure on both sides: not measured)", ""]

@@ -8,8 +8,6 @@ the reader's terminal).
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from abdiff.records import Result
 from abdiff.reports import common
 
@@ -18,6 +16,8 @@ HEADERS = ("verdict", "config", "status", "facts changed", "kernels", "latency B
 
 def render(result: Result) -> str:
     """The terminal table for `result`, ending with a newline."""
+    from tabulate import tabulate  # here: `abdiff comment` imports the formats, stdlib only
+
     lines = [f"abdiff: {common.sides_line(result)}"]
     details = [f"{k}: {v}" for k, v in common.context_items(result)[2:]]
     if details:

@@ -43,7 +43,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -54,6 +53,7 @@ import yaml
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import path_under_root
+from abdiff.revs import run_git
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
@@ -448,9 +448,8 @@ def build_overlay(checkout: Path, compiled: Path, dest: Path) -> Path:
 
 def _git_sha(folder: Path) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
+        done = run_git(folder, "rev-parse", "HEAD", check=False)
+    except InfrastructureError:  # no git here: the sha is only informative
         return None
     sha = done.stdout.strip()
     return sha if done.returncode == 0 and sha else None
