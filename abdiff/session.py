@@ -58,11 +58,12 @@ class Bench:
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
-        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
-                         "cpu was given); drop --cuda-graph to time eager calls")
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
+    if args.cuda_graph and not getattr(target, "cuda_on_ranks", False) and (
+            args.device == "cpu" or resolve_device("auto") != "cuda"):
+        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
+                         "cpu was given); drop --cuda-graph to time eager calls")
     launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
                              args.np, args.nodes)
     settings = RoundSettings(

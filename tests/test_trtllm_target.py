@@ -94,7 +94,7 @@ def test_dsa_block_becomes_upstream_options(checkouts: dict[str, Path]) -> None:
         "--seq-len-kv-cache", "2049", "--load-format", "DUMMY",
         "--model", "deepseek-ai/DeepSeek-V3.2-Exp", "--tokens-per-block", "64",
         "--moe-backend", "DEEPGEMM", "--moe-backend-for-prefill", "DEEPGEMM",
-        "--no-use-cuda-graph", "--warmup-times", "3", "--run-times", "20"]
+        "--warmup-times", "3", "--run-times", "20"]
 
 
 def test_trtllm_block_keeps_upstream_model_and_takes_suite_options(
@@ -195,6 +195,25 @@ def test_round_command(checkouts: dict[str, Path], tmp_path: Path) -> None:
     assert str(checkout.resolve()) in spec.env["ABDIFF_RANK_PATHS"].split(":")
 
 
+def test_use_cuda_graph_is_upstreams_yaml_decided_on_the_ranks(checkouts: dict[str, Path],
+                                                               tmp_path: Path) -> None:
+    """config_gen.yaml's `use_cuda_graph: true` reaches run.py unless the suite says otherwise;
+    abdiff's own process (no CUDA here, like a login node) decides nothing about it."""
+    checkout = patched_pr(checkouts, tmp_path, "use_cuda_graph: false", "use_cuda_graph: true",
+                          rel="examples/layer_wise_benchmarks/config_gen.yaml")
+    configs = [cfg("TRTLLM", 2, 1)]
+    outcome, log, spec = run_worker(checkout, tmp_path / "work", configs)
+    assert not {"--use-cuda-graph", "--no-use-cuda-graph"} & set(spec.argv)
+    assert json.loads(Path(spec.env[PLAN_ENV]).read_text())["cuda_graph"] is True
+    assert "use_cuda_graph=True" in (tmp_path / "work/stdout.txt").read_text()
+    assert log.env["cuda_graph"] is True
+    # this CPU-only machine cannot capture the graph run.py asked for: failed, not silent
+    assert outcome.returncode != 0 and log.done[configs[0]["id"]].status == "failed"
+    _, _, eager = run_worker(checkout, tmp_path / "eager", configs,
+                             target_options={"use_cuda_graph": False})
+    assert "--no-use-cuda-graph" in eager.argv
+
+
 def test_detection_and_env_info(checkouts: dict[str, Path], tmp_path: Path) -> None:
     assert detect_target(checkouts["main"]) is TrtllmTarget
     info = TrtllmTarget().env_info(checkouts["pr"])
@@ -264,14 +283,19 @@ def test_probe_records_facts_kernels_and_latency(checkouts: dict[str, Path],
     assert "--model deepseek-ai/DeepSeek-V3.2-Exp" in " ".join(log.env["trtllm.args"])
 
 
-def patched_pr(checkouts: dict[str, Path], tmp_path: Path, old: str, new: str) -> Path:
-    """A worktree of `pr` whose runner.py has `old` replaced by `new` (which must occur)."""
+RUNNER_PY = "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
+
+
+def patched_pr(checkouts: dict[str, Path], tmp_path: Path, old: str, new: str,
+               rel: str = RUNNER_PY) -> Path:
+    """A worktree of `pr` whose file `rel` has `old` replaced by `new` (which must occur)."""
     checkout = tmp_path / "checkout"
-    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
-    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
-    text = runner.read_text()
+    if not checkout.exists():
+        git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
+    path = checkout / rel
+    text = path.read_text()
     assert old in text
-    runner.write_text(text.replace(old, new))
+    path.write_text(text.replace(old, new))
     return checkout
 
 
@@ -340,6 +364,64 @@ def test_a_python_error_fails_its_config_and_names_it_last(checkouts: dict[str, 
     record = log.done["GEN-TRTLLM-bs4-q1-kv16"]
     assert (record.status, record.error) == (
         "failed", "ValueError: Has nan, please fix weights initialization")
+
+
+def test_probe_does_not_need_the_untimed_first_call(checkouts: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """Older run.py (before the untimed call in its timed loop) times every call of the pack:
+    the records, with kernels, are the same as with the newer run.py."""
+    checkout = patched_pr(checkouts, tmp_path, "    run_pack()  # untimed first call\n", "",
+                          rel=RUN_PY)
+    configs = [cfg("DSA", 2, q) for q in (1, 2)]
+    outcome, log, _ = run_worker(checkout, tmp_path / "work", configs, warmup_times=1,
+                                 run_times=3)
+    assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
+    for config in configs:
+        record = log.done[config["id"]]
+        assert record.status == "ok", record.error
+        assert len(record.latency_us) == 3 and record.kernels
+
+
+def test_nothing_is_profiled_while_autotuning(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """The autotune pack's call runs inside `autotune()`: torch.profiler must be off then (the
+    stand-in AutoTuner says so on stderr otherwise), and the call is not a sample."""
+    configs = [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 4, 1)]
+    outcome, log, _ = run_worker(checkouts["pr"], tmp_path, configs, warmup_times=1,
+                                 run_times=2)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert outcome.returncode == 0, stderr
+    assert "tuning under torch.profiler" not in stderr
+    assert all(log.done[c["id"]].kernels for c in configs)
+    assert [len(log.done[c["id"]].latency_us) for c in configs] == [2, 2]
+
+
+def test_phase_lines_follow_run_py(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    configs = [cfg("DSA", 2, 1), cfg("DSA", 4, 1)]
+    outcome, _, spec = run_worker(checkouts["pr"], tmp_path, configs)
+    assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    lines = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    phases = [(e["phase"], e["id"]) for e in lines if e["event"] == "phase"]
+    big, small = "GEN-DSA-bs4-q1-kv16", "GEN-DSA-bs2-q1-kv16"
+    assert phases == [("build", None), ("autotune", big), ("prefill", None),
+                      ("warm-up", small), ("warm-up", big), ("timed", small), ("timed", big)]
+
+
+@pytest.mark.slow
+def test_a_hung_phase_is_named(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """Autotuning that never ends (a cold DeepGEMM JIT, a stuck collective): the timeout
+    says which phase and config hung. (The limit leaves the build phase, torch's import on
+    a busy machine, ample time.)"""
+    checkout = patched_pr(checkouts, tmp_path, '            AutoTuner.get().choose("attention")\n',
+                          '            if AutoTuner.get().is_tuning_mode:\n'
+                          '                __import__("time").sleep(600)\n')
+    configs = [Config(c["id"], c["params"]) for c in [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 2, 2)]]
+    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=30)
+    records: dict = {}
+    run_round(TrtllmTarget(), LocalLauncher(), checkout, configs, settings, 0, tmp_path / "work",
+              lambda cid, rec: records.__setitem__(cid, rec))
+    record = records["GEN-TRTLLM-bs2-q2-kv16"]
+    assert record.status == "timeout"
+    assert "in phase autotune (GEN-TRTLLM-bs2-q2-kv16)" in record.error, record.error
 
 
 def test_a_round_isolates_aborting_shapes(checkouts: dict[str, Path], tmp_path: Path) -> None:
@@ -416,6 +498,8 @@ def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_
         export.nvtx(start, start + 50, "b=2 s=1 past=16 NP1")
         export.kernel(start + 10, "void fmhaSm90Kernel<stand-in>(...)")
         export.kernel(start + 20, "nvjet_tst_stand_in")
+        export.nvtx(start + 30, start + 40, "layer_wise_benchmarks ignore")
+        export.kernel(start + 35, "calibrator_bookkeeping_copy")  # parse.py skips it
     export.close()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -459,7 +543,7 @@ def test_probe_on_cuda(checkouts: dict[str, Path], tmp_path: Path, graph: bool) 
                                     warmup_times=3, run_times=10)
     assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
     assert log.env["device"] == "cuda"
-    assert ("--use-cuda-graph" if graph else "--no-use-cuda-graph") in spec.argv
+    assert ("--use-cuda-graph" in spec.argv) == graph
     kernels = {}
     for config in configs:
         record = log.done[config["id"]]

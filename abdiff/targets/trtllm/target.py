@@ -321,8 +321,8 @@ def translate_configs(
             settings[key] = (value, True)
     if cuda_graph:
         settings["use_cuda_graph"] = (True, True)
-    elif "use_cuda_graph" not in settings:
-        settings["use_cuda_graph"] = (False, False)
+    # otherwise nothing unless the suite says: run.py takes use_cuda_graph from upstream's
+    # YAML of the run type (config_gen.yaml: true, config_ctx.yaml: false), as upstream runs
     lists = {k: list(dict.fromkeys(c["params"][k] for c in configs)) for k in SHAPES}
     need = {"max_batch_size": max(lists["batch_size"]),
             "max_seq_len": max(lists["seq_len_q"]) + max(lists["seq_len_kv_cache"]),
@@ -351,6 +351,15 @@ def translate_configs(
         argv += args
     argv += ["--warmup-times", str(warmup_times), "--run-times", str(run_times), *target_args]
     return argv
+
+
+def uses_cuda_graph(argv: list[str], base: dict[str, Any]) -> bool:
+    """Will run.py replay CUDA graphs? The last flag on its command line, else its YAML's
+    `use_cuda_graph`, else run.py's default (off)."""
+    flags = [a for a in argv if a in ("--use-cuda-graph", "--no-use-cuda-graph")]
+    if flags:
+        return flags[-1] == "--use-cuda-graph"
+    return bool(base.get("use_cuda_graph"))
 
 
 def base_config(checkout: Path, run_type: str) -> tuple[str, dict[str, Any]]:
@@ -497,6 +506,9 @@ class TrtllmTarget(Target):
     """Runs upstream's run.py at each checkout, with the probe in every rank."""
 
     name: ClassVar[str] = "trtllm"
+    # CUDA is the ranks' business (they may run on other nodes than abdiff, under srun):
+    # abdiff's own process needs none to ask for CUDA graphs.
+    cuda_on_ranks: ClassVar[bool] = True
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
@@ -581,7 +593,8 @@ class TrtllmTarget(Target):
             warmup_times=job.warmup_times, run_times=job.run_times, checkout=str(checkout),
             run_type=params["run_type"], backend=params.get("backend"),
             configs=[{"id": c["id"], **{k: c["params"][k] for k in SHAPES}} for c in block],
-            profile_kernels=job.profile_kernels, device=job.device, cuda_graph=job.cuda_graph,
+            profile_kernels=job.profile_kernels, device=job.device,
+            cuda_graph=uses_cuda_graph(args, base),
             nsys_pending=nsys_pending, nsys_report=nsys_report,
             env={"trtllm.args": args, "trtllm.block": [c["id"] for c in block]},
         )
