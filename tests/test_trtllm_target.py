@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import git_env, run_abdiff
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
@@ -483,6 +484,79 @@ def test_doctor_checks_hooks_of_both_sides(repo: Path, tmp_path: Path, capsys) -
     assert "missing (" not in out and "hook(s) missing" not in out
     assert code == (0 if "target trtllm (chosen): can run here" in out else 3)
     assert "tensorrt_llm" in out and "GPU" in out
+
+
+def fake_nvidia_smi(folder: Path, name: str, cap: str) -> dict[str, str]:
+    """An environment whose PATH has an `nvidia-smi` that reports one GPU."""
+    folder.mkdir(parents=True, exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"""#!/bin/sh
+case "$1" in
+  -L) echo "GPU 0: {name} (UUID: GPU-0)" ;;
+  --query-gpu=index,name,compute_cap) echo "0, {name}, {cap}" ;;
+  *) exit 1 ;;
+esac
+""")
+    smi.chmod(0o755)
+    env = git_env()
+    env["PATH"] = f"{folder}:{env['PATH']}"
+    return env
+
+
+def test_doctor_checks_the_suites_gpu_generation(tmp_path: Path) -> None:
+    """On an H200 the Blackwell suite is refused with the Hopper one named; mtp-hopper fits."""
+    env = fake_nvidia_smi(tmp_path / "bin", "NVIDIA H200", "9.0")
+    env["HF_HUB_CACHE"] = str(tmp_path / "hub")
+    done = run_abdiff("doctor", "--configs", "mtp", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert ("PROBLEM  suite mtp names models for SM100/SM103 (Blackwell (B200, GB200), "
+            "Blackwell Ultra (B300, GB300)); GPU 0 is NVIDIA H200 (SM90): use --configs "
+            "mtp-hopper") in done.stdout
+    done = run_abdiff("doctor", "--configs", "mtp-hopper", env=env)
+    assert "ok  suite mtp-hopper: models for SM90; GPUs: NVIDIA H200 (SM90)" in done.stdout
+    listing = run_abdiff("suites", env=env).stdout
+    assert any(line.startswith("mtp-hopper") and "SM90 Hopper (H100, H200)" in line
+               for line in listing.splitlines()), listing
+
+
+def test_doctor_checks_model_configs_are_readable_offline(tmp_path: Path) -> None:
+    """One model's config.json in the hub cache the ranks get, the other's missing: doctor
+    names the missing one and how to fetch it, and passes the HF locations on."""
+    env = fake_nvidia_smi(tmp_path / "bin", "NVIDIA H200", "9.0")
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--deepseek-ai--DeepSeek-R1-0528/snapshots/0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "deepseek_v3"}')
+    env.update(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    done = run_abdiff("doctor", "--configs", "mtp-hopper", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    out = done.stdout
+    assert "ok  TRTLLM model deepseek-ai/DeepSeek-R1-0528: config readable offline" in out
+    assert (f"PROBLEM  DSA model deepseek-ai/DeepSeek-V3.2-Exp: not in the hub cache {cache}: "
+            "run `huggingface-cli download deepseek-ai/DeepSeek-V3.2-Exp config.json`") in out
+    assert f"passed to the ranks: HF_HUB_CACHE={cache}, HF_HUB_OFFLINE=1" in out
+
+
+def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: Path) -> None:
+    """An old run.py without `--run-times`: the probe could not tell the timed pack; the
+    untimed first call is listed as not relied on."""
+    git(repo, "checkout", "-q", "-b", "old-run-py", "pr")
+    run_py = repo / RUN_PY
+    run_py.write_text(run_py.read_text().replace(
+        'parser.add_argument("--run-times", type=int, default=100)\n', "").replace(
+        "args.warmup_times + args.run_times", "args.warmup_times + 100"))
+    git(repo, "commit", "-q", "-am", "old run.py")
+    git(repo, "checkout", "-q", "main")
+    done = run_abdiff("doctor", "--target", "trtllm", "--repo", repo, "--cache-dir",
+                      tmp_path / "cache", "main..old-run-py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "run.py behaviours the probe relies on:" in out
+    assert ("  MISSING times each shape's run pack warmup_times + run_times times "
+            "(--warmup-times, --run-times) [every run]") in out
+    assert "  yes     autotunes inside `with autotune():`" in out
+    assert "  -       one untimed call before each shape's timed calls" in out
+    assert f"{RUN_PY}: no longer times each shape's run pack" in out
 
 
 def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,

@@ -54,7 +54,7 @@ import yaml
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
-from abdiff.targets.hooks import Hook, missing_hooks, run_pack_hooks
+from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -63,6 +63,7 @@ TOOLS_DIR = "tensorrt_llm/tools/layer_wise_benchmarks"
 RUNNER_PY = f"{TOOLS_DIR}/runner.py"
 ATTENTION = "tensorrt_llm/_torch/attention_backend"
 DSA_FILES = (f"{ATTENTION}/sparse/dsa.py", f"{ATTENTION}/sparse/dsa/metadata.py")
+AUTOTUNER_PY = "tensorrt_llm/_torch/autotuner.py"
 SHAPES = ("batch_size", "seq_len_q", "seq_len_kv_cache")
 BACKENDS = ("DSA", "TRTLLM")
 
@@ -102,6 +103,7 @@ OPTION_KEYS = {
     "compiled": "folder of the installed tensorrt_llm package whose compiled parts to use",
     "nsys": "true: run every rank under `nsys profile` and take kernels from its report",
     "python": "the ranks' Python interpreter (default: $ABDIFF_TRTLLM_PYTHON, else abdiff's)",
+    "sm": "compute capabilities the models run on, e.g. [90] (Hopper) or [100, 103] (Blackwell)",
 }
 PYTHON_ENV = "ABDIFF_TRTLLM_PYTHON"  # e.g. `python3` when ranks run in a Slurm container
 
@@ -163,6 +165,61 @@ def run_py_options(run_py: Path) -> dict[str, RunPyOption]:
     return options
 
 
+# -- what the probe relies on in run.py (doctor's "behaviours") --------------------------
+@dataclass
+class Behaviour:
+    """One thing upstream's run.py does that the probe counts on (or explicitly does not)."""
+
+    what: str
+    needed_for: str  # "every run", "nsys: true", ... or "not relied on"
+    present: bool | None  # None: not checked (not relied on)
+
+    @property
+    def required(self) -> bool:
+        return self.needed_for == "every run"
+
+
+def run_py_behaviours(checkout: Path) -> list[Behaviour]:
+    """Which run.py behaviours this checkout has, read with ast (no import, no GPU)."""
+    checkout = Path(checkout)
+    options = run_py_options(checkout / RUN_PY)
+    checker = HookChecker(checkout)
+
+    def holds(*hooks: Hook) -> bool:
+        return not checker.problems(hooks)
+
+    lists = bool(options) and all(
+        options.get(k) and (options[k].list_flag or options[k].comma_list) for k in SHAPES)
+    return [
+        Behaviour("times each shape's run pack warmup_times + run_times times "
+                  "(--warmup-times, --run-times)", "every run",
+                  "warmup_times" in options and "run_times" in options),
+        Behaviour("runs the product of shape lists in one process (--batch-size 8,32 or "
+                  "--batch-size-list)", "one process per block (else one per config)", lists),
+        Behaviour("autotunes inside `with autotune():` (AutoTuner.is_tuning_mode), so "
+                  "tuning calls are neither timed nor profiled", "every run",
+                  holds(Hook((RUN_PY,), calls="autotune"),
+                        Hook((AUTOTUNER_PY,), cls="AutoTuner", attribute="is_tuning_mode"))),
+        Behaviour("marks timed calls with NVTX ranges and starts the profiler "
+                  "(cudaProfilerStart)", "nsys: true",
+                  holds(Hook((RUN_PY,), calls="annotate"),
+                        Hook((RUN_PY,), calls="cudaProfilerStart"))),
+        Behaviour("one untimed call before each shape's timed calls (newer run.py)",
+                  "not relied on: the probe keeps the last run_times calls", None),
+    ]
+
+
+def behaviours_table(checkouts: list[tuple[str, Path]]) -> str:
+    """One line per behaviour and checkout: yes / MISSING / not checked."""
+    lines = []
+    for label, path in checkouts:
+        lines.append(f"{label}:")
+        for item in run_py_behaviours(path):
+            state = {True: "yes", False: "MISSING", None: "-"}[item.present]
+            lines.append(f"  {state:7s} {item.what} [{item.needed_for}]")
+    return "\n".join(lines)
+
+
 # -- the suite's target block ----------------------------------------------------------
 @dataclass
 class TrtllmOptions:
@@ -175,6 +232,7 @@ class TrtllmOptions:
     compiled: str | None = None
     nsys: bool = False
     python: str | None = None
+    sm: list[int] = field(default_factory=list)
 
     @classmethod
     def parse(cls, block: dict[str, Any] | None, known: dict[str, RunPyOption]) -> TrtllmOptions:
@@ -196,6 +254,13 @@ class TrtllmOptions:
                     raise InputError(f"suite target.{key} must map backends "
                                      f"({', '.join(BACKENDS)}) to values, got {value!r}")
                 setattr(found, key, dict(value))
+            elif key == "sm":
+                values = value if isinstance(value, list) else [value]
+                if not values or not all(isinstance(v, int) and not isinstance(v, bool)
+                                         for v in values):
+                    raise InputError(f"suite target.sm must list compute capabilities such as "
+                                     f"[90] or [100, 103], got {value!r}")
+                found.sm = list(values)
             elif key == "options":
                 if not isinstance(value, dict):
                     raise InputError(f"suite target.options must be a mapping, got {value!r}")
@@ -523,7 +588,9 @@ class TrtllmTarget(Target):
         return (Path(root) / TOOLS_DIR).is_dir()
 
     def hook_problems(self, checkout: Path) -> list[str]:
-        return missing_hooks(Path(checkout), TRTLLM_HOOKS)
+        missing = [f"{RUN_PY}: no longer {b.what}" for b in run_py_behaviours(checkout)
+                   if b.required and b.present is False]
+        return missing_hooks(Path(checkout), TRTLLM_HOOKS) + missing
 
     def env_info(self, checkout: Path) -> dict[str, Any]:
         checkout = Path(checkout)
