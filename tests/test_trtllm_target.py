@@ -8,6 +8,7 @@ LaunchSpec says: upstream-like run.py, probe site folder first on PYTHONPATH.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -318,6 +319,28 @@ def test_probe_uses_checkout_code_over_installed_compiled_parts(
     assert record.facts["attn_metadata.deep_gemm_source"] == "installed deep_gemm"
     assert log.env["tensorrt_llm"] == "1.3.0rc0-checkout"
     assert spec.env["PYTHONPATH"].split(":")[1] == str(tmp_path / "work/trtllm-overlay")
+
+
+def test_ranks_get_the_hugging_face_locations(checkouts: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE reach the rank (and are in
+    the launch spec, which mpirun/srun forward); HF_TOKEN does not without --pass-env."""
+    values = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf/hub"),
+              "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_TOKEN": "hf_secret"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    checkout = patched_pr(checkouts, tmp_path, "        attn_metadata.prepare()\n",
+                          "        attn_metadata.prepare()\n"
+                          "        attn_metadata.hf = {\n"
+                          "            k: v for k, v in os.environ.items()\n"
+                          "            if k.startswith(('HF_', 'TRANSFORMERS_'))}\n")
+    outcome, log, spec = run_worker(checkout, tmp_path / "work", [cfg("TRTLLM", 2, 1)],
+                                    facts=["attn_metadata.hf"])
+    assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
+    seen = log.done["GEN-TRTLLM-bs2-q1-kv16"].facts["attn_metadata.hf"]  # a fact's repr
+    del values["HF_TOKEN"]
+    assert ast.literal_eval(seen) == values
+    assert {k: spec.env[k] for k in values} == values
 
 
 def test_probe_refuses_code_from_outside_the_checkout(checkouts: dict[str, Path],

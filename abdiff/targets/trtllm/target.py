@@ -612,6 +612,7 @@ class TrtllmTarget(Target):
         return installed_package()
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        from abdiff.targets.trtllm.preflight import HF_VARIABLES
         from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
         from abdiff.targets.trtllm.probe.runtime import ProbePlan
 
@@ -677,6 +678,9 @@ class TrtllmTarget(Target):
             "PYTHONPATH": os.pathsep.join(path_entries),
             PLAN_ENV: str(plan_path),
             "ABDIFF_RANK_PATHS": os.pathsep.join(dict.fromkeys(rank_paths)),
+            # where the ranks find model configs without network; in the spec's env so
+            # that mpirun/srun forward them to every rank (tokens stay behind --pass-env)
+            **{name: os.environ[name] for name in HF_VARIABLES if os.environ.get(name)},
         }
         return LaunchSpec(argv, bench if bench.is_dir() else checkout, env)
 
