@@ -8,7 +8,6 @@ LaunchSpec says: upstream-like run.py, probe site folder first on PYTHONPATH.
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -331,15 +330,17 @@ def test_ranks_get_the_hugging_face_locations(checkouts: dict[str, Path], tmp_pa
         monkeypatch.setenv(name, value)
     checkout = patched_pr(checkouts, tmp_path, "        attn_metadata.prepare()\n",
                           "        attn_metadata.prepare()\n"
-                          "        attn_metadata.hf = {\n"
-                          "            k: v for k, v in os.environ.items()\n"
-                          "            if k.startswith(('HF_', 'TRANSFORMERS_'))}\n")
+                          "        attn_metadata.hf = ','.join(sorted(\n"
+                          "            k for k in os.environ\n"
+                          "            if k.startswith(('HF_', 'TRANSFORMERS_'))))\n"
+                          "        attn_metadata.hf_home = os.environ.get('HF_HOME')\n")
     outcome, log, spec = run_worker(checkout, tmp_path / "work", [cfg("TRTLLM", 2, 1)],
-                                    facts=["attn_metadata.hf"])
+                                    facts=["attn_metadata.hf", "attn_metadata.hf_home"])
     assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
-    seen = log.done["GEN-TRTLLM-bs2-q1-kv16"].facts["attn_metadata.hf"]  # a fact's repr
+    facts = log.done["GEN-TRTLLM-bs2-q1-kv16"].facts
     del values["HF_TOKEN"]
-    assert ast.literal_eval(seen) == values
+    assert facts["attn_metadata.hf"] == ",".join(sorted(values))
+    assert facts["attn_metadata.hf_home"] == values["HF_HOME"]
     assert {k: spec.env[k] for k in values} == values
 
 
