@@ -215,6 +215,23 @@ def test_use_cuda_graph_is_upstreams_yaml_decided_on_the_ranks(checkouts: dict[s
     assert "--no-use-cuda-graph" in eager.argv
 
 
+@pytest.mark.slow
+def test_a_machine_without_cuda_can_ask_the_ranks_for_graphs(repo: Path, tmp_path: Path) -> None:
+    """`abdiff run --cuda-graph` where abdiff's own process sees no CUDA (a login node that
+    launches srun): not refused; the ranks get --use-cuda-graph. (This machine's ranks have
+    no CUDA either, so the config then fails there, visibly.)"""
+    suite = tmp_path / "one.yaml"
+    suite.write_text("warmup_times: 1\nrun_times: 2\nmatrix: {run_type: [GEN], backend: "
+                     "[TRTLLM], batch_size: [2], seq_len_q: [1], seq_len_kv_cache: [16]}\n")
+    env = {**git_env(), "CUDA_VISIBLE_DEVICES": ""}
+    done = run_abdiff("run", "pr", "--repo", repo, "--target", "trtllm", "--launcher", "local",
+                      "--configs", suite, "--rounds", "1", "--cuda-graph", "--out",
+                      tmp_path / "pr.json", "--cache-dir", tmp_path / "cache", env=env)
+    assert "needs a CUDA device" not in done.stderr, done.stderr
+    stdout = next((tmp_path / "cache").rglob("worker0/stdout.txt")).read_text()
+    assert "use_cuda_graph=True" in stdout
+
+
 def test_detection_and_env_info(checkouts: dict[str, Path], tmp_path: Path) -> None:
     assert detect_target(checkouts["main"]) is TrtllmTarget
     info = TrtllmTarget().env_info(checkouts["pr"])
