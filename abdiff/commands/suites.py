@@ -7,7 +7,7 @@ import argparse
 from tabulate import tabulate
 
 from abdiff.suites import builtin_suites, load_suite
-from abdiff.targets.trtllm.preflight import SM_NAMES, suite_sm
+from abdiff.targets.trtllm.preflight import sm_text, suite_sm
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +20,8 @@ def run(args: argparse.Namespace) -> int:
     for name in sorted(builtin_suites()):
         suite = load_suite(name)
         expect = "; ".join(f"{k}={','.join(v)}" for k, v in suite.expect.items()) or "nothing"
-        gpus = ", ".join(f"SM{sm} {SM_NAMES.get(sm, '')}".strip() for sm in suite_sm(suite))
-        rows.append([name, len(suite.configs), expect, gpus or "any", suite.description])
+        rows.append([name, len(suite.configs), expect, sm_text(suite_sm(suite)) or "any",
+                     suite.description])
     print(tabulate(rows, headers=["suite", "configs", "may change", "trtllm GPUs",
                                   "description"]))
     return 0

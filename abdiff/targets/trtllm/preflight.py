@@ -80,7 +80,8 @@ def suite_sm(suite: Suite) -> list[int]:
     return [int(v) for v in (value if isinstance(value, list) else [value])]
 
 
-def _sm_text(sms: list[int]) -> str:
+def sm_text(sms: list[int]) -> str:
+    """[100, 103] -> 'SM100/SM103'."""
     return "/".join(f"SM{sm}" for sm in sms)
 
 
@@ -106,7 +107,7 @@ def gpu_problem(suite: Suite, gpus: list[Gpu]) -> str | None:
     others = [s for s in suites_for(gpu.sm) if s != suite.name]
     fix = (f"use --configs {' or '.join(others)}" if others else
            f"give the suite target.sm: [{gpu.sm}] and target.models that run there")
-    return (f"suite {suite.name} names models for {_sm_text(wanted)} ({names}); GPU "
+    return (f"suite {suite.name} names models for {sm_text(wanted)} ({names}); GPU "
             f"{gpu.index} is {gpu.name} (SM{gpu.sm}): {fix}")
 
 
@@ -168,10 +169,10 @@ def suite_findings(suite: Suite, gpus: list[Gpu],
     if problem:
         findings.append(Finding(False, problem))
     elif wanted and gpus:
-        findings.append(Finding(True, f"suite {suite.name}: models for {_sm_text(wanted)}; "
+        findings.append(Finding(True, f"suite {suite.name}: models for {sm_text(wanted)}; "
                                       f"GPUs: {', '.join(f'{g.name} (SM{g.sm})' for g in gpus)}"))
     elif wanted:
-        findings.append(Finding(True, f"suite {suite.name}: models for {_sm_text(wanted)}; no "
+        findings.append(Finding(True, f"suite {suite.name}: models for {sm_text(wanted)}; no "
                                       "GPU here to check (the ranks' nodes must have one)"))
     for backend, model in suite_models(suite).items():
         why = config_problem(model, env)
