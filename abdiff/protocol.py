@@ -81,6 +81,11 @@ class RecordWriter:
         self.facts_written[config_id] = facts
         self._write({"event": "facts", "id": config_id, "facts": facts})
 
+    def phase(self, phase: str, config_id: str | None = None) -> None:
+        """A stage of the benchmark began (build, autotune, ...): restarts the inactivity
+        timeout, and names what hung when it expires."""
+        self._write({"event": "phase", "phase": phase, "id": config_id})
+
     def done(self, config_id: str, record: RoundRecord) -> None:
         self._write({"event": "done", "id": config_id, "record": asdict(record)})
 
@@ -97,6 +102,7 @@ class RoundLog:
     started: list[str] = field(default_factory=list)
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     malformed: dict[str, str] = field(default_factory=dict)  # config id -> why
+    phase: str | None = None  # the last phase line's stage, e.g. "autotune (GEN-DSA-bs8-...)"
 
     @property
     def in_progress(self) -> str | None:
@@ -137,6 +143,8 @@ def read_round_log(path: Path) -> RoundLog:
             log.started.append(cid)
         elif kind == "facts" and isinstance(cid, str) and isinstance(event.get("facts"), dict):
             log.facts[cid] = event["facts"]
+        elif kind == "phase" and isinstance(event.get("phase"), str):
+            log.phase = event["phase"] + (f" ({cid})" if isinstance(cid, str) else "")
         elif kind == "done" and isinstance(cid, str):
             try:
                 log.done[cid] = parse_round(event.get("record"), f"record of {cid}")

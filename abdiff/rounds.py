@@ -50,7 +50,7 @@ class RoundOutput:
 
 
 def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool,
-                 timeout_s: float | None = None) -> RoundRecord:
+                 timeout_s: float | None = None, phase: str | None = None) -> RoundRecord:
     """The status of the config a worker was running when it ended abnormally.
 
     With `config_started`, the reason comes from what the worker wrote to stderr
@@ -60,7 +60,8 @@ def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool
     line = last_meaningful_line(outcome.stderr_path, since=STDERR_MARK if config_started else None)
     if outcome.timed_out:
         limit = f"{timeout_s:g} s" if timeout_s else "the per-config timeout"
-        return RoundRecord("timeout", f"no progress within {limit} (--timeout); "
+        during = f" in phase {phase}" if phase else ""
+        return RoundRecord("timeout", f"no progress within {limit} (--timeout){during}; "
                            "process group killed", round=round_index)
     if outcome.signal_name:
         reason = f"{outcome.signal_name}: {line}" if line else outcome.signal_name
@@ -179,14 +180,15 @@ def run_round(
         records.update(finished(log, remaining, round_index))
         culprit = log.in_progress
         if culprit is not None and culprit not in records:
-            records[culprit] = death_record(outcome, round_index, True, settings.timeout_s)
+            records[culprit] = death_record(outcome, round_index, True, settings.timeout_s,
+                                            log.phase)
             records[culprit].facts = log.facts.get(culprit, {})
         unfinished = [c for c in remaining if c.id not in records]
         if unfinished and culprit is None and not log.done:
             # the worker ended without finishing or starting a config: it cannot run
             # here at all, and retrying would fail the same way. (One that finished
             # some and died between configs made progress: a new worker takes the rest.)
-            why = death_record(outcome, round_index, False, settings.timeout_s)
+            why = death_record(outcome, round_index, False, settings.timeout_s, log.phase)
             for config in unfinished:
                 records[config.id] = RoundRecord(why.status, why.error, round=round_index)
             unfinished = []

@@ -60,15 +60,22 @@ class Bench:
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
-        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
-                         "cpu was given); drop --cuda-graph to time eager calls")
     refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
+    if args.cuda_graph and not getattr(target, "cuda_on_ranks", False) and (
+            args.device == "cpu" or resolve_device("auto") != "cuda"):
+        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
+                         "cpu was given); drop --cuda-graph to time eager calls")
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)
+        if problem is None and "GPU" in type(target).requires:
+            # the suite's models built for another GPU generation (`target.sm`) would fail on
+            # both sides: nothing measured
+            from abdiff.targets.trtllm.preflight import gpu_problem, local_gpus
+
+            problem = gpu_problem(suite, local_gpus())
         if problem:
             raise InfrastructureError(problem)
     launcher = make_launcher(launcher_name, args.np, args.nodes)

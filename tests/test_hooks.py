@@ -26,6 +26,49 @@ FILES: dict[str, str] = {
     "tensorrt_llm/_torch/__init__.py": "",
     f"{ATT}/__init__.py": "",
     f"{ATT}/sparse/__init__.py": "",
+    "tensorrt_llm/_torch/autotuner.py": STANDIN + '''
+import contextlib
+import sys
+
+import torch
+
+
+class AutoTuner:
+    """upstream: one instance; `is_tuning_mode` is True inside `autotune()`."""
+
+    _instance = None
+
+    def __init__(self):
+        self.is_tuning_mode = False
+        self.tactics = {}
+
+    @classmethod
+    def get(cls):
+        if cls._instance is None:
+            cls._instance = AutoTuner()
+        return cls._instance
+
+    def clear_cache(self):
+        self.tactics.clear()
+
+    def choose(self, op):
+        """A tactic per op, chosen in tuning mode; profiling while tuning skews the choice."""
+        if self.is_tuning_mode:
+            if torch.autograd.profiler._is_profiler_enabled:
+                print("autotuner: tuning under torch.profiler", file=sys.stderr, flush=True)
+            self.tactics[op] = "tuned"
+        return self.tactics.get(op, "fallback")
+
+
+@contextlib.contextmanager
+def autotune(tune_mode=True, cache_path=None):
+    old_mode = AutoTuner.get().is_tuning_mode
+    AutoTuner.get().is_tuning_mode = tune_mode
+    try:
+        yield
+    finally:
+        AutoTuner.get().is_tuning_mode = old_mode
+''',
     f"{ATT}/interface.py": STANDIN + '''
 class AttentionMetadata:
     """Base metadata; update_spec_dec_param is a hook (a no-op here, as upstream's base)."""
@@ -99,6 +142,7 @@ import torch
 from tensorrt_llm._torch.attention_backend.sparse.dsa import (DSAtrtllmAttentionMetadata,
                                                               Indexer)
 from tensorrt_llm._torch.attention_backend.trtllm import TrtllmAttentionMetadata
+from tensorrt_llm._torch.autotuner import AutoTuner
 
 ANNOUNCE = "none"  # "none" (main), "kv_lens_cuda_2d" (pr), "method" (pr-v1)
 
@@ -129,6 +173,7 @@ class Runner:
                        device="cuda" if torch.cuda.is_available() else "cpu")
 
         def run_pack(*, check=False):
+            AutoTuner.get().choose("attention")
             if isinstance(attn_metadata, DSAtrtllmAttentionMetadata) and run_type == "GEN":
                 if not Indexer().check(attn_metadata, batch_size, seq_len_q):
                     print("DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)",
@@ -155,7 +200,7 @@ enable_attention_dp: true
 # Model init args
 max_num_tokens: 4096  # MTP3 as max
 moe_backend: CUTLASS
-use_cuda_graph: true
+use_cuda_graph: false  # upstream's says true; the CPU stand-in cannot capture graphs
 
 # Per iteration args
 batch_size: 128
@@ -165,11 +210,19 @@ balance_method: Balanced
 balance_ratio: null
 ''',
     "examples/layer_wise_benchmarks/run.py": STANDIN + '''
+# The call order of upstream's examples/layer_wise_benchmarks/run.py (module level):
+# argparse + YAML merge; AutoTuner.get().clear_cache(); Runner(...); the autotune pack at
+# the largest shape run inside `with autotune(cache_path=...)`; for GEN the KV-cache
+# prefill with a second Runner's CTX packs (seq_len_kv_cache=0); one warm-up pack per
+# shape (`run_pack(check=True)`); then per shape the timed loop: a new pack, one untimed
+# call (newer run.py only), a graph capture with use_cuda_graph, warmup+run timed calls.
 import argparse
 import itertools
+import os
 
 import yaml
 
+from tensorrt_llm._torch.autotuner import AutoTuner, autotune
 from tensorrt_llm.tools.layer_wise_benchmarks.runner import BalanceMethod, Runner
 
 
@@ -224,15 +277,25 @@ if config:
     raise ValueError(f"Config {','.join(config.keys())} from file are not options")
 print(args, flush=True)
 
-runner = Runner(args.model, load_format=args.load_format, moe_backend=args.moe_backend)
+AutoTuner.get().clear_cache()
+runner = Runner(args.model, load_format=args.load_format, moe_backend=args.moe_backend,
+                use_cuda_graph=args.use_cuda_graph)
+
 run_pack = runner.create_run_pack(args.run_type, batch_size=max(args.batch_size_list),
                                   request_id_begin=0, seq_len_q=max(args.seq_len_q_list),
                                   seq_len_kv_cache=args.seq_len_kv_cache_list[0])
-run_pack()  # autotune
+with autotune(cache_path=os.getenv("TLLM_AUTOTUNER_CACHE_PATH") or None):
+    run_pack()
+
 if args.run_type == "GEN":
-    prefill = runner.create_run_pack("CTX", batch_size=1, request_id_begin=0,
-                                     seq_len_q=max(args.seq_len_kv_cache_list),
-                                     seq_len_kv_cache=0)
+    ctx_runner = Runner(args.model, load_format=args.load_format,
+                        moe_backend=args.moe_backend_for_prefill, use_cuda_graph=False)
+    run_pack = ctx_runner.create_run_pack("CTX", batch_size=1, request_id_begin=0,
+                                          seq_len_q=max(args.seq_len_kv_cache_list),
+                                          seq_len_kv_cache=0)
+    run_pack(check=True)
+    del ctx_runner
+
 for batch_size, seq_len_q, seq_len_kv_cache in itertools.product(
         args.batch_size_list, args.seq_len_q_list, args.seq_len_kv_cache_list):
     run_pack = runner.create_run_pack(args.run_type, batch_size=batch_size, request_id_begin=0,
@@ -243,7 +306,7 @@ for batch_size, seq_len_q, seq_len_kv_cache in itertools.product(
         args.batch_size_list, args.seq_len_q_list, args.seq_len_kv_cache_list):
     run_pack = runner.create_run_pack(args.run_type, batch_size=batch_size, request_id_begin=0,
                                       seq_len_q=seq_len_q, seq_len_kv_cache=seq_len_kv_cache)
-    run_pack()
+    run_pack()  # untimed first call
     if args.use_cuda_graph:
         import torch
 

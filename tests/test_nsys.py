@@ -42,6 +42,9 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT
     localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL,
     gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER,
     sharedMemoryLimitConfig INTEGER);
+CREATE TABLE CUDA_GRAPH_NODE_EVENTS (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    nameId INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER,
+    graphNodeId INTEGER NOT NULL, originalGraphNodeId INTEGER);
 """
 
 FMHA = "void fmhaSm90Kernel_QkvE4m3OBfloat16HQk576HV512HVPerCta512PagedKvSparse<...>"
@@ -65,6 +68,7 @@ class Export:
         self.strings: dict[str, int] = {}
         self.correlation = 0
         self.name_column = name_column
+        self.instances: set[int] = set()
 
     def sid(self, text: str) -> int:
         if text not in self.strings:
@@ -80,17 +84,32 @@ class Export:
             self.conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, textId, domainId) "
                               "VALUES (?, ?, ?, ?, 0)", (start, end, PUSH_POP, self.sid(text)))
 
-    def kernel(self, launched: int, name: str) -> None:
+    def captured_node(self, node: int, start: int, end: int) -> None:
+        """A graph node created by a launch captured at host time `start`..`end`."""
+        self.conn.execute("INSERT INTO CUDA_GRAPH_NODE_EVENTS VALUES (?, ?, ?, 0, 0, ?, NULL)",
+                          (start, end, self.sid("cudaGraphNodeCreate"), node))
+
+    def kernel(self, launched: int, name: str, node: int | None = None) -> None:
+        """A kernel launched at host time `launched`; with `node`, replayed from a graph
+        node that was captured from node `node`."""
         self.correlation += 1
+        if node is not None and node not in self.instances:
+            # the instantiated graph's node (one row, whatever the replays) points back
+            # to the node its capture created
+            self.instances.add(node)
+            self.conn.execute("INSERT INTO CUDA_GRAPH_NODE_EVENTS VALUES (?, ?, ?, 0, ?, ?, ?)",
+                              (launched, launched + 1, self.sid("cudaGraphLaunch"),
+                               self.correlation, 1000 + node, node))
         self.conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, "
                           "correlationId, nameId) VALUES (?, ?, 1, ?, ?)",
                           (launched, launched + 2, self.correlation, self.sid("cudaLaunchKernel")))
         columns = ("start, end, deviceId, contextId, streamId, correlationId, shortName, "
                    "registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "
                    "staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, "
-                   "localMemoryTotal, gridId")
+                   "localMemoryTotal, gridId, graphNodeId")
         values = [launched + 5, launched + 9, 0, 1, 7, self.correlation,
-                  self.sid(name.split("<")[0]), 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1]
+                  self.sid(name.split("<")[0]), 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, 1,
+                  None if node is None else 1000 + node]
         if self.name_column == "demangledName":
             columns += ", demangledName"
             values.append(self.sid(name))
@@ -129,6 +148,31 @@ def test_kernels_by_shape_follow_the_iteration_ranges(tmp_path: Path) -> None:
     assert len(gen.runs) == 2
     assert gen.per_iteration() == {FMHA: 1, GEMM: 2, MQA: 1}
     assert shapes[(32, 4, 2049)].per_iteration() == {GEMM: 1, MQA: 1, XQA: 2}
+
+
+COPY = "void at::native::direct_copy_kernel_cuda<...>(...)"
+
+
+def test_kernels_in_ignore_ranges_are_left_out_as_parse_py_does(tmp_path: Path) -> None:
+    """upstream's calibrator wraps its bookkeeping in `layer_wise_benchmarks ignore`; eager
+    launches inside it, and graph replays of launches captured inside it, are not kernels
+    of the layer."""
+    ex = Export(tmp_path / "r.sqlite")
+    ex.nvtx(10, 20, "layer_wise_benchmarks ignore")  # during the graph capture
+    ex.captured_node(1, 12, 14)  # the copy, captured inside the ignore range
+    ex.captured_node(2, 30, 32)  # the GEMM, captured outside it
+    ex.nvtx(90, 91, 'layer_wise_benchmarks problem_spec {"batch_size": 32}')
+    for start in (100, 200):  # graph replays
+        ex.nvtx(start, start + 90, "b=32 s=1 past=2049 NP8")
+        ex.kernel(start + 10, COPY, node=1)
+        ex.kernel(start + 10, GEMM, node=2)
+    ex.nvtx(300, 390, "b=32 s=4 past=2049 NP8")  # eager
+    ex.nvtx(305, 320, "layer_wise_benchmarks ignore")
+    ex.kernel(310, COPY)
+    ex.kernel(330, GEMM)
+    shapes = nsys.kernels_by_shape(ex.close())
+    assert shapes[(32, 1, 2049)].per_iteration() == {GEMM: 1}
+    assert shapes[(32, 4, 2049)].per_iteration() == {GEMM: 1}
 
 
 def test_short_names_when_the_export_has_no_demangled_names(tmp_path: Path) -> None:

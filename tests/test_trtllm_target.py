@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import git_env, run_abdiff
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
@@ -94,7 +95,7 @@ def test_dsa_block_becomes_upstream_options(checkouts: dict[str, Path]) -> None:
         "--seq-len-kv-cache", "2049", "--load-format", "DUMMY",
         "--model", "deepseek-ai/DeepSeek-V3.2-Exp", "--tokens-per-block", "64",
         "--moe-backend", "DEEPGEMM", "--moe-backend-for-prefill", "DEEPGEMM",
-        "--no-use-cuda-graph", "--warmup-times", "3", "--run-times", "20"]
+        "--warmup-times", "3", "--run-times", "20"]
 
 
 def test_trtllm_block_keeps_upstream_model_and_takes_suite_options(
@@ -195,6 +196,42 @@ def test_round_command(checkouts: dict[str, Path], tmp_path: Path) -> None:
     assert str(checkout.resolve()) in spec.env["ABDIFF_RANK_PATHS"].split(":")
 
 
+def test_use_cuda_graph_is_upstreams_yaml_decided_on_the_ranks(checkouts: dict[str, Path],
+                                                               tmp_path: Path) -> None:
+    """config_gen.yaml's `use_cuda_graph: true` reaches run.py unless the suite says otherwise;
+    abdiff's own process (no CUDA here, like a login node) decides nothing about it."""
+    checkout = patched_pr(checkouts, tmp_path, "use_cuda_graph: false", "use_cuda_graph: true",
+                          rel="examples/layer_wise_benchmarks/config_gen.yaml")
+    configs = [cfg("TRTLLM", 2, 1)]
+    outcome, log, spec = run_worker(checkout, tmp_path / "work", configs)
+    assert not {"--use-cuda-graph", "--no-use-cuda-graph"} & set(spec.argv)
+    assert json.loads(Path(spec.env[PLAN_ENV]).read_text())["cuda_graph"] is True
+    assert "use_cuda_graph=True" in (tmp_path / "work/stdout.txt").read_text()
+    assert log.env["cuda_graph"] is True
+    # this CPU-only machine cannot capture the graph run.py asked for: failed, not silent
+    assert outcome.returncode != 0 and log.done[configs[0]["id"]].status == "failed"
+    _, _, eager = run_worker(checkout, tmp_path / "eager", configs,
+                             target_options={"use_cuda_graph": False})
+    assert "--no-use-cuda-graph" in eager.argv
+
+
+@pytest.mark.slow
+def test_a_machine_without_cuda_can_ask_the_ranks_for_graphs(repo: Path, tmp_path: Path) -> None:
+    """`abdiff run --cuda-graph` where abdiff's own process sees no CUDA (a login node that
+    launches srun): not refused; the ranks get --use-cuda-graph. (This machine's ranks have
+    no CUDA either, so the config then fails there, visibly.)"""
+    suite = tmp_path / "one.yaml"
+    suite.write_text("warmup_times: 1\nrun_times: 2\nmatrix: {run_type: [GEN], backend: "
+                     "[TRTLLM], batch_size: [2], seq_len_q: [1], seq_len_kv_cache: [16]}\n")
+    env = {**git_env(), "CUDA_VISIBLE_DEVICES": ""}
+    done = run_abdiff("run", "pr", "--repo", repo, "--target", "trtllm", "--launcher", "local",
+                      "--configs", suite, "--rounds", "1", "--cuda-graph", "--out",
+                      tmp_path / "pr.json", "--cache-dir", tmp_path / "cache", env=env)
+    assert "needs a CUDA device" not in done.stderr, done.stderr
+    stdout = next((tmp_path / "cache").rglob("worker0/stdout.txt")).read_text()
+    assert "use_cuda_graph=True" in stdout
+
+
 def test_detection_and_env_info(checkouts: dict[str, Path], tmp_path: Path) -> None:
     assert detect_target(checkouts["main"]) is TrtllmTarget
     info = TrtllmTarget().env_info(checkouts["pr"])
@@ -265,14 +302,19 @@ def test_probe_records_facts_kernels_and_latency(checkouts: dict[str, Path],
     assert "--model deepseek-ai/DeepSeek-V3.2-Exp" in " ".join(log.env["trtllm.args"])
 
 
-def patched_pr(checkouts: dict[str, Path], tmp_path: Path, old: str, new: str) -> Path:
-    """A worktree of `pr` whose runner.py has `old` replaced by `new` (which must occur)."""
+RUNNER_PY = "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
+
+
+def patched_pr(checkouts: dict[str, Path], tmp_path: Path, old: str, new: str,
+               rel: str = RUNNER_PY) -> Path:
+    """A worktree of `pr` whose file `rel` has `old` replaced by `new` (which must occur)."""
     checkout = tmp_path / "checkout"
-    git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
-    runner = checkout / "tensorrt_llm/tools/layer_wise_benchmarks/runner.py"
-    text = runner.read_text()
+    if not checkout.exists():
+        git(checkouts["pr"], "worktree", "add", "-q", "--detach", str(checkout), "pr")
+    path = checkout / rel
+    text = path.read_text()
     assert old in text
-    runner.write_text(text.replace(old, new))
+    path.write_text(text.replace(old, new))
     return checkout
 
 @pytest.mark.slow
@@ -297,6 +339,30 @@ def test_probe_uses_checkout_code_over_installed_compiled_parts(
     assert spec.env["PYTHONPATH"].split(":")[1] == str(tmp_path / "work/trtllm-overlay")
 
 @pytest.mark.slow
+
+def test_ranks_get_the_hugging_face_locations(checkouts: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE reach the rank (and are in
+    the launch spec, which mpirun/srun forward); HF_TOKEN does not without --pass-env."""
+    values = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf/hub"),
+              "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_TOKEN": "hf_secret"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    checkout = patched_pr(checkouts, tmp_path, "        attn_metadata.prepare()\n",
+                          "        attn_metadata.prepare()\n"
+                          "        attn_metadata.hf = ','.join(sorted(\n"
+                          "            k for k in os.environ\n"
+                          "            if k.startswith(('HF_', 'TRANSFORMERS_'))))\n"
+                          "        attn_metadata.hf_home = os.environ.get('HF_HOME')\n")
+    outcome, log, spec = run_worker(checkout, tmp_path / "work", [cfg("TRTLLM", 2, 1)],
+                                    facts=["attn_metadata.hf", "attn_metadata.hf_home"])
+    assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
+    facts = log.done["GEN-TRTLLM-bs2-q1-kv16"].facts
+    del values["HF_TOKEN"]
+    assert facts["attn_metadata.hf"] == ",".join(sorted(values))
+    assert facts["attn_metadata.hf_home"] == values["HF_HOME"]
+    assert {k: spec.env[k] for k in values} == values
+
 
 def test_probe_refuses_code_from_outside_the_checkout(checkouts: dict[str, Path],
                                                       tmp_path: Path) -> None:
@@ -348,6 +414,64 @@ def test_a_python_error_fails_its_config_and_names_it_last(checkouts: dict[str, 
 
 @pytest.mark.slow
 
+def test_probe_does_not_need_the_untimed_first_call(checkouts: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """Older run.py (before the untimed call in its timed loop) times every call of the pack:
+    the records, with kernels, are the same as with the newer run.py."""
+    checkout = patched_pr(checkouts, tmp_path, "    run_pack()  # untimed first call\n", "",
+                          rel=RUN_PY)
+    configs = [cfg("DSA", 2, q) for q in (1, 2)]
+    outcome, log, _ = run_worker(checkout, tmp_path / "work", configs, warmup_times=1,
+                                 run_times=3)
+    assert outcome.returncode == 0, (tmp_path / "work/stderr.txt").read_text()
+    for config in configs:
+        record = log.done[config["id"]]
+        assert record.status == "ok", record.error
+        assert len(record.latency_us) == 3 and record.kernels
+
+
+def test_nothing_is_profiled_while_autotuning(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """The autotune pack's call runs inside `autotune()`: torch.profiler must be off then (the
+    stand-in AutoTuner says so on stderr otherwise), and the call is not a sample."""
+    configs = [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 4, 1)]
+    outcome, log, _ = run_worker(checkouts["pr"], tmp_path, configs, warmup_times=1,
+                                 run_times=2)
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert outcome.returncode == 0, stderr
+    assert "tuning under torch.profiler" not in stderr
+    assert all(log.done[c["id"]].kernels for c in configs)
+    assert [len(log.done[c["id"]].latency_us) for c in configs] == [2, 2]
+
+
+def test_phase_lines_follow_run_py(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    configs = [cfg("DSA", 2, 1), cfg("DSA", 4, 1)]
+    outcome, _, spec = run_worker(checkouts["pr"], tmp_path, configs)
+    assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    lines = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    phases = [(e["phase"], e["id"]) for e in lines if e["event"] == "phase"]
+    big, small = "GEN-DSA-bs4-q1-kv16", "GEN-DSA-bs2-q1-kv16"
+    assert phases == [("build", None), ("autotune", big), ("prefill", None),
+                      ("warm-up", small), ("warm-up", big), ("timed", small), ("timed", big)]
+
+
+@pytest.mark.slow
+def test_a_hung_phase_is_named(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """Autotuning that never ends (a cold DeepGEMM JIT, a stuck collective): the timeout
+    says which phase and config hung. (The limit leaves the build phase, torch's import on
+    a busy machine, ample time.)"""
+    checkout = patched_pr(checkouts, tmp_path, '            AutoTuner.get().choose("attention")\n',
+                          '            if AutoTuner.get().is_tuning_mode:\n'
+                          '                __import__("time").sleep(600)\n')
+    configs = [Config(c["id"], c["params"]) for c in [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 2, 2)]]
+    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=30)
+    records: dict = {}
+    run_round(TrtllmTarget(), LocalLauncher(), checkout, configs, settings, 0, tmp_path / "work",
+              lambda cid, rec: records.__setitem__(cid, rec))
+    record = records["GEN-TRTLLM-bs2-q2-kv16"]
+    assert record.status == "timeout"
+    assert "in phase autotune (GEN-TRTLLM-bs2-q2-kv16)" in record.error, record.error
+
+
 def test_a_round_isolates_aborting_shapes(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """Through the round runner: one abort costs one process, never another config's data."""
     configs = [Config(c["id"], c["params"]) for c in
@@ -378,6 +502,51 @@ def test_both_backends_in_one_round(checkouts: dict[str, Path], tmp_path: Path) 
     trtllm_q2 = records["GEN-TRTLLM-bs2-q2-kv16"]
     assert trtllm_q2.facts["attn_metadata.max_total_draft_tokens"] is None
     assert trtllm_q2.facts["attn_metadata.kv_lens_cuda_2d.shape"] is None
+
+
+UPSTREAM_STYLE = """model: deepseek-ai/DeepSeek-V3.2-Exp
+layer_indices: [5]
+run_type: GEN
+scaled_from: null
+tokens_per_block: 64
+enable_attention_dp: true
+moe_backend: DEEPGEMM
+use_cuda_graph: false
+batch_size: [2, 4]
+seq_len_q: 2
+seq_len_kv_cache: 16
+balance_method: Balanced
+balance_ratio: [0.5, 0.8]
+warmup_times: 1
+run_times: 3
+"""
+
+
+def test_an_upstream_config_file_is_a_suite(checkouts: dict[str, Path], tmp_path: Path) -> None:
+    """`--configs my_config_gen.yaml` in upstream's own format: translated, the ignored keys
+    named, and it runs as upstream's run.py would run that file."""
+    path = tmp_path / "my_config_gen.yaml"
+    path.write_text(UPSTREAM_STYLE)
+    done = run_abdiff("doctor", "--configs", path, env={**git_env(), "HF_HUB_CACHE": str(
+        tmp_path / "hub")})
+    assert (f"abdiff: {path}: upstream's run.py config, translated into a suite (backend DSA "
+            "from the model name 'deepseek-ai/DeepSeek-V3.2-Exp'); ignored: scaled_from (null: "
+            "run.py's default), balance_ratio (several values: abdiff has no balance-ratio "
+            "axis; write one value per suite)") in done.stderr
+    suite = load_suite(str(path))
+    assert [c.id for c in suite.configs] == ["GEN-DSA-bs2-q2-kv16", "GEN-DSA-bs4-q2-kv16"]
+    assert (suite.warmup_times, suite.run_times) == (1, 3)
+    settings = RoundSettings(facts=suite.facts, warmup_times=1, run_times=3, timeout_s=120,
+                             target_options=suite.target_options)
+    records: dict = {}
+    run_round(TrtllmTarget(), LocalLauncher(), checkouts["pr"], suite.configs, settings, 0,
+              tmp_path / "work", lambda cid, rec: records.__setitem__(cid, rec))
+    assert {cid: r.status for cid, r in records.items()} == {c.id: "ok" for c in suite.configs}
+    args = " ".join(read_round_log(tmp_path / "work/worker0/records.jsonl").env["trtllm.args"])
+    for option in ("--layer-indices 5", "--tokens-per-block 64", "--enable-attention-dp",
+                   "--moe-backend DEEPGEMM", "--no-use-cuda-graph", "--balance-method Balanced"):
+        assert option in args, args
+    assert "--balance-ratio" not in args
 
 
 def test_yaml_written_is_loadable_by_run_py(checkouts: dict[str, Path]) -> None:
@@ -411,6 +580,79 @@ def test_doctor_checks_hooks_of_both_sides(repo: Path, tmp_path: Path, capsys) -
 
 @pytest.mark.slow
 
+def fake_nvidia_smi(folder: Path, name: str, cap: str) -> dict[str, str]:
+    """An environment whose PATH has an `nvidia-smi` that reports one GPU."""
+    folder.mkdir(parents=True, exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"""#!/bin/sh
+case "$1" in
+  -L) echo "GPU 0: {name} (UUID: GPU-0)" ;;
+  --query-gpu=index,name,compute_cap) echo "0, {name}, {cap}" ;;
+  *) exit 1 ;;
+esac
+""")
+    smi.chmod(0o755)
+    env = git_env()
+    env["PATH"] = f"{folder}:{env['PATH']}"
+    return env
+
+
+def test_doctor_checks_the_suites_gpu_generation(tmp_path: Path) -> None:
+    """On an H200 the Blackwell suite is refused with the Hopper one named; mtp-hopper fits."""
+    env = fake_nvidia_smi(tmp_path / "bin", "NVIDIA H200", "9.0")
+    env["HF_HUB_CACHE"] = str(tmp_path / "hub")
+    done = run_abdiff("doctor", "--configs", "mtp", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert ("PROBLEM  suite mtp names models for SM100/SM103 (Blackwell (B200, GB200), "
+            "Blackwell Ultra (B300, GB300)); GPU 0 is NVIDIA H200 (SM90): use --configs "
+            "mtp-hopper") in done.stdout
+    done = run_abdiff("doctor", "--configs", "mtp-hopper", env=env)
+    assert "ok  suite mtp-hopper: models for SM90; GPUs: NVIDIA H200 (SM90)" in done.stdout
+    listing = run_abdiff("suites", env=env).stdout
+    rows = {line.split()[0]: line for line in listing.splitlines()[2:]}
+    assert " SM90 " in rows["mtp-hopper"] and " SM100/SM103 " in rows["mtp"], listing
+
+
+def test_doctor_checks_model_configs_are_readable_offline(tmp_path: Path) -> None:
+    """One model's config.json in the hub cache the ranks get, the other's missing: doctor
+    names the missing one and how to fetch it, and passes the HF locations on."""
+    env = fake_nvidia_smi(tmp_path / "bin", "NVIDIA H200", "9.0")
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--deepseek-ai--DeepSeek-R1-0528/snapshots/0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "deepseek_v3"}')
+    env.update(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    done = run_abdiff("doctor", "--configs", "mtp-hopper", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    out = done.stdout
+    assert "ok  TRTLLM model deepseek-ai/DeepSeek-R1-0528: config readable offline" in out
+    assert (f"PROBLEM  DSA model deepseek-ai/DeepSeek-V3.2-Exp: not in the hub cache {cache}: "
+            "run `huggingface-cli download deepseek-ai/DeepSeek-V3.2-Exp config.json`") in out
+    assert f"passed to the ranks: HF_HUB_CACHE={cache}, HF_HUB_OFFLINE=1" in out
+
+
+def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: Path) -> None:
+    """An old run.py without `--run-times`: the probe could not tell the timed pack; the
+    untimed first call is listed as not relied on."""
+    git(repo, "checkout", "-q", "-b", "old-run-py", "pr")
+    run_py = repo / RUN_PY
+    run_py.write_text(run_py.read_text().replace(
+        'parser.add_argument("--run-times", type=int, default=100)\n', "").replace(
+        "args.warmup_times + args.run_times", "args.warmup_times + 100"))
+    git(repo, "commit", "-q", "-am", "old run.py")
+    git(repo, "checkout", "-q", "main")
+    done = run_abdiff("doctor", "--target", "trtllm", "--repo", repo, "--cache-dir",
+                      tmp_path / "cache", "main..old-run-py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "run.py behaviours the probe relies on:" in out
+    assert ("  MISSING times each shape's run pack warmup_times + run_times times "
+            "(--warmup-times, --run-times) [every run]") in out
+    assert "  yes     autotunes inside `with autotune():`" in out
+    assert "  -       one untimed call before each shape's timed calls" in out
+    assert f"{RUN_PY}: no longer times each shape's run pack" in out
+
+
 def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """With `nsys: true` each rank runs under `nsys profile` (a stand-in here) and rank 0's
@@ -424,6 +666,8 @@ def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_
         export.nvtx(start, start + 50, "b=2 s=1 past=16 NP1")
         export.kernel(start + 10, "void fmhaSm90Kernel<stand-in>(...)")
         export.kernel(start + 20, "nvjet_tst_stand_in")
+        export.nvtx(start + 30, start + 40, "layer_wise_benchmarks ignore")
+        export.kernel(start + 35, "calibrator_bookkeeping_copy")  # parse.py skips it
     export.close()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -467,7 +711,7 @@ def test_probe_on_cuda(checkouts: dict[str, Path], tmp_path: Path, graph: bool) 
                                     warmup_times=3, run_times=10)
     assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
     assert log.env["device"] == "cuda"
-    assert ("--use-cuda-graph" if graph else "--no-use-cuda-graph") in spec.argv
+    assert ("--use-cuda-graph" in spec.argv) == graph
     kernels = {}
     for config in configs:
         record = log.done[config["id"]]

@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", help="reference or trtllm (default: detected)")
     parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
     parser.add_argument("--cache-dir", type=Path, help="checkout cache folder")
+    parser.add_argument("--configs", metavar="SUITE",
+                        help="trtllm: can this machine's GPUs and Hugging Face cache run the "
+                        "suite's models?")
     parser.set_defaults(run=run)
 
 
@@ -61,6 +64,16 @@ def run(args: argparse.Namespace) -> int:
         state = f"cannot run here: needs {', '.join(missing)}" if missing else "can run here"
         print(f"target {name}{chosen}: {state}")
 
+    suite_failed = False
+    if args.configs:
+        from abdiff.suites import load_suite
+        from abdiff.targets.trtllm.preflight import local_gpus, suite_findings
+
+        print(f"\nsuite {args.configs} (trtllm):")
+        for finding in suite_findings(load_suite(args.configs), local_gpus()):
+            print(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
+            suite_failed = suite_failed or not finding.ok
+
     reports: list[HookReport] = []
     if repo_root is not None and args.range:
         from abdiff.checkouts import CheckoutCache, default_cache_dir
@@ -78,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(f"probe hooks of target {target_cls.name}:")
         print(hooks_table(reports, len(target.hooks)))
+        behaviours = getattr(target, "behaviours_table", None)
+        if behaviours is not None:  # what of the benchmark's own flow the probe relies on
+            print("\nrun.py behaviours the probe relies on:")
+            print(behaviours([(r.label, r.path) for r in reports]))
     elif repo_root is None:
         print("\nno repository here: hooks not checked (give --repo PATH or a range)")
-    return exit_code(checks, target_cls.name, reports)
+    code = exit_code(checks, target_cls.name, reports)
+    return 3 if code == 0 and suite_failed else code

@@ -7,6 +7,7 @@ import argparse
 from tabulate import tabulate
 
 from abdiff.suites import builtin_suites, load_suite
+from abdiff.targets.trtllm.preflight import sm_text, suite_sm
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +20,8 @@ def run(args: argparse.Namespace) -> int:
     for name in sorted(builtin_suites()):
         suite = load_suite(name)
         expect = "; ".join(f"{k}={','.join(v)}" for k, v in suite.expect.items()) or "nothing"
-        rows.append([name, len(suite.configs), expect, suite.description])
-    print(tabulate(rows, headers=["suite", "configs", "may change", "description"]))
+        rows.append([name, len(suite.configs), expect, sm_text(suite_sm(suite)) or "any",
+                     suite.description])
+    print(tabulate(rows, headers=["suite", "configs", "may change", "trtllm GPUs",
+                                  "description"]))
     return 0

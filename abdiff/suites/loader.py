@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -128,4 +129,9 @@ def load_suite(name_or_path: str, allow_large: bool = False) -> Suite:
         at = f" at line {mark.line + 1}" if mark else ""
         why = getattr(exc, "problem", None) or getattr(exc, "reason", None) or type(exc).__name__
         raise InputError(f"{path}: malformed YAML{at}: {why}") from None
+    from abdiff.targets.trtllm.upstream_config import is_upstream_config, translate
+
+    if is_upstream_config(data):  # upstream's config_gen.yaml / config_ctx.yaml
+        data, note = translate(data, path)
+        print(f"abdiff: {note}", file=sys.stderr)
     return parse_suite(data, name, str(path), allow_large)

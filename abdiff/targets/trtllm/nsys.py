@@ -11,7 +11,12 @@ one exists, instead of (or to cross-check) torch.profiler:
   ties a kernel to the moment the host launched it (graph replays included);
 - `NVTX_EVENTS` + `ENUM_NSYS_EVENT_TYPE`: run.py wraps every iteration in an
   NVTX range named `b={batch_size} s={seq_len_q} past={seq_len_kv_cache} ...`;
-  kernels whose launch falls in such a range belong to that iteration.
+  kernels whose launch falls in such a range belong to that iteration;
+  kernels launched inside a `layer_wise_benchmarks ignore` range (upstream's
+  calibrator marks its own bookkeeping copies so) are left out, as parse.py
+  leaves them out. For a kernel replayed from a CUDA graph, the launch that
+  counts for that is the one captured into the graph (`CUDA_GRAPH_NODE_EVENTS`),
+  as in parse.py.
 
 Only the standard library is used (sqlite3, subprocess), so this module works
 on any machine that has the export, with or without a GPU.
@@ -31,6 +36,7 @@ from pathlib import Path
 from abdiff.errors import InfrastructureError
 
 RUN_RANGE = re.compile(r"^b=(\d+) s=(\d+) past=(\d+)\b")
+IGNORE_RANGE = "layer_wise_benchmarks ignore"
 
 
 def profile_argv(output: Path, nsys: str = "nsys") -> list[str]:
@@ -144,15 +150,27 @@ def kernels_by_shape(path: Path) -> dict[tuple[int, int, int], ShapeKernels]:
             params,
         ).fetchall()
         column = _name_column(conn)
+        # (host launch time, launch call start and end as captured, name): for graph
+        # replays the captured call is the node's original capture, as parse.py joins it
+        graph = "CUDA_GRAPH_NODE_EVENTS" in tables and "graphNodeId" in _columns(
+            conn, "CUPTI_ACTIVITY_KIND_KERNEL")
+        captured = ("COALESCE(G2.start, R.start), COALESCE(G2.end, R.end)" if graph
+                    else "R.start, R.end")
+        joins = ("LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G1 ON K.graphNodeId = G1.graphNodeId "
+                 "AND G1.originalGraphNodeId IS NOT NULL "
+                 "LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G2 "
+                 "ON G1.originalGraphNodeId = G2.graphNodeId " if graph else "")
         kernels = conn.execute(
-            f"SELECT R.start, S.value FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
+            f"SELECT R.start, {captured}, S.value FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
             f"JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS R ON K.correlationId = R.correlationId "
-            f"JOIN StringIds AS S ON K.{column} = S.id ORDER BY R.start"
+            f"{joins}JOIN StringIds AS S ON K.{column} = S.id ORDER BY R.start"
         ).fetchall()
     finally:
         conn.close()
     runs: list[tuple[int, int, ShapeKernels, Counter[str]]] = []
     shapes: dict[tuple[int, int, int], ShapeKernels] = {}
+    ignored = [(int(start), int(end)) for start, end, label in ranges
+               if label == IGNORE_RANGE and end is not None]
     for start, end, label in ranges:
         match = RUN_RANGE.match(label or "")
         if not match or end is None:
@@ -163,7 +181,9 @@ def kernels_by_shape(path: Path) -> dict[tuple[int, int, int], ShapeKernels]:
         shape.runs.append(counts)
         runs.append((int(start), int(end), shape, counts))
     starts = [r[0] for r in runs]
-    for launched, name in kernels:
+    for launched, call_start, call_end, name in kernels:
+        if any(lo <= int(call_start) and int(call_end) <= hi for lo, hi in ignored):
+            continue
         i = bisect.bisect_right(starts, int(launched)) - 1
         if i >= 0 and int(launched) < runs[i][1]:
             runs[i][3][str(name)] += 1

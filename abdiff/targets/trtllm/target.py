@@ -55,7 +55,7 @@ from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import path_under_root
 from abdiff.revs import run_git
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
-from abdiff.targets.hooks import Hook, run_pack_hooks
+from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
 
@@ -66,6 +66,7 @@ TOOLS_DIR = "tensorrt_llm/tools/layer_wise_benchmarks"
 RUNNER_PY = f"{TOOLS_DIR}/runner.py"
 ATTENTION = "tensorrt_llm/_torch/attention_backend"
 DSA_FILES = (f"{ATTENTION}/sparse/dsa.py", f"{ATTENTION}/sparse/dsa/metadata.py")
+AUTOTUNER_PY = "tensorrt_llm/_torch/autotuner.py"
 
 # What the probe relies on in a checkout (checked by `abdiff doctor` with the ast module).
 TRTLLM_HOOKS: tuple[Hook, ...] = (
@@ -103,6 +104,7 @@ OPTION_KEYS = {
     "compiled": "folder of the installed tensorrt_llm package whose compiled parts to use",
     "nsys": "true: run every rank under `nsys profile` and take kernels from its report",
     "python": "the ranks' Python interpreter (default: $ABDIFF_TRTLLM_PYTHON, else abdiff's)",
+    "sm": "compute capabilities the models run on, e.g. [90] (Hopper) or [100, 103] (Blackwell)",
 }
 PYTHON_ENV = "ABDIFF_TRTLLM_PYTHON"  # e.g. `python3` when ranks run in a Slurm container
 
@@ -164,6 +166,61 @@ def run_py_options(run_py: Path) -> dict[str, RunPyOption]:
     return options
 
 
+# -- what the probe relies on in run.py (doctor's "behaviours") --------------------------
+@dataclass
+class Behaviour:
+    """One thing upstream's run.py does that the probe counts on (or explicitly does not)."""
+
+    what: str
+    needed_for: str  # "every run", "nsys: true", ... or "not relied on"
+    present: bool | None  # None: not checked (not relied on)
+
+    @property
+    def required(self) -> bool:
+        return self.needed_for == "every run"
+
+
+def run_py_behaviours(checkout: Path) -> list[Behaviour]:
+    """Which run.py behaviours this checkout has, read with ast (no import, no GPU)."""
+    checkout = Path(checkout)
+    options = run_py_options(checkout / RUN_PY)
+    checker = HookChecker(checkout)
+
+    def holds(*hooks: Hook) -> bool:
+        return not checker.problems(hooks)
+
+    lists = bool(options) and all(
+        options.get(k) and (options[k].list_flag or options[k].comma_list) for k in SHAPES)
+    return [
+        Behaviour("times each shape's run pack warmup_times + run_times times "
+                  "(--warmup-times, --run-times)", "every run",
+                  "warmup_times" in options and "run_times" in options),
+        Behaviour("runs the product of shape lists in one process (--batch-size 8,32 or "
+                  "--batch-size-list)", "one process per block (else one per config)", lists),
+        Behaviour("autotunes inside `with autotune():` (AutoTuner.is_tuning_mode), so "
+                  "tuning calls are neither timed nor profiled", "every run",
+                  holds(Hook((RUN_PY,), calls="autotune"),
+                        Hook((AUTOTUNER_PY,), cls="AutoTuner", attribute="is_tuning_mode"))),
+        Behaviour("marks timed calls with NVTX ranges and starts the profiler "
+                  "(cudaProfilerStart)", "nsys: true",
+                  holds(Hook((RUN_PY,), calls="annotate"),
+                        Hook((RUN_PY,), calls="cudaProfilerStart"))),
+        Behaviour("one untimed call before each shape's timed calls (newer run.py)",
+                  "not relied on: the probe keeps the last run_times calls", None),
+    ]
+
+
+def behaviours_table(checkouts: list[tuple[str, Path]]) -> str:
+    """One line per behaviour and checkout: yes / MISSING / not checked."""
+    lines = []
+    for label, path in checkouts:
+        lines.append(f"{label}:")
+        for item in run_py_behaviours(path):
+            state = {True: "yes", False: "MISSING", None: "-"}[item.present]
+            lines.append(f"  {state:7s} {item.what} [{item.needed_for}]")
+    return "\n".join(lines)
+
+
 # -- the suite's target block ----------------------------------------------------------
 @dataclass
 class TrtllmOptions:
@@ -176,6 +233,7 @@ class TrtllmOptions:
     compiled: str | None = None
     nsys: bool = False
     python: str | None = None
+    sm: list[int] = field(default_factory=list)
 
     @classmethod
     def parse(cls, block: dict[str, Any] | None, known: dict[str, RunPyOption]) -> TrtllmOptions:
@@ -197,6 +255,13 @@ class TrtllmOptions:
                     raise InputError(f"suite target.{key} must map backends "
                                      f"({', '.join(BACKENDS)}) to values, got {value!r}")
                 setattr(found, key, dict(value))
+            elif key == "sm":
+                values = value if isinstance(value, list) else [value]
+                if not values or not all(isinstance(v, int) and not isinstance(v, bool)
+                                         for v in values):
+                    raise InputError(f"suite target.sm must list compute capabilities such as "
+                                     f"[90] or [100, 103], got {value!r}")
+                found.sm = list(values)
             elif key == "options":
                 if not isinstance(value, dict):
                     raise InputError(f"suite target.options must be a mapping, got {value!r}")
@@ -322,8 +387,8 @@ def translate_configs(
             settings[key] = (value, True)
     if cuda_graph:
         settings["use_cuda_graph"] = (True, True)
-    elif "use_cuda_graph" not in settings:
-        settings["use_cuda_graph"] = (False, False)
+    # otherwise nothing unless the suite says: run.py takes use_cuda_graph from upstream's
+    # YAML of the run type (config_gen.yaml: true, config_ctx.yaml: false), as upstream runs
     lists = {k: list(dict.fromkeys(c["params"][k] for c in configs)) for k in SHAPES}
     need = {"max_batch_size": max(lists["batch_size"]),
             "max_seq_len": max(lists["seq_len_q"]) + max(lists["seq_len_kv_cache"]),
@@ -352,6 +417,15 @@ def translate_configs(
         argv += args
     argv += ["--warmup-times", str(warmup_times), "--run-times", str(run_times), *target_args]
     return argv
+
+
+def uses_cuda_graph(argv: list[str], base: dict[str, Any]) -> bool:
+    """Will run.py replay CUDA graphs? The last flag on its command line, else its YAML's
+    `use_cuda_graph`, else run.py's default (off)."""
+    flags = [a for a in argv if a in ("--use-cuda-graph", "--no-use-cuda-graph")]
+    if flags:
+        return flags[-1] == "--use-cuda-graph"
+    return bool(base.get("use_cuda_graph"))
 
 
 def base_config(checkout: Path, run_type: str) -> tuple[str, dict[str, Any]]:
@@ -510,6 +584,10 @@ class TrtllmTarget(Target):
         "srun": "--launcher srun: runs across nodes under Slurm",
     }
     requires = ("GPU", "torch", "torch with CUDA", "tensorrt_llm")
+    behaviours_table = staticmethod(behaviours_table)
+    # CUDA is the ranks' business (they may run on other nodes than abdiff, under srun):
+    # abdiff's own process needs none to ask for CUDA graphs.
+    cuda_on_ranks: ClassVar[bool] = True
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
@@ -522,6 +600,11 @@ class TrtllmTarget(Target):
     @classmethod
     def detect(cls, root: Path) -> bool:
         return (Path(root) / TOOLS_DIR).is_dir()
+
+    def hook_problems(self, checkout: Path) -> list[str]:
+        missing = [f"{RUN_PY}: no longer {b.what}" for b in run_py_behaviours(checkout)
+                   if b.required and b.present is False]
+        return missing_hooks(Path(checkout), TRTLLM_HOOKS) + missing
 
     def env_info(self, checkout: Path) -> dict[str, Any]:
         checkout = Path(checkout)
@@ -543,6 +626,7 @@ class TrtllmTarget(Target):
         return installed_package()
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        from abdiff.targets.trtllm.preflight import HF_VARIABLES
         from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
         from abdiff.targets.trtllm.probe.runtime import ProbePlan
 
@@ -591,7 +675,8 @@ class TrtllmTarget(Target):
             warmup_times=job.warmup_times, run_times=job.run_times, checkout=str(checkout),
             run_type=params["run_type"], backend=params.get("backend"),
             configs=[{"id": c["id"], **{k: c["params"][k] for k in SHAPES}} for c in block],
-            profile_kernels=job.profile_kernels, device=job.device, cuda_graph=job.cuda_graph,
+            profile_kernels=job.profile_kernels, device=job.device,
+            cuda_graph=uses_cuda_graph(args, base),
             nsys_pending=nsys_pending, nsys_report=nsys_report,
             env={"trtllm.args": args, "trtllm.block": [c["id"] for c in block]},
         )
@@ -607,5 +692,8 @@ class TrtllmTarget(Target):
             "PYTHONPATH": os.pathsep.join(path_entries),
             PLAN_ENV: str(plan_path),
             "ABDIFF_RANK_PATHS": os.pathsep.join(dict.fromkeys(rank_paths)),
+            # where the ranks find model configs without network; in the spec's env so
+            # that mpirun/srun forward them to every rank (tokens stay behind --pass-env)
+            **{name: os.environ[name] for name in HF_VARIABLES if os.environ.get(name)},
         }
         return LaunchSpec(argv, bench if bench.is_dir() else checkout, env)

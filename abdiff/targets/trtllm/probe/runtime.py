@@ -14,12 +14,21 @@ import watcher and does nothing else until run.py imports TensorRT-LLM:
 The wrapper identifies the config of each run pack by (run_type, batch_size,
 seq_len_q, seq_len_kv_cache), reads the facts from the `attn_metadata` the
 pack closes over, and returns a timed run pack: CUDA events around every
-call (and around `CUDAGraph.replay` when run.py replays a captured pack), and
-torch.profiler on the pack's first call, which run.py never times. run.py
-creates a pack per shape for autotuning and warm-up, then one per shape for
-its timed loop; a pack that received at least warmup+run timed calls is the
-timed one, and its last `run_times` latencies become the config's record
-when the next pack is created or the process ends.
+call (and around `CUDAGraph.replay` when run.py replays a captured pack).
+run.py creates a pack per shape for autotuning and warm-up, then one per
+shape for its timed loop; a pack that received at least warmup+run calls is
+the timed one, and its last `run_times` latencies become the config's record
+when the next pack is created or the process ends. Calls made while
+upstream's AutoTuner is in tuning mode are never counted, and nothing is
+profiled before autotuning has finished: the kernels come from one extra
+call under torch.profiler after the timed calls. So the record does not
+depend on whether this run.py makes an untimed first call in its timed loop
+(newer versions do, older ones do not).
+
+Phase lines (`{"event": "phase", "phase": ...}`: build, autotune, prefill,
+warm-up, timed) go to the record log as run.py moves on; each one restarts
+the round runner's inactivity timeout, and the last one names the phase that
+hung when it expires.
 
 Events follow the worker protocol (targets/base.py RoundJob): a `start` line
 whenever the config being executed changes (so the last start always names
@@ -47,6 +56,7 @@ from abdiff.targets.trtllm.probe import PLAN_ENV
 
 PACKAGE = "tensorrt_llm"
 TOOLS = "tensorrt_llm.tools.layer_wise_benchmarks"
+AUTOTUNER = "tensorrt_llm._torch.autotuner"  # AutoTuner.get().is_tuning_mode inside autotune()
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "WORLD_SIZE")
 
@@ -103,9 +113,8 @@ class _Pack:
 
     config: dict[str, Any]
     facts: dict[str, Any]
-    calls: int = 0
+    run_pack: Any = None  # upstream's own run pack, for the kernel-capture call
     spans: list[Any] = field(default_factory=list)  # (start, end) events or ns pairs
-    kernels: dict[str, int] | None = None
 
 
 class Probe:
@@ -132,6 +141,9 @@ class Probe:
         self.unattributed: str | None = None  # an exception outside any config
         self.most_calls: dict[str, int] = {}
         self.patched: set[int] = set()
+        self.warmed: set[str] = set()  # configs whose pack was called outside autotuning
+        self.phase: tuple[str, str | None] | None = None
+        self.set_phase("build")  # import, KV-cache manager and model build come first
 
     # -- records ---------------------------------------------------------------------
     def _start(self, config: dict[str, Any]) -> None:
@@ -140,6 +152,14 @@ class Probe:
         self.running = config["id"]
         if self.writer:
             self.writer.start(config["id"])
+
+    def set_phase(self, phase: str, config_id: str | None = None) -> None:
+        """Say that run.py entered `phase` (once per change), for the timeout and its report."""
+        if self.phase == (phase, config_id):
+            return
+        self.phase = (phase, config_id)
+        if self.writer:
+            self.writer.phase(phase, config_id)
 
     def _done(self, config: dict[str, Any], record: Any) -> None:
         if config["id"] in self.done:
@@ -246,6 +266,8 @@ class Probe:
         finally:
             self.depth -= 1
         if config is None:
+            if key and key[0] == "CTX" and self.plan.run_type == "GEN":
+                self.set_phase("prefill")  # run.py fills the KV cache with CTX packs first
             return run_pack  # a pack run.py builds for something else (e.g. the KV prefill)
         from abdiff.measure import find_attn_metadata, read_facts
 
@@ -254,7 +276,9 @@ class Probe:
         if self.writer:
             self.writer.facts(config["id"], facts)
         self._check_backend(metadata)
-        pack = _Pack(config, facts)
+        if config["id"] in self.warmed:
+            self.set_phase("timed", config["id"])
+        pack = _Pack(config, facts, run_pack)
         self.current = pack
         return self._wrap_pack(pack, run_pack, metadata)
 
@@ -290,7 +314,6 @@ class Probe:
             pack.spans.append((begin, end))
         else:
             pack.spans.append((begin, time.perf_counter_ns()))
-        pack.calls += 1
 
     def _capturing(self) -> bool:
         if self.device != "cuda":
@@ -299,6 +322,15 @@ class Probe:
 
         return bool(torch.cuda.is_current_stream_capturing())
 
+    def _tuning(self) -> bool:
+        """Is upstream's AutoTuner in tuning mode (inside run.py's `with autotune():`)?"""
+        module = sys.modules.get(AUTOTUNER)
+        tuner = getattr(module, "AutoTuner", None)
+        try:
+            return bool(tuner.get().is_tuning_mode) if tuner is not None else False
+        except Exception:  # noqa: BLE001 - an AutoTuner without that attribute: not tuning
+            return False
+
     def _wrap_pack(self, pack: _Pack, run_pack: Any, metadata: Any) -> Any:
         probe = self
 
@@ -306,21 +338,19 @@ class Probe:
             if probe.depth or probe._capturing():
                 return run_pack(*args, **kwargs)
             probe._start(pack.config)
+            tuning = probe._tuning()
+            if tuning:
+                probe.set_phase("autotune", pack.config["id"])
+            elif pack.config["id"] not in probe.warmed:
+                probe.set_phase("warm-up", pack.config["id"])
             probe.depth += 1
             try:
-                profile = (probe.plan.profile_kernels and not probe.plan.nsys_pending
-                           and pack.kernels is None)
-                if profile:
-                    from abdiff.measure import profile_kernels
-
-                    out: list[Any] = []
-                    pack.kernels = profile_kernels(
-                        lambda: out.append(run_pack(*args, **kwargs)), probe.device or "cpu")
-                    pack.calls += 1
-                    return out[0]
+                if tuning:  # autotuning is not a sample, and nothing profiles it
+                    return run_pack(*args, **kwargs)
                 begin = probe._span_begin()
                 result = run_pack(*args, **kwargs)
                 probe._span_end(pack, begin)
+                probe.warmed.add(pack.config["id"])
                 return result
             except BaseException as exc:
                 probe._failed(pack.config, exception_line(exc), pack.facts)
@@ -383,8 +413,28 @@ class Probe:
                          pack.facts)
             return
         latencies = [max(value, 1e-3) for value in latencies]  # a run file needs positive numbers
-        self._done(pack.config, RoundRecord("ok", None, latencies, pack.facts,
-                                            pack.kernels or {}, self.plan.round))
+        kernels: dict[str, int] = {}
+        if self.plan.profile_kernels and not self.plan.nsys_pending:
+            try:
+                kernels = self._capture_kernels(pack)
+            except Exception as exc:  # noqa: BLE001 - the config fails with the reason
+                self._failed(pack.config, f"the kernel-capture call after the timed calls "
+                                          f"raised {exception_line(exc)}", pack.facts)
+                return
+        self._done(pack.config, RoundRecord("ok", None, latencies, pack.facts, kernels,
+                                            self.plan.round))
+
+    def _capture_kernels(self, pack: _Pack) -> dict[str, int]:
+        """Kernels of one extra call after the timed ones: autotuning is long over, and
+        the profiler's overhead reaches no latency sample. Every rank makes this call (it
+        runs the same collectives as a timed one)."""
+        from abdiff.measure import profile_kernels
+
+        self.depth += 1  # neither a sample nor a graph replay of the pack
+        try:
+            return profile_kernels(pack.run_pack, self.device or "cpu")
+        finally:
+            self.depth -= 1
 
     def at_exit(self) -> None:
         """Last records: the final timed pack, and the configs this process could not run."""
