@@ -31,6 +31,10 @@ class RoundRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
     round: int | None = None  # schedule position; lets `--resume` skip finished rounds
+    # multi-rank launches (abdiff/ranks.py): each rank's own record, and the facts whose
+    # values differ between ranks (fact name -> value per rank)
+    ranks: list[dict[str, Any]] | None = None
+    rank_differences: dict[str, list[Any]] | None = None
 
 
 @dataclass
@@ -207,7 +211,17 @@ def parse_round(data: Any, where: str) -> RoundRecord:
     if round_index is not None and (not isinstance(round_index, int)
                                     or isinstance(round_index, bool)):
         raise InputError(f"{where}: round must be an integer")
-    return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index)
+    ranks = data.get("ranks")
+    if ranks is not None and not isinstance(ranks, list):
+        raise InputError(f"{where}: ranks must be a list of records")
+    per_rank = None if ranks is None else [
+        asdict(parse_round(r, f"{where} ranks[{i}]")) for i, r in enumerate(ranks)]
+    differences = data.get("rank_differences")
+    if differences is not None and not (isinstance(differences, dict) and all(
+            isinstance(v, list) for v in differences.values())):
+        raise InputError(f"{where}: rank_differences must map fact names to lists")
+    return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index,
+                       per_rank, differences)
 
 
 def _check_document(data: Any, schema: str, what: str, where: str) -> None:

@@ -1,4 +1,5 @@
-"""Launchers start worker processes: locally, or under mpirun / srun for several ranks."""
+"""Launchers start worker processes: locally, or under mpirun / srun / torchrun for several
+ranks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
     """The launcher for `--launcher NAME --np N --nodes M`."""
     if name == "local":
         if (np or 1) > 1 or (nodes or 1) > 1:
-            raise InputError("--np/--nodes need --launcher mpirun or srun")
+            raise InputError("--np/--nodes need --launcher mpirun, srun or torchrun")
         from abdiff.launchers.local import LocalLauncher
 
         return LocalLauncher()
@@ -24,4 +25,10 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
         from abdiff.launchers.slurm import SrunLauncher
 
         return SrunLauncher(np or 1, nodes or 1)
-    raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun or srun")
+    if name == "torchrun":
+        if (nodes or 1) > 1:
+            raise InputError("--nodes needs --launcher srun (torchrun here runs on one node)")
+        from abdiff.launchers.torchrun import TorchrunLauncher
+
+        return TorchrunLauncher(np or 1)
+    raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun, srun or torchrun")

@@ -7,6 +7,7 @@ gets the same timeout and signal handling.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -17,6 +18,8 @@ class Launcher(ABC):
     """Rewrites a LaunchSpec so that it runs under this launcher."""
 
     name: ClassVar[str]
+    ranks: int = 1  # processes one launch starts (each writes its own record log)
+    own_lines: re.Pattern[str] | None = None  # the launcher's report lines in the ranks' stderr
 
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
@@ -24,4 +27,8 @@ class Launcher(ABC):
 
     def launch_failure(self, stderr_text: str) -> str | None:
         """The launcher's own reason when the job never started (exit 3), else None."""
+        return None
+
+    def rank_death(self, returncode: int, stderr_text: str) -> tuple[int | None, str] | None:
+        """(rank, signal name) when a rank died of a signal the launcher's own exit hides."""
         return None
