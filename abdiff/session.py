@@ -63,8 +63,11 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
                          "cpu was given); drop --cuda-graph to time eager calls")
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
-    launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
-                             args.np, args.nodes)
+    launcher_name = args.launcher or getattr(target, "default_launcher", "local")
+    if launcher_name == "local" and not args.np and suite.tp > 1:
+        raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
+                         "or torchrun to start that many ranks (or --np 1 for one)")
+    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
@@ -99,7 +102,8 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         "suite": bench.suite.source,
         "configs": [c.id for c in bench.suite.configs],
         "settings": settings_fingerprint(bench.settings),
-        "launcher": bench.launcher.name,
+        "launcher": bench.launcher.name if bench.launcher.ranks == 1
+        else f"{bench.launcher.name} x{bench.launcher.ranks}",
     }
     return bench.cache_dir / "runs" / state_key(parts)
 

@@ -23,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", help="reference or trtllm (default: detected)")
     parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
     parser.add_argument("--cache-dir", type=Path, help="checkout cache folder")
+    parser.add_argument("--launcher", choices=["mpirun", "srun", "torchrun"],
+                        help="start a 2-rank hello through this launcher, for real")
     parser.set_defaults(run=run)
 
 
@@ -52,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
         detected or target_class("reference"))
     target = target_cls()
 
+    if args.launcher:
+        from abdiff.launchers import launcher_hello
+
+        print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
+        print()
     checks = machine_checks()
     print(machine_table(checks))
     print()

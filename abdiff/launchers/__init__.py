@@ -32,3 +32,38 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
 
         return TorchrunLauncher(np or 1)
     raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun, srun or torchrun")
+
+
+HELLO = "from abdiff.protocol import rank_from_env; print('abdiff-hello rank', rank_from_env()[0])"
+
+
+def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
+    """Start `np` ranks of a one-line Python hello through launcher `name`, for real.
+
+    Returns what happened in one line; raises InfrastructureError with the
+    launcher's own reason when not every rank said hello.
+    """
+    import re
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from abdiff.errors import InfrastructureError
+    from abdiff.launchers.process import last_meaningful_line, run_process
+    from abdiff.targets.base import LaunchSpec
+
+    launcher = make_launcher(name, np)
+    with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:
+        logs = Path(tmp)
+        spec = launcher.wrap(LaunchSpec([sys.executable, "-c", HELLO], logs))
+        outcome = run_process(spec, logs, logs / "progress", timeout_s)
+        said = {int(r) for r in re.findall(r"abdiff-hello rank (\d+)",
+                                           (logs / "stdout.txt").read_text(errors="replace"))}
+        if outcome.returncode == 0 and said == set(range(np)):
+            return f"{name}: {np} ranks started and said hello ({' '.join(spec.argv[:3])} ...)"
+        stderr = outcome.stderr_path.read_text(errors="replace")
+        reason = (launcher.launch_failure(stderr) or last_meaningful_line(outcome.stderr_path)
+                  or (f"no progress within {timeout_s:g} s" if outcome.timed_out
+                      else f"exit code {outcome.returncode}"))
+    raise InfrastructureError(f"{name} could not start {np} ranks (ranks that said hello: "
+                              f"{sorted(said) or 'none'}): {reason}")

@@ -92,16 +92,17 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal(parent: int | None = None) -> Callable[[], None] | None:
     """Linux: a function that makes the calling process get SIGKILL when its parent dies.
 
     Looked up in the parent (not in the forked child, where loading a library
-    is unsafe). Other systems: None.
+    is unsafe); `parent` is the process expected to be the caller's parent
+    (default: this one). Other systems: None.
     """
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
+    parent = os.getpid() if parent is None else parent
 
     def arm() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -118,7 +119,7 @@ def _child_setup(max_memory_bytes: int | None) -> Callable[[], None]:
     out of reach of the terminal's signals); the parent-death signal reaches the
     worker process itself, and what it started is in its process group.
     """
-    arm = _parent_death_signal()
+    arm = parent_death_signal()
 
     def setup() -> None:
         if arm is not None:

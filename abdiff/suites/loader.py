@@ -26,6 +26,7 @@ TOP_LEVEL_KEYS = {
     "facts": "dotted names read from the live objects",
     "matrix": "KEY: [VALUES] expanded into configs",
     "target": "options passed to the target (e.g. model, moe_backend for trtllm)",
+    "tp": "ranks per round, tensor-parallel (the default of --np; needs a multi-rank --launcher)",
 }
 RUN_TYPES = ("GEN", "CTX")
 BACKENDS = ("DSA", "TRTLLM")
@@ -60,6 +61,7 @@ class Suite:
     warmup_times: int
     run_times: int
     target_options: dict[str, Any] = field(default_factory=dict)
+    tp: int = 1
 
 
 def builtin_suites() -> dict[str, Path]:
@@ -174,6 +176,7 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
         warmup_times=_int_field(data, "warmup_times", where, 3, 0),
         run_times=_int_field(data, "run_times", where, 20, 1),
         target_options=target,
+        tp=_int_field(data, "tp", where, 1, 1),
     )
 
 

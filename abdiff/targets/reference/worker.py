@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from abdiff.launchers.process import parent_death_signal
 from abdiff.measure import (
     GPU_MIN_WARMUP_S,
     environment,
@@ -123,6 +124,12 @@ def main(job_path: str) -> int:
     # The record log is created once the worker's own set-up (job, torch, device) has
     # worked: a worker that dies before leaves none, and the launcher reports that
     # abdiff could not start it, instead of blaming every config of the benchmark.
+    if job.ranks > 1:
+        # torchrun starts each rank in a session of its own, out of reach of the process
+        # group abdiff ends on a timeout: a rank must not outlive its launcher
+        arm = parent_death_signal(os.getppid())
+        if arm is not None:
+            arm()
     rank, local_rank = rank_from_env() if job.ranks > 1 else (0, 0)
     tensor_parallel: dict[str, Any] = {}
     if job.ranks > 1:
