@@ -43,6 +43,12 @@ def rank_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
     return 0, 0
 
 
+def rank_stderr_path(record_path: Path | str, rank: int) -> Path:
+    """Where rank `rank` of a multi-rank launch sends its stderr: the launcher mixes the
+    ranks' lines, and a dead rank's reason must be its own last line, not another's."""
+    return Path(record_path).with_name(f"stderr.rank{rank}.txt")
+
+
 def rank_record_path(record_path: Path | str, rank: int) -> Path:
     """Where rank `rank` writes its events: rank 0 the job's record log (the one the
     parent watches for progress), every other rank a file of its own beside it."""

@@ -13,7 +13,7 @@ in `RoundRecord.ranks` and summarises them:
   kept in `RoundRecord.rank_differences` and reported (`rank_notes`).
 
 A rank that died leaves its config unfinished in its own log: the merged log's
-`in_progress` names it even when rank 0 had moved on or was waiting.
+`in_progress` names it even when another rank had moved on or was waiting.
 """
 
 from __future__ import annotations
@@ -58,22 +58,28 @@ def merge_records(records: list[RoundRecord]) -> RoundRecord:
 
 
 def merge_rank_logs(logs: list[RoundLog]) -> RoundLog:
-    """The round log of a multi-rank launch, as if one process had written it."""
+    """The round log of a multi-rank launch, as if one process had written it.
+
+    Ranks run the configs in the same order, so the first config that some rank
+    started and not every rank finished is where the launch broke: a rank that
+    saw its peer die may have failed that config and the next ones on its own
+    (a collective's connection error), and none of those count.
+    """
     if len(logs) == 1:
         return logs[0]
-    merged = RoundLog(env={**logs[0].env, "ranks": len(logs)}, started=list(logs[0].started))
-    for cid in logs[0].started:
-        if all(cid in log.done for log in logs):
-            merged.done[cid] = merge_records([log.done[cid] for log in logs])
+    merged = RoundLog(env={**logs[0].env, "ranks": len(logs)})
+    order = list(dict.fromkeys(cid for log in logs for cid in log.started))
+    for cid in order:
+        if not all(cid in log.done for log in logs):
+            merged.started.append(cid)  # the crash site: last start, not done
+            break
+        merged.started.append(cid)
+        merged.done[cid] = merge_records([log.done[cid] for log in logs])
     for log in logs:
         for cid, why in log.malformed.items():
             merged.malformed.setdefault(cid, why)
         for cid, facts in log.facts.items():
             merged.facts.setdefault(cid, facts)
-    # A rank that died in a config rank 0 finished (or never reached) is the crash site.
-    stuck = [log.in_progress for log in logs if log.in_progress is not None]
-    if stuck and merged.in_progress is None:
-        merged.started.append(stuck[0])
     return merged
 
 

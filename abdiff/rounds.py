@@ -15,7 +15,7 @@ from pathlib import Path
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line, run_process
-from abdiff.protocol import STDERR_MARK, RoundLog
+from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path
 from abdiff.ranks import merge_rank_logs, read_rank_logs
 from abdiff.records import RoundRecord
 from abdiff.suites import Config
@@ -105,7 +105,7 @@ def read_launch(record_path: Path, ranks: int) -> RoundLog:
     return merge_rank_logs(read_rank_logs(record_path, ranks))
 
 
-def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher) -> None:
+def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher, record_path: Path) -> None:
     """Fill in which rank died of which signal, from the launcher's exit code and stderr."""
     if outcome.returncode <= 0 or outcome.timed_out:
         return
@@ -114,6 +114,9 @@ def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher) -> None:
     death = launcher.rank_death(outcome.returncode, stderr)
     if death is not None:
         outcome.rank, outcome.rank_signal = death
+        own = rank_stderr_path(record_path, outcome.rank) if outcome.rank is not None else None
+        if own is not None and own.exists():
+            outcome.stderr_path = own  # the reason is that rank's last line
 
 
 def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str, RoundRecord]:
@@ -183,7 +186,7 @@ def run_round(
         if not record_path.exists():
             raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
                                                        launcher))
-        name_dead_rank(outcome, launcher)
+        name_dead_rank(outcome, launcher, record_path)
         log = read_launch(record_path, job.ranks)
         env = env or log.env
         records.update(finished(log, remaining, round_index))

@@ -31,7 +31,8 @@ from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
 from abdiff.launchers import make_launcher
 from abdiff.launchers.process import run_process
-from abdiff.ranks import merge_records
+from abdiff.protocol import RecordWriter, rank_record_path
+from abdiff.ranks import merge_rank_logs, merge_records, read_rank_logs
 from abdiff.records import RoundRecord
 from abdiff.targets.base import LaunchSpec
 
@@ -128,6 +129,26 @@ def test_merged_record_takes_the_slowest_rank_and_notes_disagreeing_facts() -> N
     failed = merge_records([rank0, RoundRecord("failed", "ValueError: x", round=2)])
     assert (failed.status, failed.error, failed.latency_us) == ("failed", "rank 1: ValueError: x",
                                                                 [])
+
+
+def test_merged_log_blames_the_config_the_dead_rank_was_in(tmp_path: Path) -> None:
+    """Rank 1 died in bs3; rank 0 saw its peer vanish, failed bs3 and bs4 on its own and
+    exited: bs3 is the crash site, bs4 is not finished, a finished bs2 stays."""
+    record_path = tmp_path / "records.jsonl"
+    ok = RoundRecord("ok", None, [5.0], {"f": 1}, round=0)
+    lost = RoundRecord("failed", "RuntimeError: Connection reset by peer", round=0)
+    rank0, rank1 = (RecordWriter(rank_record_path(record_path, r)) for r in (0, 1))
+    for writer in (rank0, rank1):
+        writer.start("bs2")
+        writer.done("bs2", ok)
+        writer.start("bs3")
+    for cid in ("bs3", "bs4"):
+        if cid == "bs4":
+            rank0.start(cid)
+        rank0.done(cid, lost)
+    merged = merge_rank_logs(read_rank_logs(record_path, 2))
+    assert set(merged.done) == {"bs2"} and merged.done["bs2"].latency_us == [5.0]
+    assert merged.in_progress == "bs3"
 
 
 # ---------------------------------------------------------------- launchers alone

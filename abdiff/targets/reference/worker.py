@@ -32,7 +32,13 @@ from abdiff.measure import (
     resolve_device,
     time_iterations,
 )
-from abdiff.protocol import RecordWriter, RoundJob, rank_from_env, rank_record_path
+from abdiff.protocol import (
+    RecordWriter,
+    RoundJob,
+    rank_from_env,
+    rank_record_path,
+    rank_stderr_path,
+)
 from abdiff.records import RoundRecord
 from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
 
@@ -133,6 +139,9 @@ def main(job_path: str) -> int:
     rank, local_rank = rank_from_env() if job.ranks > 1 else (0, 0)
     tensor_parallel: dict[str, Any] = {}
     if job.ranks > 1:
+        own_stderr = os.open(rank_stderr_path(job.record_path, rank),
+                             os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(own_stderr, sys.stderr.fileno())  # C-level messages (aborts) too
         join_ranks(job, device, rank, local_rank)
         tensor_parallel = {"tp_size": job.ranks, "tp_rank": rank}
     writer = RecordWriter(rank_record_path(job.record_path, rank))
