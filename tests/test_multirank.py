@@ -92,6 +92,8 @@ def launcher_env(launcher: str, cluster_env: dict[str, str] | None = None) -> di
     env = dict(cluster_env or git_env())
     env["ABDIFF_MPIRUN_ARGS"] = "--oversubscribe"  # CI machines may have fewer cores than ranks
     env["ABDIFF_SRUN_MPI"] = "none"  # gloo needs no MPI plugin; Debian's PMIx may not load
+    for name in ("CONTAINER_NAME", "ABDIFF_SRUN_CONTAINER"):  # no pyxis on the test cluster
+        env.pop(name, None)
     return env
 
 
@@ -149,6 +151,39 @@ def test_merged_log_blames_the_config_the_dead_rank_was_in(tmp_path: Path) -> No
     merged = merge_rank_logs(read_rank_logs(record_path, 2))
     assert set(merged.done) == {"bs2"} and merged.done["bs2"].latency_us == [5.0]
     assert merged.in_progress == "bs3"
+
+
+TP_CHECK = """\
+import os, sys
+import torch
+import torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+from tinyllm.tools.layer_wise_benchmarks import Runner
+
+dist.init_process_group("gloo")
+rank, size = dist.get_rank(), dist.get_world_size()
+for backend, q in (("TRTLLM", 4), ("DSA", 1)):  # (DSA with drafts aborts on main)
+    shape = dict(batch_size=3, seq_len_q=q, seq_len_kv_cache=70)
+    split = Runner(backend, tp_size=size, tp_rank=rank).create_run_pack("GEN", **shape)()
+    whole = Runner(backend)
+    reference = whole.create_run_pack("GEN", **shape)().flatten(1) @ whole._o_proj_rows()
+    torch.testing.assert_close(split, reference, rtol=1e-4, atol=1e-4)
+    print(f"rank {rank} {backend} matches", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_tensor_parallel_harness_equals_one_rank(rank_repo: Path, tmp_path: Path) -> None:
+    """Heads split over 2 ranks, projected and all-reduced: the single-rank result."""
+    script = tmp_path / "tp_check.py"
+    script.write_text(TP_CHECK, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(script), str(rank_repo)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        for backend in ("TRTLLM", "DSA"):
+            assert f"rank {rank} {backend} matches" in done.stdout
 
 
 # ---------------------------------------------------------------- launchers alone

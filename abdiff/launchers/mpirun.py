@@ -40,7 +40,7 @@ LAUNCH_FAILURES = re.compile(
     r"|mpirun could not find|ORTE was unable to|PRTE has lost communication"
     r"|prterun was unable to|Open MPI detected an inbound MPI TCP connection request"
     r"|unable to reach|mpirun: command not found|No such file or directory.*mpirun"
-    r"|srun: error: (Unable to|Invalid|.*allocation)|srun: fatal)",
+    r"|srun: error: (Unable to|Invalid|.*allocation)|srun: fatal|srun: unrecognized option)",
 )
 
 
