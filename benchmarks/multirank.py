@@ -12,7 +12,7 @@ launch, so that is the overhead per round. srun needs a Slurm allocation
 reported, not measured.
 
     python benchmarks/multirank.py [--suite mtp] [--launchers local,mpirun,torchrun]
-        [--rounds N] [--hellos 5]
+        [--rounds N] [--hellos 5] [--overhead-only]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def diff_wall_time(launcher: str, suite: str, rounds: int | None) -> tuple[int, 
         repo, cache = Path(tmp) / "demo", Path(tmp) / "cache"
         build_demo_repo(repo)
         ranks = [] if launcher == "local" else ["--launcher", launcher, "--np", "2"]
-        extra = ["--rounds", str(rounds)] if rounds else []
+        extra = ["--rounds", str(rounds), "--max-rounds", str(rounds)] if rounds else []
         start = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "abdiff.cli", "main..pr", "--configs", suite, "--repo",
@@ -64,8 +64,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="mtp")
     parser.add_argument("--launchers", default="local,mpirun,torchrun")
-    parser.add_argument("--rounds", type=int, default=None, help="--rounds for abdiff")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="fixed rounds per side (--rounds N --max-rounds N; default: adaptive)")
     parser.add_argument("--hellos", type=int, default=5, help="hello launches per launcher")
+    parser.add_argument("--overhead-only", action="store_true", help="skip the abdiff runs")
     args = parser.parse_args()
     alone = launch_seconds(None, args.hellos)
     rows = []
@@ -77,9 +79,12 @@ def main() -> int:
             except InfrastructureError as exc:
                 rows.append([launcher, "-", "-", f"cannot start: {exc}"])
                 continue
-        code, seconds = diff_wall_time(launcher, args.suite, args.rounds)
         ranks = 1 if launcher == "local" else 2
-        rows.append([launcher, ranks, f"{seconds:.1f} (exit {code})", overhead])
+        wall = "-"
+        if not args.overhead_only:
+            code, seconds = diff_wall_time(launcher, args.suite, args.rounds)
+            wall = f"{seconds:.1f} (exit {code})"
+        rows.append([launcher, ranks, wall, overhead])
     print(tabulate(rows, headers=["launcher", "ranks", f"main..pr --configs {args.suite} (s)",
                                   "launch overhead per round (s)"]))
     print(f"(one Python process alone: {alone:.2f} s)")

@@ -2,11 +2,13 @@
 
 upstream: `srun --mpi=pmix -N $NODES --ntasks-per-node $((NP / NODES))
 [--container-name ... --container-mounts ... --container-workdir ...] "$@"`,
-refusing to run when SLURM_JOB_ID is unset. abdiff adds `--kill-on-bad-exit=1`:
-one rank that dies ends the others instead of leaving them waiting in a
-collective. `--mpi` is pmix as upstream (its ranks use MPI); set
-`ABDIFF_SRUN_MPI=none` where Slurm has no PMIx plugin and the ranks need none
-(the reference harness rendezvouses through torch.distributed). srun exports the caller's whole
+refusing to run when SLURM_JOB_ID is unset. abdiff adds `--kill-on-bad-exit=1`
+(one rank that dies ends the others instead of leaving them waiting in a
+collective) and `--ntasks NP` (without it srun may start a step with more tasks
+than the allocation has CPUs instead of refusing it). `--mpi` is pmix as
+upstream (its ranks use MPI); set `ABDIFF_SRUN_MPI=none` where Slurm has no
+PMIx plugin and the ranks need none (the reference harness rendezvouses
+through torch.distributed). srun exports the caller's whole
 environment to the tasks by default, so the target's variables (PYTHONPATH,
 the probe's job file) reach every rank without extra flags.
 
@@ -33,7 +35,8 @@ RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target'
 
 
 class SrunLauncher(RankLauncher):
-    """`srun --mpi=pmix --kill-on-bad-exit=1 -N NODES --ntasks-per-node NP/NODES <command>`."""
+    """`srun --mpi=pmix --kill-on-bad-exit=1 -N NODES --ntasks-per-node NP/NODES --ntasks NP
+    <command>`."""
 
     name: ClassVar[str] = "srun"
 
@@ -58,7 +61,7 @@ class SrunLauncher(RankLauncher):
         self.check()
         mpi = self.environ.get(MPI_ENV, "pmix")
         argv = ["srun", f"--mpi={mpi}", "--kill-on-bad-exit=1", "-N", str(self.nodes),
-                "--ntasks-per-node", str(self.np // self.nodes)]
+                "--ntasks-per-node", str(self.np // self.nodes), "--ntasks", str(self.np)]
         if self.container_name:
             workdir = str(spec.cwd)
             needed = [p for p in spec.env.get(RANK_PATHS, "").split(os.pathsep) if p]
