@@ -53,7 +53,8 @@ def launch_seconds(launcher: str | None, count: int) -> float:
     for _ in range(count):
         start = time.perf_counter()
         if launcher is None:
-            subprocess.run([sys.executable, "-c", HELLO], stdout=subprocess.DEVNULL, check=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                subprocess.run([sys.executable, "-c", HELLO, tmp], check=True)
         else:
             launcher_hello(launcher)
         times.append(time.perf_counter() - start)

@@ -34,7 +34,9 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
     raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun, srun or torchrun")
 
 
-HELLO = "from abdiff.protocol import rank_from_env; print('abdiff-hello rank', rank_from_env()[0])"
+# Each rank leaves a file (launchers may drop the stdout of ranks that exit at once).
+HELLO = ("import pathlib, sys; from abdiff.protocol import rank_from_env; "
+         "pathlib.Path(sys.argv[1], f'hello.rank{rank_from_env()[0]}').touch()")
 
 
 def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
@@ -43,7 +45,6 @@ def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
     Returns what happened in one line; raises InfrastructureError with the
     launcher's own reason when not every rank said hello.
     """
-    import re
     import sys
     import tempfile
     from pathlib import Path
@@ -55,10 +56,9 @@ def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
     launcher = make_launcher(name, np)
     with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:
         logs = Path(tmp)
-        spec = launcher.wrap(LaunchSpec([sys.executable, "-c", HELLO], logs))
+        spec = launcher.wrap(LaunchSpec([sys.executable, "-c", HELLO, tmp], logs))
         outcome = run_process(spec, logs, logs / "progress", timeout_s)
-        said = {int(r) for r in re.findall(r"abdiff-hello rank (\d+)",
-                                           (logs / "stdout.txt").read_text(errors="replace"))}
+        said = {int(p.name.removeprefix("hello.rank")) for p in logs.glob("hello.rank*")}
         if outcome.returncode == 0 and said == set(range(np)):
             return f"{name}: {np} ranks started and said hello ({' '.join(spec.argv[:3])} ...)"
         stderr = outcome.stderr_path.read_text(errors="replace")
