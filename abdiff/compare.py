@@ -15,6 +15,7 @@ import numpy as np
 
 from abdiff import stats
 from abdiff.policy import apply_policy
+from abdiff.ranks import rank_notes
 from abdiff.records import (
     ConfigResult,
     ConfigRuns,
@@ -207,6 +208,7 @@ def compare_runs(
         all_notes.append(noise)
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
+    all_notes += rank_notes("A", run_a) + rank_notes("B", run_b)
     return Result(
         a=Side(run_a.rev, run_a.sha),
         b=Side(run_b.rev, run_b.sha),

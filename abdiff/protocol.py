@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,38 @@ from abdiff.records import RoundRecord
 # Written to stderr as each config starts: a death's reason is read from the
 # worker's stderr after the last such line, never from an earlier config's output.
 STDERR_MARK = "abdiff-worker: config "
+# (global rank, local rank) variables per launcher: mpirun (Open MPI), PMI, srun, torchrun.
+RANK_VARIABLES = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("PMIX_RANK", "MPI_LOCALRANKID"),
+    ("PMI_RANK", "MPI_LOCALRANKID"),
+    ("SLURM_PROCID", "SLURM_LOCALID"),
+    ("RANK", "LOCAL_RANK"),
+)
+
+
+def rank_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(global rank, local rank) as mpirun, srun or torchrun announce it; (0, 0) alone."""
+    env = os.environ if environ is None else environ
+    for rank_name, local_name in RANK_VARIABLES:
+        value = env.get(rank_name, "").strip()
+        if value.isdigit():
+            local = env.get(local_name, "").strip()
+            return int(value), int(local) if local.isdigit() else 0
+    return 0, 0
+
+
+def rank_stderr_path(record_path: Path | str, rank: int) -> Path:
+    """Where rank `rank` of a multi-rank launch sends its stderr: the launcher mixes the
+    ranks' lines, and a dead rank's reason must be its own last line, not another's."""
+    return Path(record_path).with_name(f"stderr.rank{rank}.txt")
+
+
+def rank_record_path(record_path: Path | str, rank: int) -> Path:
+    """Where rank `rank` writes its events: rank 0 the job's record log (the one the
+    parent watches for progress), every other rank a file of its own beside it."""
+    path = Path(record_path)
+    return path if rank == 0 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
 @dataclass
@@ -47,6 +80,7 @@ class RoundJob:
     profile_kernels: bool = True
     target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
     target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim
+    ranks: int = 1  # processes the launcher starts; each writes rank_record_path(record_path, r)
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

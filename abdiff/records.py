@@ -41,6 +41,10 @@ class RoundRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, Count] = field(default_factory=dict)
     round: int | None = None  # schedule position; lets `--resume` skip finished rounds
+    # multi-rank launches (abdiff/ranks.py): each rank's own record, and the facts whose
+    # values differ between ranks (fact name -> value per rank)
+    ranks: list[dict[str, Any]] | None = None
+    rank_differences: dict[str, list[Any]] | None = None
 
 
 @dataclass

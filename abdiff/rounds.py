@@ -15,7 +15,8 @@ from pathlib import Path
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
-from abdiff.protocol import STDERR_MARK, RoundLog, read_round_log
+from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
+from abdiff.ranks import merge_rank_logs, read_rank_logs
 from abdiff.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
@@ -50,21 +51,25 @@ class RoundOutput:
 
 
 def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool,
-                 timeout_s: float | None = None, phase: str | None = None) -> RoundRecord:
+                 timeout_s: float | None = None, phase: str | None = None,
+                 launcher: Launcher | None = None) -> RoundRecord:
     """The status of the config a worker was running when it ended abnormally.
 
     With `config_started`, the reason comes from what the worker wrote to stderr
     after that config's start mark only; otherwise (it died before starting
     any config) from all of its stderr.
     """
-    line = last_meaningful_line(outcome.stderr_path, since=STDERR_MARK if config_started else None)
+    line = last_meaningful_line(outcome.stderr_path, since=STDERR_MARK if config_started else None,
+                                ignore=launcher.own_lines if launcher else None)
     if outcome.timed_out:
         limit = f"{timeout_s:g} s" if timeout_s else "the per-config timeout"
         during = f" in phase {phase}" if phase else ""
         return RoundRecord("timeout", f"no progress within {limit} (--timeout){during}; "
                            "process group killed", round=round_index)
     if outcome.signal_name:
-        reason = f"{outcome.signal_name}: {line}" if line else outcome.signal_name
+        who = outcome.signal_name if outcome.rank is None else \
+            f"rank {outcome.rank}, {outcome.signal_name}"
+        reason = f"{who}: {line}" if line else who
         return RoundRecord("aborted", reason, round=round_index)
     if outcome.returncode == 0:  # a clean exit is no reason by itself: say what went missing
         why = ("worker exited with code 0 before writing this config's record" if config_started
@@ -95,6 +100,25 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
     if settings.max_memory_bytes is not None:
         hint = f"; is --max-memory {_size_text(settings.max_memory_bytes)} too small?"
     return f"a worker could not start: {why}{hint} (its output is in {attempt})"
+
+
+def read_launch(record_path: Path, ranks: int) -> RoundLog:
+    """The record logs of every rank of one launch, merged (abdiff/ranks.py)."""
+    return merge_rank_logs(read_rank_logs(record_path, ranks))
+
+
+def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher, record_path: Path) -> None:
+    """Fill in which rank died of which signal, from the launcher's exit code and stderr."""
+    if outcome.returncode <= 0 or outcome.timed_out:
+        return
+    stderr = outcome.stderr_path.read_text(encoding="utf-8", errors="replace") \
+        if outcome.stderr_path.exists() else ""
+    death = launcher.rank_death(outcome.returncode, stderr)
+    if death is not None:
+        outcome.rank, outcome.rank_signal = death
+        own = rank_stderr_path(record_path, outcome.rank) if outcome.rank is not None else None
+        if own is not None and own.exists():
+            outcome.stderr_path = own  # the reason is that rank's last line
 
 
 def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str, RoundRecord]:
@@ -159,6 +183,7 @@ def run_round(
             profile_kernels=settings.profile_kernels and round_index < KERNEL_ROUNDS,
             target_options=settings.target_options,
             target_args=settings.target_args,
+            ranks=launcher.ranks,
         )
         job_path = attempt / "job.json"
         job.write(job_path)
@@ -167,7 +192,7 @@ def run_round(
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
                                    settings.pass_env, settings.max_memory_bytes)
         except BaseException:
-            for cid, record in finished(read_round_log(record_path), remaining,
+            for cid, record in finished(read_launch(record_path, job.ranks), remaining,
                                         round_index).items():
                 on_record(cid, record)
             raise
@@ -175,20 +200,22 @@ def run_round(
         if not record_path.exists():
             raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
                                                        launcher))
-        log = read_round_log(record_path)
+        name_dead_rank(outcome, launcher, record_path)
+        log = read_launch(record_path, job.ranks)
         env = env or log.env
         records.update(finished(log, remaining, round_index))
         culprit = log.in_progress
         if culprit is not None and culprit not in records:
             records[culprit] = death_record(outcome, round_index, True, settings.timeout_s,
-                                            log.phase)
+                                            log.phase, launcher)
             records[culprit].facts = log.facts.get(culprit, {})
         unfinished = [c for c in remaining if c.id not in records]
         if unfinished and culprit is None and not log.done:
             # the worker ended without finishing or starting a config: it cannot run
             # here at all, and retrying would fail the same way. (One that finished
             # some and died between configs made progress: a new worker takes the rest.)
-            why = death_record(outcome, round_index, False, settings.timeout_s, log.phase)
+            why = death_record(outcome, round_index, False, settings.timeout_s, log.phase,
+                               launcher)
             for config in unfinished:
                 records[config.id] = RoundRecord(why.status, why.error, round=round_index)
             unfinished = []

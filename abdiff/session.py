@@ -78,7 +78,10 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
             problem = gpu_problem(suite, local_gpus())
         if problem:
             raise InfrastructureError(problem)
-    launcher = make_launcher(launcher_name, args.np, args.nodes)
+    if launcher_name == "local" and not args.np and suite.tp > 1:
+        raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
+                         "or torchrun to start that many ranks (or --np 1 for one)")
+    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
@@ -113,7 +116,8 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         "suite": bench.suite.source,
         "configs": [c.id for c in bench.suite.configs],
         "settings": settings_fingerprint(bench.settings),
-        "launcher": bench.launcher.name,
+        "launcher": bench.launcher.name if bench.launcher.ranks == 1
+        else f"{bench.launcher.name} x{bench.launcher.ranks}",
     }
     return bench.cache_dir / "runs" / state_key(parts)
 

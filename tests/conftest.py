@@ -112,7 +112,7 @@ def inject(batch_size):
         time.sleep(2)
 '''
 
-_INJECT_ANCHOR = "        s = self.shapes\n        kv_cache_manager"
+_INJECT_ANCHOR = "        s = self.local_shapes\n        kv_cache_manager"
 _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import inject\n\n"
                 "        inject(batch_size)\n")
 

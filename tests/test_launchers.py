@@ -95,8 +95,8 @@ def test_missing_mpirun_is_an_infrastructure_error(monkeypatch: pytest.MonkeyPat
 def test_srun_command_line_mirrors_slurm_launch_sh(fake_path: Path) -> None:
     environ = {"SLURM_JOB_ID": "1234"}
     wrapped = SrunLauncher(16, 2, environ=environ).wrap(SPEC)
-    assert wrapped.argv == ["srun", "--mpi=pmix", "-N", "2", "--ntasks-per-node", "8",
-                            *SPEC.argv]
+    assert wrapped.argv == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-N", "2",
+                            "--ntasks-per-node", "8", "--ntasks", "16", *SPEC.argv]
     assert wrapped.env == SPEC.env  # srun exports the whole environment to the tasks
 
 

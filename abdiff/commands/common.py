@@ -63,9 +63,10 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="reference or trtllm (default: detected)")
     parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                         help="extra argument passed to the target's benchmark (repeatable)")
-    parser.add_argument("--launcher", choices=["local", "mpirun", "srun"], default=None,
-                        help="how workers start (default: local; mpirun for trtllm)")
-    parser.add_argument("--np", type=positive_int, default=None, help="ranks for mpirun/srun")
+    parser.add_argument("--launcher", choices=["local", "mpirun", "srun", "torchrun"],
+                        default=None, help="how workers start (default: local; mpirun for trtllm)")
+    parser.add_argument("--np", type=positive_int, default=None,
+                        help="ranks for mpirun/srun/torchrun")
     parser.add_argument("--nodes", type=positive_int, default=None, help="nodes for srun")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--cuda-graph", action="store_true",

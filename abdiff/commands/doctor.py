@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--configs", metavar="SUITE",
                         help="trtllm: can this machine's GPUs and Hugging Face cache run the "
                         "suite's models?")
+    parser.add_argument("--launcher", choices=["mpirun", "srun", "torchrun"],
+                        help="start a 2-rank hello through this launcher, for real")
     parser.set_defaults(run=run)
 
 
@@ -55,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
         detected or target_class("reference"))
     target = target_cls()
 
+    if args.launcher:
+        from abdiff.launchers import launcher_hello
+
+        print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
+        print()
     checks = machine_checks(classes)
     print(machine_table(checks, sorted(TARGET_CLASSES)))
     print()

@@ -1,4 +1,5 @@
-"""Launchers start worker processes: locally, or under mpirun / srun for several ranks."""
+"""Launchers start worker processes: locally, or under mpirun / srun / torchrun for several
+ranks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
     """The launcher for `--launcher NAME --np N --nodes M`."""
     if name == "local":
         if (np or 1) > 1 or (nodes or 1) > 1:
-            raise InputError("--np/--nodes need --launcher mpirun or srun")
+            raise InputError("--np/--nodes need --launcher mpirun, srun or torchrun")
         from abdiff.launchers.local import LocalLauncher
 
         return LocalLauncher()
@@ -24,4 +25,45 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
         from abdiff.launchers.slurm import SrunLauncher
 
         return SrunLauncher(np or 1, nodes or 1)
-    raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun or srun")
+    if name == "torchrun":
+        if (nodes or 1) > 1:
+            raise InputError("--nodes needs --launcher srun (torchrun here runs on one node)")
+        from abdiff.launchers.torchrun import TorchrunLauncher
+
+        return TorchrunLauncher(np or 1)
+    raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun, srun or torchrun")
+
+
+# Each rank leaves a file (launchers may drop the stdout of ranks that exit at once).
+HELLO = ("import pathlib, sys; from abdiff.protocol import rank_from_env; "
+         "pathlib.Path(sys.argv[1], f'hello.rank{rank_from_env()[0]}').touch()")
+
+
+def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
+    """Start `np` ranks of a one-line Python hello through launcher `name`, for real.
+
+    Returns what happened in one line; raises InfrastructureError with the
+    launcher's own reason when not every rank said hello.
+    """
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from abdiff.errors import InfrastructureError
+    from abdiff.launchers.process import last_meaningful_line, run_process
+    from abdiff.targets.base import LaunchSpec
+
+    launcher = make_launcher(name, np)
+    with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:
+        logs = Path(tmp)
+        spec = launcher.wrap(LaunchSpec([sys.executable, "-c", HELLO, tmp], logs))
+        outcome = run_process(spec, logs, logs / "progress", timeout_s)
+        said = {int(p.name.removeprefix("hello.rank")) for p in logs.glob("hello.rank*")}
+        if outcome.returncode == 0 and said == set(range(np)):
+            return f"{name}: {np} ranks started and said hello ({' '.join(spec.argv[:3])} ...)"
+        stderr = outcome.stderr_path.read_text(errors="replace")
+        reason = (launcher.launch_failure(stderr) or last_meaningful_line(outcome.stderr_path)
+                  or (f"no progress within {timeout_s:g} s" if outcome.timed_out
+                      else f"exit code {outcome.returncode}"))
+    raise InfrastructureError(f"{name} could not start {np} ranks (ranks that said hello: "
+                              f"{sorted(said) or 'none'}): {reason}")

@@ -8,6 +8,7 @@ Tests replace `run` to run a fake worker in their own process (tests/fake_target
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
@@ -20,6 +21,8 @@ class Launcher(ABC):
     """Rewrites a LaunchSpec so that it runs under this launcher."""
 
     name: ClassVar[str]
+    ranks: int = 1  # processes one launch starts (each writes its own record log)
+    own_lines: re.Pattern[str] | None = None  # the launcher's report lines in the ranks' stderr
 
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
@@ -33,4 +36,8 @@ class Launcher(ABC):
 
     def launch_failure(self, stderr_text: str) -> str | None:
         """The launcher's own reason when the job never started (exit 3), else None."""
+        return None
+
+    def rank_death(self, returncode: int, stderr_text: str) -> tuple[int | None, str] | None:
+        """(rank, signal name) when a rank died of a signal the launcher's own exit hides."""
         return None

@@ -20,15 +20,22 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 CANNOT_EXEC = 127  # what a shell returns for a command it cannot run
 
 
+def arm_parent_death(parent: int) -> bool:
+    """Linux: this process gets SIGKILL when its parent dies. False when `parent` is already
+    gone (it died before the signal was armed); True elsewhere, where nothing is armed."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return os.getppid() == parent
+    return True
+
+
 def main(argv: list[str]) -> int:
     parent, max_memory, separator, *command = argv
     if separator != "--" or not command:
         print("usage: guard.py PARENT_PID MAX_MEMORY_BYTES -- COMMAND...", file=sys.stderr)
         return 2
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != int(parent):  # abdiff died before the signal was armed
-            return 1
+    if not arm_parent_death(int(parent)):
+        return 1
     if int(max_memory) > 0:
         resource.setrlimit(resource.RLIMIT_AS, (int(max_memory), int(max_memory)))
     try:

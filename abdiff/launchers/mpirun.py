@@ -7,6 +7,9 @@ then runs `mpirun --allow-run-as-root --np $NP "$@"`. This launcher builds the
 same command as an argv list: the clearing is an `env -u NAME ...` prefix, and
 every variable the target sets (PYTHONPATH, the probe's job file) is also
 exported with `-x`, so ranks on other hosts of a multi-host mpirun get it too.
+`--allow-run-as-root` is passed only when abdiff runs as root (Open MPI refuses
+root without it); `ABDIFF_MPIRUN_ARGS` adds options of the user's (tests and CI
+on a 2-core machine: `--oversubscribe`).
 
 `launcher_available` is shared by all launchers: it says, before anything is
 started, why a launcher cannot work here (None when it can).
@@ -16,17 +19,20 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Mapping
 from typing import ClassVar
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.signals import LAUNCHER_LINES, rank_signal
 from abdiff.targets.base import LaunchSpec
 
 # upstream: unset $(env | awk -F= '{print $1}' | grep -E "SLURM_|SLURMD_|slurm_|MPI_|PMIX_")
 CLEARED = re.compile(r"SLURM_|SLURMD_|slurm_|MPI_|PMIX_")
 PASSED_IF_SET = ("TLLM_AUTOTUNER_CACHE_PATH",)
+EXTRA_ARGS_ENV = "ABDIFF_MPIRUN_ARGS"
 
 # Lines of mpirun's own stderr that mean the job never started (not a rank's death).
 LAUNCH_FAILURES = re.compile(
@@ -34,7 +40,7 @@ LAUNCH_FAILURES = re.compile(
     r"|mpirun could not find|ORTE was unable to|PRTE has lost communication"
     r"|prterun was unable to|Open MPI detected an inbound MPI TCP connection request"
     r"|unable to reach|mpirun: command not found|No such file or directory.*mpirun"
-    r"|srun: error: (Unable to|Invalid|.*allocation)|srun: fatal)",
+    r"|srun: error: (Unable to|Invalid|.*allocation)|srun: fatal|srun: unrecognized option)",
 )
 
 
@@ -77,6 +83,7 @@ class RankLauncher(Launcher):
     before starting, and the launch failures they report in their own stderr."""
 
     _environ: Mapping[str, str] | None = None
+    own_lines = LAUNCHER_LINES
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -91,9 +98,12 @@ class RankLauncher(Launcher):
     def launch_failure(self, stderr_text: str) -> str | None:
         return launch_failure(stderr_text)
 
+    def rank_death(self, returncode: int, stderr_text: str) -> tuple[int | None, str] | None:
+        return rank_signal(returncode, stderr_text)
+
 
 class MpirunLauncher(RankLauncher):
-    """`mpirun --allow-run-as-root --np N -x VAR ... <target command>` on this node."""
+    """`mpirun [--allow-run-as-root] --np N -x VAR ... <target command>` on this node."""
 
     name: ClassVar[str] = "mpirun"
 
@@ -101,9 +111,10 @@ class MpirunLauncher(RankLauncher):
                  environ: Mapping[str, str] | None = None) -> None:
         if np < 1:
             raise InputError(f"--np must be at least 1, got {np}")
-        self.np = np
-        self.extra_args = list(extra_args or [])
+        self.np = self.ranks = np
         self._environ = environ
+        self.extra_args = [*shlex.split(self.environ.get(EXTRA_ARGS_ENV, "")),
+                           *(extra_args or [])]
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         self.check()
@@ -114,7 +125,8 @@ class MpirunLauncher(RankLauncher):
         # In the spec's env they pass the worker environment's allow-list too.
         passed = {k: self.environ[k] for k in PASSED_IF_SET if k in self.environ}
         env = passed | spec.env
-        argv = [*prefix, "mpirun", "--allow-run-as-root", "--np", str(self.np)]
+        as_root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        argv = [*prefix, "mpirun", *as_root, "--np", str(self.np)]
         for name in dict.fromkeys([*passed, *sorted(spec.env)]):
             argv += ["-x", name]
         argv += [*self.extra_args, *spec.argv]

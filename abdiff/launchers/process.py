@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import fnmatch
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -113,9 +114,14 @@ class ProcessOutcome:
     returncode: int
     timed_out: bool
     stderr_path: Path
+    # set from the launcher's exit code and messages when one of its ranks died of a signal
+    rank: int | None = None
+    rank_signal: str | None = None
 
     @property
     def signal_name(self) -> str | None:
+        if self.rank_signal:
+            return self.rank_signal
         if self.returncode < 0:
             try:
                 return signal.Signals(-self.returncode).name
@@ -209,12 +215,14 @@ SKIP_PREFIXES = ("Traceback", "File ", "Fatal Python error", "Current thread", "
                  "Extension modules:", "Stack (most recent", "  ", "\t", "^", "~")
 
 
-def last_meaningful_line(path: Path, limit: int = 500, since: str | None = None) -> str | None:
+def last_meaningful_line(path: Path, limit: int = 500, since: str | None = None,
+                         ignore: re.Pattern[str] | None = None) -> str | None:
     """The last stderr line that says what went wrong (not a traceback frame).
 
     With `since`, only lines after the last line starting with it count: the
     worker marks each config's start, so a config that dies silently is never
-    blamed with the previous config's traceback.
+    blamed with the previous config's traceback. Lines matching `ignore` (a
+    launcher's own report of the death) are passed over.
     """
     if not path.exists():
         return None
@@ -225,6 +233,7 @@ def last_meaningful_line(path: Path, limit: int = 500, since: str | None = None)
     for line in reversed(lines):
         if since is not None and line.startswith(since):
             return None
-        if line.strip() and not line.startswith(SKIP_PREFIXES):
+        if line.strip() and not line.startswith(SKIP_PREFIXES) and not (
+                ignore is not None and ignore.search(line)):
             return line.strip()[:limit]
     return None

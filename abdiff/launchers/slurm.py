@@ -2,7 +2,13 @@
 
 upstream: `srun --mpi=pmix -N $NODES --ntasks-per-node $((NP / NODES))
 [--container-name ... --container-mounts ... --container-workdir ...] "$@"`,
-refusing to run when SLURM_JOB_ID is unset. srun exports the caller's whole
+refusing to run when SLURM_JOB_ID is unset. abdiff adds `--kill-on-bad-exit=1`
+(one rank that dies ends the others instead of leaving them waiting in a
+collective) and `--ntasks NP` (without it srun may start a step with more tasks
+than the allocation has CPUs instead of refusing it). `--mpi` is pmix as
+upstream (its ranks use MPI); set `ABDIFF_SRUN_MPI=none` where Slurm has no
+PMIx plugin and the ranks need none (the reference harness rendezvouses
+through torch.distributed). srun exports the caller's whole
 environment to the tasks by default, so the target's variables (PYTHONPATH,
 the probe's job file) reach every rank without extra flags.
 
@@ -24,11 +30,13 @@ from abdiff.errors import InputError
 from abdiff.launchers.mpirun import RankLauncher
 from abdiff.targets.base import LaunchSpec
 
+MPI_ENV = "ABDIFF_SRUN_MPI"
 RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target's command)
 
 
 class SrunLauncher(RankLauncher):
-    """`srun --mpi=pmix -N NODES --ntasks-per-node NP/NODES <target command>`."""
+    """`srun --mpi=pmix --kill-on-bad-exit=1 -N NODES --ntasks-per-node NP/NODES --ntasks NP
+    <command>`."""
 
     name: ClassVar[str] = "srun"
 
@@ -40,7 +48,7 @@ class SrunLauncher(RankLauncher):
         if np % nodes:
             raise InputError(f"--np {np} is not a multiple of --nodes {nodes}: srun starts "
                              "the same number of ranks on every node")
-        self.np = np
+        self.np = self.ranks = np
         self.nodes = nodes
         self._environ = environ
         env = self.environ
@@ -51,8 +59,9 @@ class SrunLauncher(RankLauncher):
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         self.check()
-        argv = ["srun", "--mpi=pmix", "-N", str(self.nodes),
-                "--ntasks-per-node", str(self.np // self.nodes)]
+        mpi = self.environ.get(MPI_ENV, "pmix")
+        argv = ["srun", f"--mpi={mpi}", "--kill-on-bad-exit=1", "-N", str(self.nodes),
+                "--ntasks-per-node", str(self.np // self.nodes), "--ntasks", str(self.np)]
         if self.container_name:
             workdir = str(spec.cwd)
             needed = [p for p in spec.env.get(RANK_PATHS, "").split(os.pathsep) if p]

@@ -36,6 +36,7 @@ class SuiteFile:
     expect: dict[str, list[Scalar] | Scalar] | None = None  # KEY: [VALUES] that may change
     facts: list[Annotated[str, Len(1)]] | None = None  # dotted names read from live objects
     target: dict[str, Any] | None = None  # options passed to the target (e.g. model)
+    tp: Positive = 1  # ranks per round, tensor-parallel (the default of --np)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Suite:
     warmup_times: int
     run_times: int
     target_options: dict[str, Any] = field(default_factory=dict)
+    tp: int = 1
 
 
 def builtin_suites() -> dict[str, Path]:
@@ -105,6 +107,7 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
         warmup_times=document.warmup_times,
         run_times=document.run_times,
         target_options=document.target or {},
+        tp=document.tp,
     )
 
 

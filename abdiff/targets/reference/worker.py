@@ -6,6 +6,11 @@ first on sys.path), runs every config of the job in this one process, and
 appends one record per config to the record log. A Python exception fails only
 its config; an abort or a hang kills the process, and the launcher restarts a
 worker for the configs that are left.
+
+Under a multi-rank launcher (`job.ranks` > 1) every rank runs this module: it
+joins the others through torch.distributed (gloo on the CPU, NCCL on CUDA),
+builds the harness's tensor-parallel Runner (`tp_size`, `tp_rank`) and writes
+its own record log (protocol.rank_record_path).
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import resource
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from abdiff.errors import exception_line
 from abdiff.files import path_under_root
+from abdiff.launchers.guard import arm_parent_death
 from abdiff.measure import (
     GPU_MIN_WARMUP_S,
     environment,
@@ -27,7 +34,13 @@ from abdiff.measure import (
     resolve_device,
     time_iterations,
 )
-from abdiff.protocol import RecordWriter, RoundJob
+from abdiff.protocol import (
+    RecordWriter,
+    RoundJob,
+    rank_from_env,
+    rank_record_path,
+    rank_stderr_path,
+)
 from abdiff.records import RoundRecord
 from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
 
@@ -44,12 +57,31 @@ def _import_runner(checkout: Path) -> type:
     return importlib.import_module(RUNNER_MODULE).Runner
 
 
+RENDEZVOUS_FILE = "rendezvous"  # torch.distributed's FileStore beside the record log
+
+
+def join_ranks(job: RoundJob, device: str, rank: int, local_rank: int) -> None:
+    """Join the launch's other ranks: torchrun's MASTER_ADDR/PORT when set, else a file
+    store in the job's folder (which every rank reads: ABDIFF_RANK_PATHS on Slurm)."""
+    import torch
+    import torch.distributed as dist
+
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        init = "env://"
+    else:
+        init = (Path(job.record_path).parent / RENDEZVOUS_FILE).as_uri()
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=init,
+                            rank=rank, world_size=job.ranks)
+
+
 def run_config(
     runner_cls: type, config_id: str, params: dict, job: RoundJob, device: str,
-    writer: RecordWriter,
+    writer: RecordWriter, tensor_parallel: dict[str, Any],
 ) -> RoundRecord:
     """Create and prepare the run pack, read facts, time iterations, then profile one call."""
-    runner = runner_cls(params["backend"], device=device)
+    runner = runner_cls(params["backend"], device=device, **tensor_parallel)
     run_pack = runner.create_run_pack(
         params["run_type"],
         batch_size=params["batch_size"],
@@ -61,6 +93,10 @@ def run_config(
     min_warmup_s = job.min_warmup_s
     if min_warmup_s is None:
         min_warmup_s = GPU_MIN_WARMUP_S if device == "cuda" else 0.0
+    if job.ranks > 1:
+        # every call is a collective: a time-based warm-up would let ranks disagree on
+        # how many calls they make, and the one that makes more would wait forever
+        min_warmup_s = 0.0
     latencies = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph,
                                 min_warmup_s)
     kernels = profile_kernels(run_pack, device) if job.profile_kernels else {}
@@ -94,14 +130,27 @@ def main(job_path: str) -> int:
     # The record log is created once the worker's own set-up (job, torch, device) has
     # worked: a worker that dies before leaves none, and the launcher reports that
     # abdiff could not start it, instead of blaming every config of the benchmark.
-    writer = RecordWriter(Path(job.record_path))
+    # torchrun starts each rank in a session of its own, out of reach of the process
+    # group abdiff ends on a timeout: a rank must not outlive its launcher
+    if job.ranks > 1 and not arm_parent_death(os.getppid()):
+        sys.exit(1)
+    rank, local_rank = rank_from_env() if job.ranks > 1 else (0, 0)
+    tensor_parallel: dict[str, Any] = {}
+    if job.ranks > 1:
+        own_stderr = os.open(rank_stderr_path(job.record_path, rank),
+                             os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(own_stderr, sys.stderr.fileno())  # C-level messages (aborts) too
+        join_ranks(job, device, rank, local_rank)
+        tensor_parallel = {"tp_size": job.ranks, "tp_rank": rank}
+    writer = RecordWriter(rank_record_path(job.record_path, rank))
     writer.env({**environment(device), "cuda_graph": job.cuda_graph,
                 **({"cpu_threads": job.cpu_threads} if device == "cpu" else {})})
     runner_cls = _import_runner(Path.cwd())
     for config in job.configs:
         writer.start(config["id"])
         try:
-            record = run_config(runner_cls, config["id"], config["params"], job, device, writer)
+            record = run_config(runner_cls, config["id"], config["params"], job, device, writer,
+                                tensor_parallel)
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
             traceback.print_exc()
             record = RoundRecord("failed", failure_reason(exc),

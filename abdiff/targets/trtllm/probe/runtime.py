@@ -33,7 +33,8 @@ hung when it expires.
 Events follow the worker protocol (targets/base.py RoundJob): a `start` line
 whenever the config being executed changes (so the last start always names
 what was running if the process dies), `facts` as soon as they are read, and
-one `done` per config. Only rank 0 writes.
+one `done` per config. Every rank writes its own log (protocol.rank_record_path);
+the parent merges them (abdiff/ranks.py).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from abdiff.targets.trtllm.probe import PLAN_ENV
 PACKAGE = "tensorrt_llm"
 TOOLS = "tensorrt_llm.tools.layer_wise_benchmarks"
 AUTOTUNER = "tensorrt_llm._torch.autotuner"  # AutoTuner.get().is_tuning_mode inside autotune()
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "WORLD_SIZE")
 
 
@@ -72,7 +72,9 @@ def _env_int(names: tuple[str, ...], default: int, environ: Any = None) -> int:
 
 def rank_from_env(environ: Any = None) -> int:
     """This process's global rank as mpirun, srun or torchrun announce it (0 alone)."""
-    return _env_int(RANK_VARS, 0, environ)
+    from abdiff.protocol import rank_from_env as ranks_from_env
+
+    return ranks_from_env(environ)[0]
 
 
 @dataclass
@@ -121,14 +123,14 @@ class Probe:
     """State of the probe in one rank."""
 
     def __init__(self, plan: ProbePlan, rank: int) -> None:
-        from abdiff.protocol import RecordWriter
+        from abdiff.protocol import RecordWriter, rank_record_path
 
         self.plan = plan
         self.rank = rank
         self.by_key = {
             (plan.run_type, *(int(c[k]) for k in SHAPE_KEYS)): c for c in plan.configs
         }
-        self.writer = RecordWriter(Path(plan.record_path)) if rank == 0 else None
+        self.writer = RecordWriter(rank_record_path(plan.record_path, rank))
         self.done_writer = (RecordWriter(Path(plan.nsys_pending))
                             if rank == 0 and plan.nsys_pending else self.writer)
         self.device: str | None = None

@@ -8,6 +8,10 @@ A miniature of TensorRT-LLM's `examples/layer_wise_benchmarks/run.py`:
 Command-line values override the YAML file's. After warm-up, each timed
 iteration is one `run_pack()` call, timed with CUDA events on a GPU and
 `perf_counter_ns` on the CPU; one line per rank reports the statistics in us.
+
+Under mpirun, srun or torchrun with more than one rank, the ranks run the layer
+tensor-parallel (heads split, output all-reduced): they meet at MASTER_ADDR and
+MASTER_PORT (torchrun sets them; elsewhere 127.0.0.1:29500 unless exported).
 """
 
 from __future__ import annotations
@@ -57,17 +61,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def mpi_rank() -> tuple[int, int]:
-    """(rank, local rank) from the launcher's environment (mpirun, srun, torchrun)."""
-    for rank_var, local_var in (
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
-        ("PMI_RANK", "MPI_LOCALRANKID"),
-        ("SLURM_PROCID", "SLURM_LOCALID"),
-        ("RANK", "LOCAL_RANK"),
+def mpi_rank() -> tuple[int, int, int]:
+    """(rank, local rank, world size) from the launcher's environment (mpirun, srun, torchrun)."""
+    for rank_var, local_var, size_var in (
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+        ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
     ):
         if rank_var in os.environ:
-            return int(os.environ[rank_var]), int(os.environ.get(local_var, "0"))
-    return 0, 0
+            return (int(os.environ[rank_var]), int(os.environ.get(local_var, "0")),
+                    int(os.environ.get(size_var, "1")))
+    return 0, 0, 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,14 +82,21 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     print(args, flush=True)
-    rank, local_rank = mpi_rank()
+    rank, local_rank, world_size = mpi_rank()
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         torch.cuda.set_device(local_rank)
+    if world_size > 1:
+        import torch.distributed as dist
 
-    runner = Runner(args.backend, device=device)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank,
+                                world_size=world_size)
+
+    runner = Runner(args.backend, device=device, tp_size=world_size, tp_rank=rank)
     run_pack = runner.create_run_pack(
         args.run_type,
         batch_size=args.batch_size,

@@ -6,6 +6,14 @@ for a batch of `batch_size` requests, each submitting `seq_len_q` new tokens
 on top of `seq_len_kv_cache` cached ones, prepares it, and returns a closure
 that runs one attention step. In generation (GEN), `seq_len_q > 1` means MTP:
 one token plus `seq_len_q - 1` draft tokens per request.
+
+Tensor parallelism (`tp_size` > 1, one Runner per rank): each rank holds
+`num_heads / tp_size` query heads (KV heads are split too when they divide,
+else replicated, as MLA's shared latent is), computes attention for its heads,
+projects them with its rows of the output projection and all-reduces the sum
+over the ranks' process group (torch.distributed, initialised by the caller).
+Inputs are made for all heads and sliced, so the ranks' sum equals the
+single-rank projection.
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ class Runner:
         dtype: torch.dtype | None = None,
         tokens_per_block: int = 64,
         seed: int = 0,
+        tp_size: int = 1,
+        tp_rank: int = 0,
         **shape_overrides: int,
     ) -> None:
         if device == "auto":
@@ -78,9 +88,19 @@ class Runner:
         if unknown:
             raise TypeError(f"unknown shape arguments: {', '.join(sorted(unknown))}")
         self.shapes = {**DEFAULT_SHAPES[self.device.type], **shape_overrides}
+        if not 0 <= tp_rank < tp_size or self.shapes["num_heads"] % tp_size:
+            heads = self.shapes["num_heads"]
+            raise ValueError(f"tp_rank {tp_rank} of tp_size {tp_size}: the {heads} heads must "
+                             "split evenly over the ranks")
+        self.tp_size, self.tp_rank = tp_size, tp_rank
+        self.full_heads = self.shapes["num_heads"]
+        self.local_shapes = dict(self.shapes)
+        self.local_shapes["num_heads"] = self.full_heads // tp_size
+        if self.shapes["num_kv_heads"] % tp_size == 0:
+            self.local_shapes["num_kv_heads"] = self.shapes["num_kv_heads"] // tp_size
 
         attention_cls = get_attention_backend(self.backend)
-        s = self.shapes
+        s = self.local_shapes
         self.attention: TrtllmAttention
         self.metadata_kwargs: dict[str, Any] = {}
         if issubclass(attention_cls, DSATrtllmAttention):
@@ -114,7 +134,7 @@ class Runner:
             raise ValueError(f"run_type must be CTX or GEN, not {run_type!r}")
         if batch_size < 1 or seq_len_q < 1 or seq_len_kv_cache < 0:
             raise ValueError("batch_size and seq_len_q must be >= 1, seq_len_kv_cache >= 0")
-        s = self.shapes
+        s = self.local_shapes
         kv_cache_manager = KVCacheManager(
             max_batch_size=batch_size,
             max_seq_len=seq_len_kv_cache + seq_len_q,
@@ -141,12 +161,43 @@ class Runner:
 
         inputs = self._make_inputs(batch_size * seq_len_q)
         attention = self.attention
+        if self.tp_size == 1:
 
-        def run_pack() -> torch.Tensor:
+            def run_pack() -> torch.Tensor:
+                with torch.no_grad():
+                    return attention.forward(metadata=attn_metadata, **inputs)
+
+            return run_pack
+
+        import torch.distributed as dist
+
+        o_proj = self._o_proj_rows()
+
+        def tp_run_pack() -> torch.Tensor:
             with torch.no_grad():
-                return attention.forward(metadata=attn_metadata, **inputs)
+                out = attention.forward(metadata=attn_metadata, **inputs)
+                hidden = out.flatten(1) @ o_proj
+                dist.all_reduce(hidden)
+                return hidden
 
-        return run_pack
+        return tp_run_pack
+
+    def _heads(self, count: int) -> slice:
+        """This rank's share of `count` heads (all of them when they do not split)."""
+        if count % self.tp_size:
+            return slice(0, count)
+        per_rank = count // self.tp_size
+        return slice(self.tp_rank * per_rank, (self.tp_rank + 1) * per_rank)
+
+    def _o_proj_rows(self) -> torch.Tensor:
+        """This rank's rows of a seeded output projection `[heads * dim, heads * dim]`."""
+        s = self.shapes
+        width = self.full_heads * s["head_dim"]
+        gen = torch.Generator().manual_seed(self.seed + 2)
+        weight = torch.randn(width, width, generator=gen) * width**-0.5
+        rows = self._heads(self.full_heads)
+        weight = weight.view(self.full_heads, s["head_dim"], width)[rows].reshape(-1, width)
+        return weight.to(device=self.device, dtype=self.dtype)
 
     def _make_inputs(self, num_tokens: int) -> dict[str, torch.Tensor]:
         """Seeded random activations for one step, identical on every checkout."""
@@ -157,10 +208,11 @@ class Runner:
             t = torch.randn(shape, generator=gen)
             return t.to(device=self.device, dtype=dtype or self.dtype)
 
+        q_heads, kv_heads = self._heads(s["num_heads"]), self._heads(s["num_kv_heads"])
         inputs = {
-            "q": randn(num_tokens, s["num_heads"], s["head_dim"]),
-            "k": randn(num_tokens, s["num_kv_heads"], s["head_dim"]),
-            "v": randn(num_tokens, s["num_kv_heads"], s["head_dim"]),
+            "q": randn(num_tokens, s["num_heads"], s["head_dim"])[:, q_heads].contiguous(),
+            "k": randn(num_tokens, s["num_kv_heads"], s["head_dim"])[:, kv_heads].contiguous(),
+            "v": randn(num_tokens, s["num_kv_heads"], s["head_dim"])[:, kv_heads].contiguous(),
         }
         if self.is_sparse:
             heads, dim = s["index_n_heads"], s["index_head_dim"]
