@@ -31,6 +31,8 @@ class RoundRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
     round: int | None = None  # schedule position; lets `--resume` skip finished rounds
+    # how the warm-up before the timed iterations ended: {"calls", "seconds", "settled", "batches"}
+    warmup: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -52,6 +54,9 @@ class RunFile:
     suite: str
     env: dict[str, Any] = field(default_factory=dict)
     configs: list[ConfigRuns] = field(default_factory=list)
+    # the order each worker timed its configs in: {"round", "worker", "seed", "ids"}; with
+    # the seed, `random.Random(seed).shuffle` of the job's configs gives the same order
+    orders: list[dict[str, Any]] = field(default_factory=list)
     schema: str = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:
@@ -207,7 +212,11 @@ def parse_round(data: Any, where: str) -> RoundRecord:
     if round_index is not None and (not isinstance(round_index, int)
                                     or isinstance(round_index, bool)):
         raise InputError(f"{where}: round must be an integer")
-    return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index)
+    warmup = data.get("warmup") or {}
+    if not isinstance(warmup, dict):
+        raise InputError(f"{where}: warmup must be an object")
+    return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index,
+                       warmup)
 
 
 def _check_document(data: Any, schema: str, what: str, where: str) -> None:
@@ -240,6 +249,9 @@ def parse_run_file(data: Any, where: str) -> RunFile:
     env = data.get("env") or {}
     if not isinstance(env, dict):
         raise InputError(f"{where}: env must be an object")
+    orders = data.get("orders") or []
+    if not isinstance(orders, list) or not all(isinstance(o, dict) for o in orders):
+        raise InputError(f"{where}: orders must be a list of objects")
     return RunFile(
         rev=str(data.get("rev", "")),
         sha=str(data.get("sha", "")),
@@ -247,6 +259,7 @@ def parse_run_file(data: Any, where: str) -> RunFile:
         suite=str(data.get("suite", "")),
         env=env,
         configs=configs,
+        orders=orders,
     )
 
 

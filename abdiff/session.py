@@ -25,7 +25,7 @@ from abdiff.compare import compare_runs
 from abdiff.errors import InputError
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
-from abdiff.measure import environment, resolve_device
+from abdiff.measure import environment, resolve_device, timing_kind
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings
@@ -58,9 +58,6 @@ class Bench:
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    if args.cuda_graph and (args.device == "cpu" or resolve_device("auto") != "cuda"):
-        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
-                         "cpu was given); drop --cuda-graph to time eager calls")
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher = make_launcher(args.launcher or getattr(target, "default_launcher", "local"),
@@ -71,7 +68,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         run_times=suite.run_times,
         timeout_s=args.timeout,
         device=args.device,
-        cuda_graph=args.cuda_graph,
+        cuda_graph=not args.eager,
         cpu_threads=args.cpu_threads,
         target_options=suite.target_options,
         target_args=args.target_arg,
@@ -159,7 +156,9 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
     sides = {"B": side_run(bench, spec_b)}
     here = {**environment(resolve_device(args.device)), **sides["B"].run.env,
-            "target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
+            "target": bench.target.name,
+            "cuda_graph": timing_kind(resolve_device(args.device),
+                                      bench.settings.cuda_graph) == "graph replay"}
     differences = fingerprint_differences(fingerprint(run_a), here)
     notes = []
     if differences:

@@ -89,12 +89,27 @@ def summary_sentence(result: Result) -> str:
     return f"{', '.join(parts)} of {total} config{'' if total == 1 else 's'}"
 
 
+def latency_undecided(result: Result) -> str | None:
+    """"latency undecided for 8 of 12 configs" when more than half of the configs with
+    latency on both sides got no latency verdict; None otherwise. Such a run checked
+    status, facts and kernels, but not speed, and its headline must say so."""
+    timed = [c for c in result.configs if c.latency.verdict != "n/a"]
+    undecided = sum(c.latency.verdict == "inconclusive" for c in timed)
+    if not timed or 2 * undecided <= len(timed):
+        return None
+    return f"latency undecided for {undecided} of {len(timed)} configs"
+
+
 def verdict_line(result: Result) -> str:
     """The headline: is there anything a reviewer must look at?"""
     tally = counts(result)
     n = tally["unintended"]
+    undecided = latency_undecided(result)
     if n:
-        return f"{n} unintended change{'' if n == 1 else 's'}"
+        line = f"{n} unintended change{'' if n == 1 else 's'}"
+        return f"{line}; {undecided}" if undecided else line
+    if undecided:
+        return f"no unintended change found, but {undecided}"
     if tally["inconclusive"]:
         return "no unintended change found (some configs inconclusive)"
     return "no unintended change"
@@ -143,6 +158,8 @@ def context_items(result: Result) -> list[tuple[str, str]]:
         items.append(("suite", clip(result.suite, 80)))
     if result.target:
         items.append(("target", clip(result.target, 80)))
+    if result.summary.get("timing"):
+        items.append(("timing", clip(result.summary["timing"], 80)))
     items.append(("expected to change", expect_text(result)))
     return items
 
