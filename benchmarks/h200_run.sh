@@ -123,7 +123,8 @@ for name, want in expected_flags.items():
 print()
 print((results / "round-medians.txt").read_text())
 EOF
+echo "total wall $(elapsed "$T0") s" >>"$R/summary.txt"
+cat "$R/walltimes.txt" >>"$R/summary.txt"
 cp "$R/summary.txt" "$OUT/summary.txt"
-echo "total wall $(elapsed "$T0") s" | tee -a "$R/walltimes.txt" "$OUT/summary.txt"
 pack
 cat "$OUT/summary.txt"
