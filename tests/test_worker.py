@@ -120,6 +120,8 @@ def test_every_config_is_timed_before_any_kernel_is_captured(demo: Path,
     records, orders = measure_round(demo, todo, 0, tmp_path, seed=11)
     assert {r.status for r in records.values()} == {"ok"}
     kinds = [e["event"] for e in events(tmp_path)]
+    env = events(tmp_path)[0]["env"]  # graph replay was asked for (the default): no graphs here
+    assert settings().cuda_graph and (env["timing"], env["cuda_graph"]) == ("eager", False)
     last_done = max(i for i, kind in enumerate(kinds) if kind == "done")
     captures = [i for i, kind in enumerate(kinds) if kind == "kernels"]
     assert len(captures) == len(todo) and min(captures) > last_done
