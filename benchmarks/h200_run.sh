@@ -10,6 +10,8 @@
 # `abdiff main..pr` (only DSA changes); the per-round medians table (benchmarks/noise.py
 # --by-round: do the kernel-capture rounds 0-1 differ from the others?) and, for every
 # run, where its wall time went (benchmarks/pipeline.py --state: the timed share).
+# On CUDA the planted work is a torch.cuda._sleep kernel, so pr..pr-slow also shows it as an
+# added kernel; the check asks for the latency verdict `slower` as well.
 # A step that would start after BUDGET_S seconds is skipped (the device allows 10 minutes
 # a command). Results: $OUT/summary.txt (the short table, also printed last) and
 # $OUT/h200-issue16.tar.gz (reports, result JSON, run files, tables), rewritten after

@@ -115,7 +115,12 @@ def main() -> int:
 
     code, first = run_abdiff(repo, cache, args.range, args.suite, args.abdiff_args)
     checkouts = sorted(p.name for p in (cache / "checkouts").glob("*/*") if p.is_dir())
-    state = next((cache / "runs").iterdir())
+    states = sorted((cache / "runs").glob("*/state.json"))
+    if not states or not (cache / "result.json").exists():
+        print(f"abdiff {args.range} exit {code} after {first:.1f} s measured nothing; "
+              f"nothing to split", file=sys.stderr)
+        return 3
+    state = states[0].parent
     print(run_summary(f"abdiff {args.range} --configs {args.suite}", code, first,
                       cache / "result.json"))
     print(breakdown_table(breakdown(state), first))
