@@ -133,8 +133,8 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
 
     Noise is taken to be the reason when the median round-to-round variation
     (`stats.round_variation`) of the inconclusive configs' sides exceeds
-    `min_effect`; below that, the round budget is. For eager CUDA timing the
-    note points to --cuda-graph: steps of a few hundred microseconds are bound
+    `min_effect`; below that, the round budget is. For eager CUDA timing (--eager) the
+    note says why graph replays are the default: steps of a few hundred microseconds are bound
     by kernel launches on the host, whose speed varies between processes
     (16-85% on an H200, 0.1-2% with graph replays, docs/performance.md).
     """
@@ -151,8 +151,22 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
             f"{min(spreads):.1%} to {max(spreads):.1%} between worker processes")
     if eager_cuda:
         note += ("; eager CUDA timing of short steps is bound by kernel launches on the host, "
-                 "--cuda-graph times graph replays instead")
+                 "drop --eager to time graph replays (the default)")
     return note
+
+
+def run_timing(run_a: RunFile, run_b: RunFile) -> str:
+    """What both sides timed ("graph replay" or "eager"), "A: ..., B: ..." when they differ.
+
+    Run files from before graph replays became the default say only `cuda_graph`.
+    """
+    def timing(run: RunFile) -> str:
+        if "timing" in run.env:
+            return str(run.env["timing"])
+        return "graph replay" if run.env.get("cuda_graph") else "eager"
+
+    a, b = timing(run_a), timing(run_b)
+    return a if a == b else f"A: {a}, B: {b}"
 
 
 def compare_runs(
@@ -199,7 +213,7 @@ def compare_runs(
             latency=latency,
         ))
     summary = apply_policy(configs, expect, require_all, len(not_measured))
-    summary.update(min_effect=min_effect, alpha=alpha)
+    summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b))
     all_notes = list(notes or [])
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
                      for r in (run_a, run_b))

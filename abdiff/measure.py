@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import enum
 import inspect
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 FACT_TEXT_LIMIT = 200
-# Wall time of warm-up per config on a GPU, so the clock has left idle before
-# timing. Measured on the H200 (2026-12-02, docs/performance.md): it did not lower
-# eager rounds' 16-85% variation (launch-bound: the host's speed varies); graph
-# replays with it vary 0.1-0.8%. Whether less would do is not measured.
-GPU_MIN_WARMUP_S = 0.3
 # CPU operators that only make views, allocate or reshape: no compute runs, and
 # they would drown the operators that tell two kernel paths apart.
 NO_COMPUTE_OPS = frozenset(
@@ -93,44 +90,122 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
-def warm_up(
-    step: Callable[[], Any], count: int, min_seconds: float, sync: Callable[[], Any]
-) -> None:
-    """At least `count` calls, and more until `min_seconds` of wall time have passed.
+@dataclass(frozen=True)
+class WarmupRule:
+    """Warm up until the last `agreeing` batches' per-call times agree within `tolerance`.
 
     A GPU idles at a low clock and needs tens of milliseconds of steady load to
-    reach its boost clock; a fixed handful of short iterations measures the
-    ramp instead of the kernel.
+    reach its boost clock; caches and allocators settle within a few calls. A
+    fixed wall time (0.3 s per config before) pays the worst case every time;
+    this rule stops when the work has stopped getting faster, and `cap_s` bounds
+    it where it never settles (a noisy neighbour).
     """
-    deadline = time.perf_counter() + min_seconds
-    done = 0
-    while done < count or time.perf_counter() < deadline:
-        step()
-        done += 1
-        if done % 16 == 0:
-            sync()  # bound the queue, so the deadline measures executed work
-    sync()
+
+    tolerance: float  # max/min of the agreeing batches' per-call times, minus 1
+    agreeing: int  # consecutive batches that must agree
+    batch_s: float  # wall time one batch aims at
+    cap_s: float  # stop here even when the batches never agreed
+
+
+# GPU: replays of one config agree within 0.1-0.8% between rounds once warm
+# (docs/performance.md), so 1% over three ~10 ms batches says the clock has
+# settled; the cap is the fixed warm-up the H200 runs used before.
+GPU_WARMUP = WarmupRule(tolerance=0.01, agreeing=3, batch_s=0.01, cap_s=0.3)
+# CPU: a longer warm-up did not lower the 2-core machine's round-to-round
+# variation (docs/performance.md), so the CPU rule only checks that the first
+# calls' allocations are done: two batches within 5%, capped short.
+CPU_WARMUP = WarmupRule(tolerance=0.05, agreeing=2, batch_s=0.005, cap_s=0.05)
+
+
+def warmup_rule(device: str) -> WarmupRule:
+    return GPU_WARMUP if device == "cuda" else CPU_WARMUP
+
+
+def settled(per_call_s: list[float], rule: WarmupRule) -> bool:
+    """True when the last `rule.agreeing` batches' per-call times agree within the tolerance."""
+    if len(per_call_s) < rule.agreeing:
+        return False
+    last = per_call_s[-rule.agreeing:]
+    return max(last) <= min(last) * (1.0 + rule.tolerance)
+
+
+@dataclass
+class Warmup:
+    """What a warm-up took: recorded with each round (`RoundRecord.warmup`)."""
+
+    calls: int
+    seconds: float
+    settled: bool  # False: stopped at the cap with batches still disagreeing
+    batches: int
+
+
+def warm_up(
+    step: Callable[[], Any], count: int, rule: WarmupRule, sync: Callable[[], Any]
+) -> Warmup:
+    """At least `count` calls, each timed alone, then batches of calls until the last
+    batches agree (`settled`) or `rule.cap_s` has passed.
+
+    Each batch ends with `sync`, so its time measures executed work; after the
+    first `count` calls a batch is sized from the previous one to last about
+    `rule.batch_s`. Work that is steady from the start stops after `count` calls.
+    """
+    start = time.perf_counter()
+    per_call: list[float] = []
+    calls = 0
+    size = 1
+    while True:
+        batch_start = time.perf_counter()
+        for _ in range(size):
+            step()
+        sync()
+        took = time.perf_counter() - batch_start
+        calls += size
+        per_call.append(took / size)
+        if calls >= count:
+            done = settled(per_call, rule)
+            if done or time.perf_counter() - start >= rule.cap_s:
+                return Warmup(calls, time.perf_counter() - start, done, len(per_call))
+            size = max(1, min(1000, math.ceil(rule.batch_s / max(per_call[-1], 1e-9))))
+
+
+@dataclass
+class Timed:
+    """One config's timed iterations and how it was warmed up."""
+
+    latency_us: list[float]
+    warmup: Warmup
+    timing: str  # "graph replay" or "eager"
+
+    def warmup_json(self) -> dict[str, Any]:
+        return {**asdict(self.warmup), "seconds": round(self.warmup.seconds, 4)}
+
+
+def timing_kind(device: str, cuda_graph: bool) -> str:
+    """What is timed: CUDA graph replays where asked for and possible, else eager calls."""
+    return "graph replay" if device == "cuda" and cuda_graph else "eager"
 
 
 def time_iterations(
-    fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = False,
-    min_warmup_s: float = 0.0,
-) -> list[float]:
+    fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = True,
+    rule: WarmupRule | None = None,
+) -> Timed:
     """Per-iteration latency in microseconds after the warm-up (`warm_up`).
 
     CPU: perf_counter_ns around each call. CUDA: an event pair around each call,
     read after one synchronize at the end, so timing does not serialize the
-    stream. With `cuda_graph`, the run pack is captured once and replays are
-    timed, as upstream's run.py does with use_cuda_graph.
+    stream. With `cuda_graph` on CUDA, the run pack is captured once and replays
+    are timed, as upstream's run.py does with use_cuda_graph: eager steps of a few
+    hundred microseconds time the host's kernel launches instead of the GPU.
     """
+    rule = rule or warmup_rule(device)
     if device != "cuda":
-        warm_up(fn, warmup, min_warmup_s, lambda: None)
+        warmed = warm_up(fn, warmup, rule, lambda: None)
         out = []
         for _ in range(runs):
             start = time.perf_counter_ns()
             fn()
             out.append((time.perf_counter_ns() - start) / 1000.0)
-        return out
+        return Timed(out, warmed, "eager")
     import torch
 
     step = fn
@@ -145,7 +220,7 @@ def time_iterations(
         with torch.cuda.graph(graph):
             fn()
         step = graph.replay
-    warm_up(step, warmup, min_warmup_s, torch.cuda.synchronize)
+    warmed = warm_up(step, warmup, rule, torch.cuda.synchronize)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(runs)]
     for start, end in events:
@@ -153,7 +228,8 @@ def time_iterations(
         step()
         end.record()
     torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1000.0 for start, end in events]
+    return Timed([start.elapsed_time(end) * 1000.0 for start, end in events], warmed,
+                 timing_kind(device, cuda_graph))
 
 
 def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
@@ -161,8 +237,9 @@ def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
 
     On the CPU, operators that only make views or allocate are left out
     (NO_COMPUTE_OPS).
-    One extra call under torch.profiler, outside the timed iterations, so the
-    profiler's overhead never reaches a latency sample.
+    One extra call under torch.profiler. Workers call it in a capture pass after
+    every config of the round has been timed, so neither the profiler nor CUPTI's
+    start (4.4 s on an H200) comes before or between timed iterations.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile

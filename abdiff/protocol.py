@@ -62,9 +62,12 @@ class RoundJob:
 
     Written as JSON next to the record file and passed to the worker by path.
     The worker appends one JSON line per event to `record_path`:
-    `{"event": "start", "id": ...}` before a config, then
-    `{"event": "done", "id": ..., "record": {RoundRecord fields}}` after it,
-    each line flushed and fsynced, so a crash loses nothing already measured.
+    `{"event": "order", "seed": ..., "ids": [...]}` once (the order it times the
+    configs in), `{"event": "start", "id": ...}` before a config, then
+    `{"event": "done", "id": ..., "record": {RoundRecord fields}}` after it, and,
+    in the capture pass after every config was timed,
+    `{"event": "kernels", "id": ..., "kernels": {...}}`; each line flushed and
+    fsynced, so a crash loses nothing already measured.
     """
 
     configs: list[dict[str, Any]]  # [{"id": ..., "params": {...}}]
@@ -74,10 +77,14 @@ class RoundJob:
     warmup_times: int = 3
     run_times: int = 20
     device: str = "auto"  # auto | cpu | cuda
-    cuda_graph: bool = False
-    min_warmup_s: float | None = None  # None: GPU_MIN_WARMUP_S on CUDA, none on the CPU
+    cuda_graph: bool = True  # time graph replays where the device has them (CUDA); False: eager
     cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
     profile_kernels: bool = True
+    # Seed of the order the worker times `configs` in (None: as given); recorded in the run file.
+    order_seed: int | None = None
+    # Configs timed by an earlier worker of this round that died before its capture pass:
+    # only their kernels are captured here.
+    capture_only: list[dict[str, Any]] = field(default_factory=list)
     target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
     target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim
     ranks: int = 1  # processes the launcher starts; each writes rank_record_path(record_path, r)
@@ -120,8 +127,15 @@ class RecordWriter:
         timeout, and names what hung when it expires."""
         self._write({"event": "phase", "phase": phase, "id": config_id})
 
+    def order(self, seed: int | None, ids: list[str]) -> None:
+        self._write({"event": "order", "seed": seed, "ids": ids})
+
     def done(self, config_id: str, record: RoundRecord) -> None:
         self._write({"event": "done", "id": config_id, "record": asdict(record)})
+
+    def kernels(self, config_id: str, kernels: dict[str, int]) -> None:
+        """A config's kernels from the capture pass, after every config was timed."""
+        self._write({"event": "kernels", "id": config_id, "kernels": kernels})
 
     def close(self) -> None:
         self._handle.close()
@@ -137,6 +151,8 @@ class RoundLog:
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     malformed: dict[str, str] = field(default_factory=dict)  # config id -> why
     phase: str | None = None  # the last phase line's stage, e.g. "autotune (GEN-DSA-bs8-...)"
+    order: dict[str, Any] = field(default_factory=dict)  # {"seed": ..., "ids": [...]}
+    kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # from the capture pass
 
     @property
     def in_progress(self) -> str | None:
@@ -184,6 +200,18 @@ def read_round_log(path: Path) -> RoundLog:
                 log.done[cid] = parse_round(event.get("record"), f"record of {cid}")
             except InputError as exc:
                 log.malformed[cid] = str(exc)
+        elif kind == "order" and isinstance(event.get("ids"), list):
+            log.order = {"seed": event.get("seed"), "ids": event["ids"]}
+        elif kind == "kernels" and isinstance(cid, str) and isinstance(event.get("kernels"), dict):
+            try:
+                kernels = parse_round({"status": "ok", "kernels": event["kernels"]},
+                                      f"kernels of {cid}").kernels
+            except InputError as exc:
+                log.malformed[cid] = str(exc)
+                continue
+            log.kernels[cid] = kernels
+            if cid in log.done:
+                log.done[cid].kernels = kernels
         else:
             log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: bad event"
     return log

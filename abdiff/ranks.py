@@ -80,6 +80,10 @@ def merge_rank_logs(logs: list[RoundLog]) -> RoundLog:
             merged.malformed.setdefault(cid, why)
         for cid, facts in log.facts.items():
             merged.facts.setdefault(cid, facts)
+    # kernels, order and phase are rank 0's, like facts (every rank runs the same order)
+    merged.kernels = logs[0].kernels
+    merged.order = logs[0].order
+    merged.phase = logs[0].phase
     return merged
 
 

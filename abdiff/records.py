@@ -45,6 +45,8 @@ class RoundRecord:
     # values differ between ranks (fact name -> value per rank)
     ranks: list[dict[str, Any]] | None = None
     rank_differences: dict[str, list[Any]] | None = None
+    # how the warm-up before the timed iterations ended: {"calls", "seconds", "settled", "batches"}
+    warmup: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +68,9 @@ class RunFile:
     suite: str
     env: dict[str, Any]  # the machine, from the worker's env event (measure.environment)
     configs: list[ConfigRuns]
+    # the order each worker timed its configs in: {"round", "worker", "seed", "ids"}; with
+    # the seed, `random.Random(seed).shuffle` of the job's configs gives the same order
+    orders: list[dict[str, Any]] = field(default_factory=list)
     schema: Literal["abdiff.run/1"] = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:

@@ -8,6 +8,7 @@ so an abort costs one process start, never another config's data.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,9 @@ from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
 # Kernels are captured in the first rounds only: the selection is a property of
-# the code and the shape, and every capture costs a profiled call per config.
+# the code and the shape, and every capture costs a profiled call per config (and
+# a process's first capture CUPTI's start, 4.4 s on an H200). Workers capture
+# them in a pass after every config was timed, never before a timed iteration.
 KERNEL_ROUNDS = 2
 
 
@@ -35,7 +38,7 @@ class RoundSettings:
     run_times: int
     timeout_s: float | None = 600.0
     device: str = "auto"
-    cuda_graph: bool = False
+    cuda_graph: bool = True  # graph replays where the device has them; False: --eager
     cpu_threads: int = 1
     profile_kernels: bool = True
     target_options: dict = field(default_factory=dict)
@@ -48,6 +51,15 @@ class RoundSettings:
 class RoundOutput:
     env: dict
     processes: int
+    # per worker process: {"round", "worker", "seed", "ids"}, the order it timed its configs in
+    orders: list[dict] = field(default_factory=list)
+
+
+def order_seed(run_seed: int, side: str, round_index: int, worker: int) -> int:
+    """The seed of one worker's config order: fixed by the run's seed (`--seed`), so a run
+    can be replayed, and different for every side, round and restarted worker."""
+    digest = hashlib.sha256(f"{run_seed}:{side}:{round_index}:{worker}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool,
@@ -152,11 +164,16 @@ def run_round(
     round_index: int,
     work_dir: Path,
     on_record: Callable[[str, RoundRecord], None],
+    seed: Callable[[int], int | None] = lambda worker: None,
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
+    `seed(worker)` is the seed of that worker's config order (`order_seed`).
     If abdiff itself is interrupted, the records the running worker already
-    wrote are handed over before the interrupt propagates.
+    wrote are handed over before the interrupt propagates. Configs a worker timed
+    but could not capture kernels of (it died first) are captured by the next
+    worker of the round after its own timed configs, or by a worker that only
+    captures them when none is left to time.
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
     work_dir = Path(work_dir).absolute()
@@ -166,7 +183,11 @@ def run_round(
     remaining = list(configs)
     handed: set[str] = set()
     processes = 0
-    while remaining:
+    orders: list[dict] = []
+    profile = settings.profile_kernels and round_index < KERNEL_ROUNDS
+    uncaptured: list[Config] = []
+    captured: set[str] = set()
+    while remaining or uncaptured:
         attempt = work_dir / f"worker{processes}"
         attempt.mkdir(exist_ok=True)
         record_path = attempt / "records.jsonl"
@@ -180,7 +201,9 @@ def run_round(
             device=settings.device,
             cuda_graph=settings.cuda_graph,
             cpu_threads=settings.cpu_threads,
-            profile_kernels=settings.profile_kernels and round_index < KERNEL_ROUNDS,
+            profile_kernels=profile,
+            order_seed=seed(processes),
+            capture_only=[{"id": c.id, "params": c.params} for c in uncaptured],
             target_options=settings.target_options,
             target_args=settings.target_args,
             ranks=launcher.ranks,
@@ -195,6 +218,8 @@ def run_round(
             for cid, record in finished(read_launch(record_path, job.ranks), remaining,
                                         round_index).items():
                 on_record(cid, record)
+            for config in uncaptured:  # timed by an earlier worker: kept without kernels
+                on_record(config.id, records[config.id])
             raise
         processes += 1
         if not record_path.exists():
@@ -203,7 +228,17 @@ def run_round(
         name_dead_rank(outcome, launcher, record_path)
         log = read_launch(record_path, job.ranks)
         env = env or log.env
+        if log.order.get("ids"):
+            orders.append({"round": round_index, "worker": processes - 1, **log.order})
         records.update(finished(log, remaining, round_index))
+        for cid, kernels in log.kernels.items():
+            if cid in records:
+                records[cid].kernels = kernels
+                captured.add(cid)
+        # a worker given only captures gets no second try: a capture that kills its
+        # process would kill every retry too
+        uncaptured = [c for c in configs if profile and remaining and c.id in records
+                      and records[c.id].status == "ok" and c.id not in captured]
         culprit = log.in_progress
         if culprit is not None and culprit not in records:
             records[culprit] = death_record(outcome, round_index, True, settings.timeout_s,
@@ -220,7 +255,8 @@ def run_round(
                 records[config.id] = RoundRecord(why.status, why.error, round=round_index)
             unfinished = []
         remaining = unfinished
-        for cid in [c.id for c in configs if c.id in records and c.id not in handed]:
+        waiting = {c.id for c in uncaptured}  # kept for the next worker's capture pass
+        for cid in [c.id for c in configs if c.id in records and c.id not in handed | waiting]:
             on_record(cid, records[cid])
             handed.add(cid)
-    return RoundOutput(env, processes)
+    return RoundOutput(env, processes, orders)

@@ -38,7 +38,7 @@ from abdiff.records import (
     load_run_file,
     write_run_file,
 )
-from abdiff.rounds import RoundSettings, run_round
+from abdiff.rounds import RoundSettings, order_seed, run_round
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 
@@ -140,6 +140,7 @@ class Measurement:
                             if kept is not None:
                                 config.rounds = kept.rounds
                         side.run.env = old.env or side.run.env
+                        side.run.orders = old.orders
                 return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
@@ -258,9 +259,13 @@ def run_slots(
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,
-                               lambda cid, record, side=side: measurement.add(side, cid, record))
+                               lambda cid, record, side=side: measurement.add(side, cid, record),
+                               lambda worker, side=side, r=round_index:
+                               order_seed(measurement.seed, side, r, worker))
         finally:
             measurement.save(complete=False)
+        side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
+            + output.orders
         measurement.processes += output.processes
         if output.env and not side_run.run.env.get("device"):
             side_run.run.env.update(output.env)

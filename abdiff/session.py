@@ -27,7 +27,7 @@ from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import refuse_write_token
-from abdiff.measure import resolve_device
+from abdiff.measure import resolve_device, timing_kind
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
@@ -88,7 +88,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         run_times=suite.run_times,
         timeout_s=args.timeout,
         device=args.device,
-        cuda_graph=args.cuda_graph,
+        cuda_graph=not args.eager,
         cpu_threads=args.cpu_threads,
         target_options=suite.target_options,
         target_args=args.target_arg,
@@ -214,7 +214,8 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
     # what the settings decide is checked before measuring; the machine after B's workers
     # have reported it from the benchmark's own interpreter (which may have another torch)
-    chosen = {"target": bench.target.name, "cuda_graph": bench.settings.cuda_graph}
+    timed = timing_kind(resolve_device(args.device), bench.settings.cuda_graph)
+    chosen = {"target": bench.target.name, "cuda_graph": timed == "graph replay"}
     baseline_env = fingerprint(run_a)
     env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
                     args.allow_env_mismatch)

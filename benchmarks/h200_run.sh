@@ -1,61 +1,132 @@
 #!/usr/bin/env bash
-# The GPU sessions of issue 7, as one script on the H200 (device tool):
-#     bash benchmarks/h200_run.sh STEP...      (no STEP: all, in this order)
-# Start it in the background (setsid, from a copy of the repository so that the
-# next call's re-sync of the working tree cannot change files under it) and
-# collect /tmp/abdiff-h200/out in later calls made within the machine's 30 s
-# idle window; each step copies its state folder when it ends, so an
-# interrupted session still returns what it measured (cp -a: the breakdown of
-# benchmarks/pipeline.py --state reads spawn times from file times).
-# Results: results/h200/.
+# Issue 16 ("GPU first") on one H200, in about 8 minutes, from the repository root:
+#     bash benchmarks/h200_run.sh                      # default settings: graph replays, mtp
+# and its check on the CPU (same steps, tiny budget):
+#     bash benchmarks/h200_run.sh --device cpu --rounds 3 --max-rounds 3 \
+#         --suite benchmarks/data/small-mtp.yaml --config GEN-TRTLLM-bs8-q1-kv2049
+# Steps, each timed (wall clock): build the demo; plant PERCENT% more work in one config
+# on a branch pr-slow (benchmarks/plant_slowdown.py); `abdiff pr..pr` (A/A: nothing may be
+# flagged), `abdiff pr..pr-slow` (the planted config, and nothing else, must be flagged),
+# `abdiff main..pr` (only DSA changes); the per-round medians table (benchmarks/noise.py
+# --by-round: do the kernel-capture rounds 0-1 differ from the others?) and, for every
+# run, where its wall time went (benchmarks/pipeline.py --state: the timed share).
+# On CUDA the planted work is a torch.cuda._sleep kernel, so pr..pr-slow also shows it as an
+# added kernel; the check asks for the latency verdict `slower` as well.
+# A step that would start after BUDGET_S seconds is skipped (the device allows 10 minutes
+# a command). Results: $OUT/summary.txt (the short table, also printed last) and
+# $OUT/h200-issue16.tar.gz (reports, result JSON, run files, tables), rewritten after
+# every step so that an interrupted session still returns what it measured.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-W=/tmp/abdiff-h200; OUTDIR=$W/out; mkdir -p "$OUTDIR"
-STEPS=${*:-"eager eager-aa capture tests eager-baseline graph-v1 graph-aa graph graph-baseline"}
-abdiff() { python3 -m abdiff.cli "$@"; }
-now() { date +%s.%N; }
-since() { python3 -c "print(round($(now) - $1, 1))"; }
-keep_state() { cp -a "$(ls -td $W/cache/runs/*/ | head -1)" "$OUTDIR/state-$1"; }
-# measure NAME RANGE [OPTIONS]: one abdiff run with markdown and JSON reports and its state folder.
-measure() {
-  local name=$1 range=$2 start; shift 2; start=$(now)
-  abdiff "$range" --configs mtp --repo $W/demo --cache-dir $W/cache --device cuda --quiet \
-    --format markdown --output "$OUTDIR/$name.md" --json "$OUTDIR/$name.json" --seed 7 "$@"
-  echo "$name exit $? wall $(since "$start") s" | tee -a "$OUTDIR/walltimes.txt"
-  keep_state "$name"
-}
-refresh() {
-  local start=$(now)
-  abdiff baseline refresh reference-h200 --rev pr --configs mtp --repo $W/demo --cache-dir $W/cache \
-    --device cuda --baselines-dir "$OUTDIR/baselines-$1" --quiet "${@:2}"
-  echo "baseline refresh $1 exit $? wall $(since "$start") s" | tee -a "$OUTDIR/walltimes.txt"
-}
-{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-  python3 -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
-  git --version; nproc; } | tee "$OUTDIR/machine.txt"
-[ -d $W/demo ] || abdiff demo init $W/demo
-for step in $STEPS; do
-  case $step in
-    eager) measure main..pr-v1 main..pr-v1; measure main..pr main..pr ;;
-    eager-aa) measure pr..pr pr..pr ;;
-    capture)
-      [ -d $W/pr-v1 ] || git -C $W/demo worktree add -q --detach $W/pr-v1 pr-v1
-      python3 benchmarks/kernel_capture_overhead.py --repo $W/pr-v1 --out "$OUTDIR/kernel-capture.txt" ;;
-    tests) python3 -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -15 \
-             | tee "$OUTDIR/gpu-tests.txt" ;;
-    eager-baseline) refresh eager ;;
-    graph-v1) measure graph-main..pr-v1 main..pr-v1 --cuda-graph ;;
-    graph-aa) measure graph-pr..pr pr..pr --cuda-graph ;;
-    graph) measure graph-main..pr main..pr --cuda-graph ;;
-    graph-baseline)
-      refresh graph --cuda-graph
-      # an eager run against the graph baseline must be refused (exit 2) before measuring
-      abdiff baseline:reference-h200..pr --configs mtp --repo $W/demo --cache-dir $W/cache \
-        --device cuda --baselines-dir "$OUTDIR/baselines-graph" --quiet 2>&1 | tail -1 \
-        | tee "$OUTDIR/baseline-eager-refused.txt"
-      measure baseline-graph..pr baseline:reference-h200..pr --cuda-graph \
-        --baselines-dir "$OUTDIR/baselines-graph" ;;
-    *) echo "unknown step $step" >&2 ;;
+DEVICE=cuda ROUNDS=5 MAX_ROUNDS=15 SUITE=mtp CONFIG=GEN-TRTLLM-bs32-q1-kv2049 PERCENT=3
+BUDGET_S=450 SEED=16
+while [ $# -gt 0 ]; do
+  case $1 in
+    --device) DEVICE=$2 ;; --rounds) ROUNDS=$2 ;; --max-rounds) MAX_ROUNDS=$2 ;;
+    --suite) SUITE=$2 ;; --config) CONFIG=$2 ;; --percent) PERCENT=$2 ;;
+    --budget) BUDGET_S=$2 ;;
+    *) echo "h200_run.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
   esac
+  shift 2
 done
-echo done > "$OUTDIR/DONE"
+OUT=${OUT:-/tmp/abdiff-h200/out}
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+W=$(mktemp -d /tmp/abdiff-h200.XXXXXX); R=$W/results
+mkdir -p "$OUT" "$R"
+T0=$(date +%s.%N)
+elapsed() { $PY -c "print(round($(date +%s.%N) - $1, 1))"; }
+pack() { tar -czf "$OUT/h200-issue16.tar.gz.tmp" -C "$W" results \
+  && mv "$OUT/h200-issue16.tar.gz.tmp" "$OUT/h200-issue16.tar.gz"; }
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null \
+    || echo "no nvidia-smi"
+  $PY -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
+  git --version; nproc; date -u; git log --oneline -1 2>/dev/null
+  echo "device $DEVICE rounds $ROUNDS max-rounds $MAX_ROUNDS suite $SUITE planted $CONFIG +$PERCENT%"
+} | tee "$R/machine.txt"
+if ! $PY -c 'import abdiff.cli, scipy, tabulate, yaml, filelock, tqdm' 2>"$R/imports.txt"; then
+  echo "h200_run.sh: abdiff's dependencies are missing: $(tail -1 "$R/imports.txt")" >&2
+  pack; exit 3
+fi
+
+$PY -m abdiff.cli demo init "$W/demo" >"$R/demo-init.txt" 2>&1 || { cat "$R/demo-init.txt"; pack; exit 3; }
+start=$(date +%s.%N)
+$PY benchmarks/plant_slowdown.py --repo "$W/demo" --suite "$SUITE" --config "$CONFIG" \
+  --percent "$PERCENT" --device "$DEVICE" 2>&1 | tee "$R/plant.txt"
+echo "plant_slowdown wall $(elapsed "$start") s" | tee -a "$R/walltimes.txt"
+
+# measure NAME RANGE: one abdiff run; its markdown report, JSON, run files and wall-time split.
+measure() {
+  local name=$1 range=$2 start code state
+  if [ "$($PY -c "print(int($(date +%s.%N) - $T0 > $BUDGET_S))")" = 1 ]; then
+    echo "$name skipped: past the ${BUDGET_S} s budget" | tee -a "$R/walltimes.txt"; return
+  fi
+  mkdir -p "$R/$name"
+  start=$(date +%s.%N)
+  $PY -m abdiff.cli "$range" --configs "$SUITE" --repo "$W/demo" --cache-dir "$W/cache" \
+    --device "$DEVICE" --rounds "$ROUNDS" --max-rounds "$MAX_ROUNDS" --seed "$SEED" \
+    --format markdown --output "$R/$name/report.md" --json "$R/$name/result.json" \
+    2>"$R/$name/stderr.txt"
+  code=$?
+  local wall; wall=$(elapsed "$start")
+  echo "$name exit $code wall $wall s" | tee -a "$R/walltimes.txt"
+  echo "$code $wall" >"$R/$name/exit-wall.txt"
+  state=$(sed -n 's/.*run files in \(.*\)$/\1/p' "$R/$name/stderr.txt" | tail -1)
+  state=${state:-$(ls -td "$W"/cache/runs/*/ 2>/dev/null | head -1)}
+  if [ -n "$state" ] && [ -d "$state" ]; then
+    cp "$state"/a.json "$state"/b.json "$R/$name/"
+    $PY benchmarks/pipeline.py --state "$state" --wall "$wall" >"$R/$name/breakdown.txt" 2>&1
+  else
+    tail -3 "$R/$name/stderr.txt"
+  fi
+  pack
+}
+measure pr..pr pr..pr
+measure pr..pr-slow pr..pr-slow
+measure main..pr main..pr
+if [ "$DEVICE" = cuda ] && [ "$($PY -c "print(int($(date +%s.%N) - $T0 < $BUDGET_S + 60))")" = 1 ]; then
+  $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -5 >"$R/gpu-tests.txt"
+fi
+
+$PY benchmarks/noise.py --by-round "$R"/*/[ab].json >"$R/round-medians.txt" 2>&1
+$PY benchmarks/noise.py "$R"/*/[ab].json >"$R/noise.txt" 2>&1
+$PY - "$R" "$CONFIG" >"$R/summary.txt" 2>&1 <<'EOF'
+"""The short table: each run's exit, wall time, timed share, verdicts and what it flagged."""
+import json
+import re
+import sys
+from pathlib import Path
+
+results, planted = Path(sys.argv[1]), sys.argv[2]
+expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted}}
+print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6}  {'timing':13} "
+      "verdicts; flagged; slower; check")
+for name, want in expected_flags.items():
+    folder = results / name
+    if not (folder / "result.json").exists():
+        print(f"{name:12} not measured (see walltimes.txt)")
+        continue
+    code, wall = (folder / "exit-wall.txt").read_text().split()
+    result = json.loads((folder / "result.json").read_text())
+    summary = result["summary"]
+    flagged = {c["id"] for c in result["configs"] if c["verdict"] == "unintended"}
+    split = (folder / "breakdown.txt").read_text() if (folder / "breakdown.txt").exists() else ""
+    timed = re.search(r"timed share ([\d.]+%)", split)
+    workers = re.search(r"(\d+) worker processes", split)
+    counts = ", ".join(f"{summary.get(k, 0)} {k}" for k in
+                       ("unintended", "expected", "unchanged", "inconclusive"))
+    slower = {c["id"]: c["latency"].get("ratio") for c in result["configs"]
+              if c["latency"]["verdict"] == "slower"}
+    check = "OK" if flagged == want and (name != "pr..pr-slow" or planted in slower) else "MISS"
+    print(f"{name:12} {code:>4} {float(wall):6.1f}s {workers.group(1) if workers else '?':>7} "
+          f"{timed.group(1) if timed else '?':>6}  "
+          f"{str(summary.get('timing')):13} {counts}; flagged {sorted(flagged) or 'none'}; "
+          f"slower {slower or 'none'}; {check}")
+print()
+print((results / "round-medians.txt").read_text())
+EOF
+echo "total wall $(elapsed "$T0") s" >>"$R/summary.txt"
+cat "$R/walltimes.txt" >>"$R/summary.txt"
+cp "$R/summary.txt" "$OUT/summary.txt"
+pack
+cat "$OUT/summary.txt"

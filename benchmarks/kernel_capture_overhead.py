@@ -37,13 +37,13 @@ def main() -> int:
     for backend, seq_len_q in CONFIGS:
         run_pack = Runner(backend, device=device).create_run_pack(
             "GEN", batch_size=args.batch_size, seq_len_q=seq_len_q, seq_len_kv_cache=2049)
-        before = statistics.median(time_iterations(run_pack, 5, 30, device))
+        before = statistics.median(time_iterations(run_pack, 5, 30, device, False).latency_us)
         captures = []
         for _ in range(3):
             start = time.perf_counter()
             kernels = profile_kernels(run_pack, device)
             captures.append((time.perf_counter() - start) * 1e6)
-        after = statistics.median(time_iterations(run_pack, 0, 30, device))
+        after = statistics.median(time_iterations(run_pack, 0, 30, device, False).latency_us)
         rows.append([f"GEN-{backend}-bs{args.batch_size}-q{seq_len_q}", f"{before:.1f}",
                      f"{after:.1f}", f"{captures[0] / 1000:.1f}",
                      f"{statistics.median(captures[1:]) / 1000:.1f}", len(kernels),

@@ -2,10 +2,11 @@
 
 Runs the command twice with default settings in a fresh demo repository and
 cache, then reads the worker logs (each event carries a wall-clock stamp) to
-split the first run's time into: checkouts, worker start (Python + torch
-import), per-config set-up/warm-up/profiling, timed iterations, and the rest
-(abdiff's own scheduling, statistics, reports). The second run must create no
-new checkout. Prints a table; numbers go to docs/performance.md.
+split each run's time into: worker start (Python + torch import), per-config
+set-up (run pack, facts, graph capture), warm-up, timed iterations, the kernel
+capture pass, and the rest (abdiff's own scheduling, statistics, reports,
+checkouts). The timed share of the wall time is printed for every run. The
+second run must create no new checkout. Numbers go to docs/performance.md.
 
     python benchmarks/pipeline.py [--range main..pr] [--suite mtp] [--keep DIR]
     python benchmarks/pipeline.py --state STATE_DIR --wall SECONDS   # a recorded run
@@ -36,10 +37,17 @@ def run_abdiff(repo: Path, cache: Path, rev_range: str, suite: str, extra: list[
     return done.returncode, time.perf_counter() - start
 
 
+START = "worker start (python + torch import)"
+SET_UP = "config set-up (run pack, facts, graph capture)"
+WARM_UP = "warm-up"
+TIMED = "timed iterations"
+CAPTURE = "kernel capture pass"
+
+
 def breakdown(state: Path) -> dict[str, float]:
     """Seconds spent in each part of the workers' lives, summed over all workers."""
-    parts = {"worker start (python + torch import)": 0.0, "config set-up, warm-up, profiling": 0.0,
-             "timed iterations": 0.0, "workers": 0}
+    parts = dict.fromkeys((START, SET_UP, WARM_UP, TIMED, CAPTURE), 0.0)
+    parts["workers"] = 0
     for job in sorted(state.glob("logs/*/worker*/job.json")):
         spawned = job.stat().st_mtime
         events = [json.loads(line) for line in (job.parent / "records.jsonl").read_text()
@@ -48,14 +56,21 @@ def breakdown(state: Path) -> dict[str, float]:
         env = next((e for e in events if e["event"] == "env"), None)
         if env is None:
             continue
-        parts["worker start (python + torch import)"] += env["t"] - spawned
+        parts[START] += env["t"] - spawned
         starts = {e["id"]: e["t"] for e in events if e["event"] == "start"}
+        done_at = env["t"]
         for event in events:
             if event["event"] == "done" and event["id"] in starts:
-                timed = sum(event["record"]["latency_us"]) / 1e6
-                parts["timed iterations"] += timed
-                parts["config set-up, warm-up, profiling"] += event["t"] - starts[event["id"]] \
-                    - timed
+                record = event["record"]
+                timed = sum(record["latency_us"]) / 1e6
+                warmup = (record.get("warmup") or {}).get("seconds", 0.0)
+                parts[TIMED] += timed
+                parts[WARM_UP] += warmup
+                parts[SET_UP] += event["t"] - starts[event["id"]] - timed - warmup
+                done_at = event["t"]
+        captures = [e["t"] for e in events if e["event"] == "kernels"]
+        if captures:  # the pass starts after the last timed config (or the env line)
+            parts[CAPTURE] += max(captures) - done_at
     return parts
 
 
@@ -64,10 +79,19 @@ def breakdown_table(parts: dict[str, float], wall: float) -> str:
     parts = dict(parts)
     workers = int(parts.pop("workers"))
     rest = wall - sum(parts.values())
-    rows = [[name, f"{seconds:.1f}", f"{100 * seconds / wall:.0f}%"]
+    rows = [[name, f"{seconds:.1f}", f"{100 * seconds / wall:.1f}%"]
             for name, seconds in [*parts.items(), ("abdiff itself, checkouts, waits", rest)]]
-    return (f"{workers} worker processes, {wall:.1f} s wall\n"
+    return (f"{workers} worker processes, {wall:.1f} s wall, timed share "
+            f"{100 * parts[TIMED] / wall:.1f}%\n"
             + tabulate(rows, headers=["part of the run", "seconds", "share"]))
+
+
+def run_summary(label: str, code: int, wall: float, result_path: Path) -> str:
+    result = json.loads(result_path.read_text())
+    rounds = [max(c["latency"]["rounds_a"], c["latency"]["rounds_b"]) for c in result["configs"]]
+    return (f"{label}: exit {code}, {wall:.1f} s wall, rounds per config "
+            f"{min(rounds, default=0)}..{max(rounds, default=0)}, timing "
+            f"{result['summary'].get('timing')}, verdicts {result['summary']}")
 
 
 def main() -> int:
@@ -91,19 +115,22 @@ def main() -> int:
 
     code, first = run_abdiff(repo, cache, args.range, args.suite, args.abdiff_args)
     checkouts = sorted(p.name for p in (cache / "checkouts").glob("*/*") if p.is_dir())
-    state = next((cache / "runs").iterdir())
-    parts = breakdown(state)
-    result = json.loads((cache / "result.json").read_text())
-    rounds = [max(c["latency"]["rounds_a"], c["latency"]["rounds_b"]) for c in result["configs"]]
+    states = sorted((cache / "runs").glob("*/state.json"))
+    if not states or not (cache / "result.json").exists():
+        print(f"abdiff {args.range} exit {code} after {first:.1f} s measured nothing; "
+              f"nothing to split", file=sys.stderr)
+        return 3
+    state = states[0].parent
+    print(run_summary(f"abdiff {args.range} --configs {args.suite}", code, first,
+                      cache / "result.json"))
+    print(breakdown_table(breakdown(state), first))
 
     code2, second = run_abdiff(repo, cache, args.range, args.suite, args.abdiff_args)
     checkouts2 = sorted(p.name for p in (cache / "checkouts").glob("*/*") if p.is_dir())
-
-    print(f"abdiff {args.range} --configs {args.suite}: exit {code}, {first:.1f} s wall, "
-          f"rounds per config {min(rounds)}..{max(rounds)}, verdicts {result['summary']}")
-    print(breakdown_table(parts, first))
-    print(f"second run: exit {code2}, {second:.1f} s; checkouts before {len(checkouts)}, "
-          f"after {len(checkouts2)} (new: {sorted(set(checkouts2) - set(checkouts))})")
+    print(run_summary("second run", code2, second, cache / "result.json"))
+    print(breakdown_table(breakdown(state), second))  # the same state folder, measured again
+    print(f"checkouts before the second run {len(checkouts)}, after {len(checkouts2)} "
+          f"(new: {sorted(set(checkouts2) - set(checkouts))})")
     return 0
 
 

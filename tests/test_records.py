@@ -98,11 +98,12 @@ H200 = Path(__file__).resolve().parents[1] / "results" / "h200"
 
 def test_noise_note_on_recorded_h200_rounds() -> None:
     """Eager H200 rounds (A/A, 15-85% between processes) explain the inconclusive
-    verdicts and point to --cuda-graph; graph-replay rounds (0.1-2%) need no note."""
+    verdicts and point to graph replays (drop --eager); graph-replay rounds (0.1-2%) need no
+    note."""
     eager = compare_runs(records.load_run_file(H200 / "pr..pr" / "a.json"),
                          records.load_run_file(H200 / "pr..pr" / "b.json"), {})
     note = [n for n in eager.notes if "round medians vary" in n]
-    assert len(note) == 1 and "--cuda-graph" in note[0]
+    assert len(note) == 1 and "drop --eager" in note[0]
     assert note[0].startswith("latency inconclusive for 12 configs:")
     graph = compare_runs(records.load_run_file(H200 / "cuda-graph-main..pr-v1" / "a.json"),
                          records.load_run_file(H200 / "cuda-graph-main..pr-v1" / "b.json"), {})

@@ -356,3 +356,24 @@ def test_nothing_measured_is_never_a_green_headline() -> None:
         ":warning: **abdiff: nothing measured** (0 of 1 config measured; 1 failed on both sides")
     # a hand-built result without an exit code gets the policy's rule
     assert common.exit_code(make_result(configs=[_still_failing()], summary={})) == 3
+def test_every_format_says_which_timing_was_used() -> None:
+    result = make_result(summary={**make_result().summary, "timing": "graph replay"})
+    assert "timing: graph replay" in table_report.render(result)
+    assert "timing: graph replay" in markdown.render(result)
+    assert "graph replay" in html_report.render(result)
+    assert json.loads(json_report.render(result))["summary"]["timing"] == "graph replay"
+
+
+def test_headline_says_when_latency_was_undecided_for_most_configs() -> None:
+    undecided = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, 0.4, 5, 5)
+    configs = [_config("TRTLLM", bs, 1, "inconclusive", latency=undecided) for bs in (8, 16, 32)]
+    configs.append(_config("TRTLLM", 64, 1, "unchanged"))
+    result = make_result(configs=configs, summary={"exit_code": 0})
+    headline = "no unintended change found, but latency undecided for 3 of 4 configs"
+    assert common.verdict_line(result) == headline
+    assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
+    assert table_report.render(result).splitlines()[-1].startswith(headline)
+    half = make_result(configs=configs[1:] + [_config("DSA", 8, 1, "unchanged")])
+    assert "undecided" not in common.verdict_line(half)  # 2 of 4: not most
+    flagged = make_result()  # 1 of 5 timed configs undecided: the headline is unchanged
+    assert common.verdict_line(flagged) == "1 unintended change"

@@ -69,8 +69,11 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="ranks for mpirun/srun/torchrun")
     parser.add_argument("--nodes", type=positive_int, default=None, help="nodes for srun")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--eager", action="store_true",
+                        help="on CUDA, time eager calls instead of CUDA graph replays (the "
+                             "default); the CPU has no graphs and always times eager calls")
     parser.add_argument("--cuda-graph", action="store_true",
-                        help="capture each run pack in a CUDA graph and time its replays")
+                        help="accepted and ignored: graph replays are the default on CUDA")
     parser.add_argument("--cpu-threads", type=positive_int, default=1,
                         help="torch threads per worker on the CPU (default 1)")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")

@@ -114,16 +114,31 @@ def summary_sentence(result: Result) -> str:
     return f"{measured_sentence(result)}; {', '.join(parts)}"
 
 
+def latency_undecided(result: Result) -> str | None:
+    """"latency undecided for 8 of 12 configs" when more than half of the configs with
+    latency on both sides got no latency verdict; None otherwise. Such a run checked
+    status, facts and kernels, but not speed, and its headline must say so."""
+    timed = [c for c in result.configs if c.latency.verdict != "n/a"]
+    undecided = sum(c.latency.verdict == "inconclusive" for c in timed)
+    if not timed or 2 * undecided <= len(timed):
+        return None
+    return f"latency undecided for {undecided} of {len(timed)} configs"
+
+
 def verdict_line(result: Result) -> str:
     """The headline: is there anything a reviewer must look at, and was anything measured?"""
     if exit_code(result) == policy.NOTHING_MEASURED_EXIT:
         return "nothing measured"
     tally = counts(result)
     n = tally["unintended"]
+    undecided = latency_undecided(result)
     if n:
-        return f"{n} unintended change{'' if n == 1 else 's'}"
+        line = f"{n} unintended change{'' if n == 1 else 's'}"
+        return f"{line}; {undecided}" if undecided else line
     if exit_code(result) == 1 and result.summary.get("require_all") is True:
         return "not every config measured (--require-all)"
+    if undecided:
+        return f"no unintended change found, but {undecided}"
     if tally["inconclusive"]:
         return "no unintended change found (some configs inconclusive)"
     return "no unintended change"
@@ -172,6 +187,8 @@ def context_items(result: Result) -> list[tuple[str, str]]:
         items.append(("suite", clip(result.suite, 80)))
     if result.target:
         items.append(("target", clip(result.target, 80)))
+    if result.summary.get("timing"):
+        items.append(("timing", clip(result.summary["timing"], 80)))
     items.append(("expected to change", expect_text(result)))
     return items
 

@@ -10,15 +10,25 @@ worker for the configs that are left.
 Under a multi-rank launcher (`job.ranks` > 1) every rank runs this module: it
 joins the others through torch.distributed (gloo on the CPU, NCCL on CUDA),
 builds the harness's tensor-parallel Runner (`tp_size`, `tp_rank`) and writes
-its own record log (protocol.rank_record_path).
+its own record log (protocol.rank_record_path). Every rank times the configs in
+the same seeded order and warms up by call count only, so their collective calls
+line up.
+
+Two passes: first every config is set up and timed, in an order shuffled with the
+job's seed (so a position in the process, the first config's cold caches or the
+last one's, cannot line up with one config); then, in kernel rounds, each one's
+kernels are captured. Nothing of the profiler runs before or between timed
+iterations.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import resource
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +36,14 @@ from abdiff.errors import exception_line
 from abdiff.files import path_under_root
 from abdiff.launchers.guard import arm_parent_death
 from abdiff.measure import (
-    GPU_MIN_WARMUP_S,
+    WarmupRule,
     environment,
     find_attn_metadata,
     profile_kernels,
     read_facts,
     resolve_device,
     time_iterations,
+    timing_kind,
 )
 from abdiff.protocol import (
     RecordWriter,
@@ -57,6 +68,8 @@ def _import_runner(checkout: Path) -> type:
     return importlib.import_module(RUNNER_MODULE).Runner
 
 
+# several ranks: exactly the suite's warm-up calls (no time-based batches, see run_config)
+COUNT_ONLY_WARMUP = WarmupRule(tolerance=0.0, agreeing=1, batch_s=0.0, cap_s=0.0)
 RENDEZVOUS_FILE = "rendezvous"  # torch.distributed's FileStore beside the record log
 
 
@@ -76,31 +89,39 @@ def join_ranks(job: RoundJob, device: str, rank: int, local_rank: int) -> None:
                             rank=rank, world_size=job.ranks)
 
 
-def run_config(
-    runner_cls: type, config_id: str, params: dict, job: RoundJob, device: str,
-    writer: RecordWriter, tensor_parallel: dict[str, Any],
-) -> RoundRecord:
-    """Create and prepare the run pack, read facts, time iterations, then profile one call."""
+def create_run_pack(runner_cls: type, params: dict, device: str,
+                    tensor_parallel: dict[str, Any]) -> Callable[[], Any]:
     runner = runner_cls(params["backend"], device=device, **tensor_parallel)
-    run_pack = runner.create_run_pack(
+    return runner.create_run_pack(
         params["run_type"],
         batch_size=params["batch_size"],
         seq_len_q=params["seq_len_q"],
         seq_len_kv_cache=params["seq_len_kv_cache"],
     )
+
+
+def run_config(
+    run_pack: Callable[[], Any], config_id: str, job: RoundJob, device: str,
+    writer: RecordWriter,
+) -> RoundRecord:
+    """Read facts from the prepared run pack, warm it up and time its iterations."""
     facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
     writer.facts(config_id, facts)
-    min_warmup_s = job.min_warmup_s
-    if min_warmup_s is None:
-        min_warmup_s = GPU_MIN_WARMUP_S if device == "cuda" else 0.0
-    if job.ranks > 1:
-        # every call is a collective: a time-based warm-up would let ranks disagree on
-        # how many calls they make, and the one that makes more would wait forever
-        min_warmup_s = 0.0
-    latencies = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph,
-                                min_warmup_s)
-    kernels = profile_kernels(run_pack, device) if job.profile_kernels else {}
-    return RoundRecord("ok", None, latencies, facts, kernels, job.round)
+    # with several ranks every call is a collective: a warm-up by time would let ranks
+    # disagree on how many calls they make, and the one that makes more would wait forever
+    rule = COUNT_ONLY_WARMUP if job.ranks > 1 else None
+    timed = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph,
+                            rule)
+    return RoundRecord("ok", None, timed.latency_us, facts, round=job.round,
+                       warmup=timed.warmup_json())
+
+
+def shuffled(configs: list[dict], seed: int | None) -> list[dict]:
+    """The configs in the order a worker with this seed times them (None: as given)."""
+    order = list(configs)
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return order
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -116,6 +137,24 @@ def failure_reason(exc: BaseException) -> str:
                  else f"address-space limit {soft / 2**20:.0f} MiB, --max-memory")
         line += f" (out of memory; {limit})"
     return line
+
+
+def capture_pass(
+    runner_cls: type, timed_packs: dict[str, Callable[[], Any]], capture_only: list[dict],
+    device: str, writer: RecordWriter, tensor_parallel: dict[str, Any],
+) -> None:
+    """Kernels of every config timed here, then of those an earlier worker timed but could not
+    capture (it died first); a failed capture leaves that config without kernels."""
+    packs = list(timed_packs.items())
+    packs += [(config["id"], None) for config in capture_only]
+    params = {config["id"]: config["params"] for config in capture_only}
+    for config_id, run_pack in packs:
+        try:
+            if run_pack is None:
+                run_pack = create_run_pack(runner_cls, params[config_id], device, tensor_parallel)
+            writer.kernels(config_id, profile_kernels(run_pack, device))
+        except Exception:  # noqa: BLE001 - the config was timed; only its kernels are missing
+            traceback.print_exc()
 
 
 def main(job_path: str) -> int:
@@ -143,20 +182,27 @@ def main(job_path: str) -> int:
         join_ranks(job, device, rank, local_rank)
         tensor_parallel = {"tp_size": job.ranks, "tp_rank": rank}
     writer = RecordWriter(rank_record_path(job.record_path, rank))
-    writer.env({**environment(device), "cuda_graph": job.cuda_graph,
+    timing = timing_kind(device, job.cuda_graph)
+    writer.env({**environment(device), "cuda_graph": timing == "graph replay", "timing": timing,
                 **({"cpu_threads": job.cpu_threads} if device == "cpu" else {})})
     runner_cls = _import_runner(Path.cwd())
-    for config in job.configs:
+    order = shuffled(job.configs, job.order_seed)
+    writer.order(job.order_seed, [config["id"] for config in order])
+    timed_packs: dict[str, Callable[[], Any]] = {}  # kept for the capture pass
+    for config in order:
         writer.start(config["id"])
         try:
-            record = run_config(runner_cls, config["id"], config["params"], job, device, writer,
-                                tensor_parallel)
+            run_pack = create_run_pack(runner_cls, config["params"], device, tensor_parallel)
+            record = run_config(run_pack, config["id"], job, device, writer)
+            if job.profile_kernels:
+                timed_packs[config["id"]] = run_pack
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
             traceback.print_exc()
             record = RoundRecord("failed", failure_reason(exc),
                                  facts=writer.facts_written.get(config["id"], {}),
                                  round=job.round)
         writer.done(config["id"], record)
+    capture_pass(runner_cls, timed_packs, job.capture_only, device, writer, tensor_parallel)
     writer.close()
     return 0
 
