@@ -74,6 +74,14 @@ class LatencyResult:
     rounds_a: int = 0
     rounds_b: int = 0
     method: str | None = None
+    a_us: float | None = None  # median of A's round medians (odd rounds set aside), us
+    b_us: float | None = None
+    a_spread_us: float | None = None  # normal-consistent MAD of those round medians, us
+    b_spread_us: float | None = None
+    detectable: float | None = None  # smallest change seen with 80% power (fraction)
+    set_aside_a: list[dict[str, Any]] = field(default_factory=list)  # {"round", "median_us"}
+    set_aside_b: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None  # e.g. "below the 2% threshold"
 
 
 @dataclass
@@ -348,7 +356,24 @@ def _latency(data: dict, where: str) -> LatencyResult:
         rounds_a=_count(data, "rounds_a", where),
         rounds_b=_count(data, "rounds_b", where),
         method=_optional(data, "method", _STR_OR_NULL, where),
+        a_us=_float(data, "a_us", where),
+        b_us=_float(data, "b_us", where),
+        a_spread_us=_float(data, "a_spread_us", where),
+        b_spread_us=_float(data, "b_spread_us", where),
+        detectable=_float(data, "detectable", where),
+        set_aside_a=_set_aside_rounds(data, "set_aside_a", where),
+        set_aside_b=_set_aside_rounds(data, "set_aside_b", where),
+        note=_optional(data, "note", _STR_OR_NULL, where),
     )
+
+
+def _set_aside_rounds(data: dict, key: str, where: str) -> list[dict[str, Any]]:
+    rounds = _optional(data, key, list, where, [])
+    if not all(isinstance(r, dict) and isinstance(r.get("round"), int)
+               and isinstance(r.get("median_us"), (int, float)) for r in rounds):
+        raise InputError(f"{where}: field '{key}' must be a list of "
+                         '{"round": int, "median_us": number}')
+    return rounds
 
 
 def _config_result(data: Any, where: str) -> ConfigResult:
