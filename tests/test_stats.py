@@ -425,3 +425,14 @@ def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
     for lat in latency.values():
         assert lat.detectable is not None and 0.02 < lat.detectable < 0.04
     assert sum(bool(lat.set_aside_a or lat.set_aside_b) for lat in latency.values()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_every_format_shows_times_detectable_effect_and_set_aside_rounds(fmt: str):
+    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    done = run_abdiff("compare", run / "a.json", run / "b.json", "--format", fmt)
+    assert done.returncode == 0, done.stderr
+    assert "A 41.0 ± 0.14 µs, B 41.1 ± 0.012 µs" in done.stdout
+    assert "detects ≥ 2.2%" in done.stdout
+    assert "set aside B r1 67.58 µs" in done.stdout
+    assert "1 of 5 B rounds 65% slow, 0 of 5 A rounds" in done.stdout
