@@ -18,6 +18,13 @@ are in docs/statistics.md):
 - **unchanged**: an equivalence test, TOST (two one-sided Welch tests against
   +-log(1 + min_effect)), below `equivalence_alpha`.
 - **inconclusive**: neither; the scheduler adds rounds (`needs_more_rounds`).
+- **odd rounds** (one process far slower than the side's others) are set
+  aside before the tests (`odd_rounds`) and listed; a B side with more slow
+  rounds than A is tested on its own (`odd_rate_test`, Fisher exact) and
+  joins the Holm family, so a change that makes a config sometimes slow is a
+  finding and not noise.
+- Every result carries absolute times per side and the smallest change the
+  run could have detected (`detectable_effect`).
 
 scipy has no Holm procedure (only Benjamini-Hochberg/Yekutieli in
 `scipy.stats.false_discovery_control`), so Holm's step-down is the few lines in
@@ -91,10 +98,11 @@ ODD_DISTANCE = 12.0
 """A round is odd when it lies this many robust scales above the other rounds' median.
 
 The robust scale (`odd_rounds`) is floored at ODD_SCALE_FLOOR, so a round must
-be at least 6% slow. Calibrated (docs/statistics.md): at 6 scales, trimming
-the heavy tails of noisy CPU rounds raised A/A false alarms there (0.1% ->
-0.6% with 5 rounds); at 12 they are back to 0.3%, and a GPU-like profile with
-8% of processes 25% slow is decided as well as at 6.
+be at least 6% slow. Calibrated (docs/statistics.md; 1500 A/A suite runs of
+the cpu-2core profile, 5 rounds per side): at 6 scales, trimming the heavy
+tails of noisy CPU rounds raised A/A false alarms from 0.13% without the rule
+to 0.60%; at 12 they are 0.27%, and the GPU-like profile with 8% of processes
+25% slow is decided as well as at 6.
 """
 
 ODD_SCALE_FLOOR = 0.005
@@ -102,7 +110,7 @@ ODD_SCALE_FLOOR = 0.005
 
 Device-timed rounds can agree to 0.05%; without a floor, a round 0.5% off would
 be "odd" and quiet configs would be over-trimmed. With the floor a round must be
-at least ODD_DISTANCE * 0.5% = 3% away from the others to be set aside.
+at least ODD_DISTANCE * 0.5% = 6% slower than the others to be set aside.
 """
 
 DETECTABLE_POWER = 0.8
