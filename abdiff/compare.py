@@ -173,7 +173,7 @@ def compare_runs(
             latency=latency,
         ))
     summary = apply_policy(configs, expect)
-    summary.update(min_effect=min_effect, alpha=alpha)
+    summary.update(min_effect=min_effect, alpha=alpha, detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
                      for r in (run_a, run_b))

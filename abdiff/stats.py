@@ -642,6 +642,12 @@ def latency_verdicts(
     return results
 
 
+def detectable_range(results: list[LatencyResult]) -> list[float] | None:
+    """[smallest, largest] `detectable` of a run's configs (the summary's range); None if none."""
+    values = [r.detectable for r in results if r.detectable is not None]
+    return [min(values), max(values)] if values else None
+
+
 def needs_more_rounds(
     result: LatencyResult,
     confirm_p: float | None = DEFAULT_CONFIRM_P,

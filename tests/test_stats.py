@@ -343,6 +343,7 @@ def test_nothing_measured_reports_no_times_and_no_detectable_effect():
     assert result.verdict == "inconclusive"
     assert (result.a_us, result.b_us, result.detectable, result.p) == (None, None, None, None)
     assert result.set_aside_a == result.set_aside_b == []
+    assert stats.detectable_range([result]) is None
 
 
 # --------------------------------------------------------------------------- issue 23: odd rounds
@@ -424,6 +425,8 @@ def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
     assert odd.a_us == pytest.approx(40.99, abs=0.01) and odd.a_spread_us < 0.2
     for lat in latency.values():
         assert lat.detectable is not None and 0.02 < lat.detectable < 0.04
+    low, high = result.summary["detectable"]
+    assert low == min(lat.detectable for lat in latency.values()) and 0.02 < low < high < 0.04
     assert sum(bool(lat.set_aside_a or lat.set_aside_b) for lat in latency.values()) == 1
 
 
