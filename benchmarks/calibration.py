@@ -15,9 +15,10 @@ Rules (the anchors pool all iterations of all rounds, as those tools do):
   the suite, --min-effect 2%, TOST for unchanged), with the default adaptive
   budget: 5 rounds per side, then +2 per side (one ABBA block) for
   configs for which `stats.needs_more_rounds` says so, up to 15 (the
-  schedule of abdiff/schedule.py); also "fixed 5" (no extension) and
+  schedule of abdiff/schedule.py); also "fixed 5" (no extension),
   "no confirm" (extension for inconclusive configs only, without the
-  early-stopping boundary for marginal slower/faster flags);
+  early-stopping boundary for marginal slower/faster flags) and "no odd rule"
+  (every round tested, as before issue 23);
 - asv (`asv compare`): Mann-Whitney U p < 0.002 and median ratio beyond 1.1;
 - Google Benchmark compare.py: Mann-Whitney U, two-sided, p < 0.05 per benchmark;
 - pyperf compare_to: Student's t-test on pooled values, p < 0.05 (and, as in
@@ -33,9 +34,14 @@ A and B rounds in randomized ABBA/BAAB blocks): log latency = config base
 random walk) + per-process offset shared by all configs of the round + per-
 config round offset (both Student-t, 4 d.o.f.: heavy-tailed) + a cold-start
 penalty for the first process + within-round Gaussian jitter + heavy-tailed
-outlier iterations (Lomax). Profiles: `h200` (DESIGN.md's H200 measurements),
+outlier iterations (Lomax) + for a share of processes a slowdown of all their
+configs (an odd process). Profiles: `h200` (DESIGN.md's H200 measurements),
 `cpu-quiet` (a quiet dedicated CPU box), `cpu-2core` (this 2-core container
-when idle, single-threaded torch; measured with --record).
+when idle, single-threaded torch; measured with --record), and the
+contaminated `gpu-odd` (issue 23: 0.3% process noise, 1% jitter, 8% of
+processes 25% slow) and `cpu-2core-odd`. Scenario "bimodal": config 0 of B
+runs 25% slow in 40% of B's processes; "flagged or noted" counts the suites in
+which it was `slower` or its result said B had more slow rounds than A.
 
 Replay (`--replay DIR`): each recorded config's rounds are split at random into
 two sides (A/A); for power, side B of one config (rotating over the recorded
