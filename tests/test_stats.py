@@ -14,6 +14,7 @@ from conftest import run_abdiff
 from scipy import stats as sps
 
 from abdiff import stats
+from abdiff.errors import InputError
 from abdiff.records import LatencyResult, load_result
 
 
@@ -439,3 +440,15 @@ def test_every_format_shows_times_detectable_effect_and_set_aside_rounds(fmt: st
     assert "detects ≥ 2.2%" in done.stdout
     assert "set aside B r1 67.58 µs" in done.stdout
     assert "1 of 5 B rounds 65% slow, 0 of 5 A rounds" in done.stdout
+
+
+def test_result_file_with_malformed_set_aside_rounds_is_one_clear_error(tmp_path: Path):
+    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    data = json.loads((run / "result.json").read_text())
+    data["configs"][0]["latency"]["set_aside_b"] = [{"round": "one", "median_us": 67.6}]
+    bad = tmp_path / "result.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="field 'set_aside_b' must be a list of"):
+        load_result(bad)
+    done = run_abdiff("comment", "--repo", "o/r", "--pr", "1", "--result", bad, "--dry-run")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
