@@ -261,15 +261,8 @@ def abdiff_adaptive(
         sub_b = log_b[idx[:, 0], idx[:, 1], :nb]
         slow_a = slow_b = np.zeros(len(idx), dtype=int)
         excess = np.zeros(len(idx))
-        if odd:  # what compare_latency does: set odd rounds aside, count slow ones
-            all_a, all_b = sub_a, sub_b
-            sub_a, _ = stats.set_aside(all_a, all_b)
-            sub_b, _ = stats.set_aside(all_b, all_a)
-            slow_a = stats.slow_rounds(all_a, sub_b)
-            slow_b = stats.slow_rounds(all_b, sub_a)
-            top = np.sort(all_b, axis=-1)
-            excess = np.array([np.expm1(np.median(top[k, nb - s:]) - np.nanmedian(sub_a[k]))
-                               if s else 0.0 for k, s in enumerate(slow_b)])
+        if odd:
+            sub_a, sub_b, slow_a, slow_b, excess = odd_round_inputs(sub_a, sub_b)
         tests = stats.round_level_tests(sub_a, sub_b, min_effect, CONFIDENCE)
         for k, (r, c) in enumerate(idx):
             more_slow_b = bool(slow_b[k] > slow_a[k])
@@ -295,6 +288,22 @@ def abdiff_adaptive(
             break
         n = min(n + budget.step, budget.max_rounds)
     return first, verdicts, used, np.stack([first_noted, noted])
+
+
+def odd_round_inputs(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What compare_latency does with odd rounds, for rows of log round medians.
+
+    Returns (A and B with odd rounds as NaN, slow-round counts of A and B, the
+    excess of B's slow rounds over A's median); check_equivalence checks it.
+    """
+    kept_a, _ = stats.set_aside(log_a, log_b)
+    kept_b, _ = stats.set_aside(log_b, log_a)
+    slow_a = stats.slow_rounds(log_a, kept_b)
+    slow_b = stats.slow_rounds(log_b, kept_a)
+    top = np.sort(log_b, axis=-1)
+    excess = np.array([np.expm1(np.median(top[k, top.shape[-1] - n:]) - np.nanmedian(kept_a[k]))
+                       if n else 0.0 for k, n in enumerate(slow_b)])
+    return kept_a, kept_b, slow_a, slow_b, excess
 
 
 def pooled(x: np.ndarray, rounds: int) -> np.ndarray:
@@ -355,8 +364,8 @@ def signed(verdicts: np.ndarray) -> np.ndarray:
 def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, min_effect: float,
              alpha: float) -> dict[str, Tally]:
     """Every rule on the same data; returns Tally per rule name."""
-    shifted = (scenario.shifts != 0) | (np.arange(len(scenario.shifts)) == 0) * bool(
-        scenario.bimodal)
+    shifted = scenario.shifts != 0
+    shifted[0] |= scenario.bimodal > 0  # the bimodal change is on config 0
     out: dict[str, Tally] = {}
     extra = scenario.rounds_b_offset
     span = f"{budget.first}-{budget.max_rounds}"
@@ -660,15 +669,23 @@ def record(out: Path, rounds: int, device: str, threads: int, iterations: int) -
 
 
 def check_equivalence(seed: int) -> None:
-    """The vectorized path used here gives what compare_latency gives (a few spot checks)."""
+    """The vectorized path used here gives what compare_latency gives (a few spot checks).
+
+    On the contaminated profile, with one B round made 25% slow, so that the
+    odd-round path (set aside, slow-round counts, excess) is compared too.
+    """
     rng = np.random.default_rng(seed)
-    a, b = simulate(PROFILES["cpu-quiet"], np.full(3, 0.03), 1, Budget(), rng)
+    a, b = simulate(PROFILES["gpu-odd"], np.full(3, 0.03), 1, Budget(), rng)
+    b[0, :, 2] *= 1.25
     for c in range(3):
         ra, rb = a[0, c, :7].tolist(), b[0, c, :9].tolist()
         direct = stats.compare_latency(ra, rb)
-        vec = stats.round_level_tests(np.log(np.median(a[0, c, :7], -1)),
-                                       np.log(np.median(b[0, c, :9], -1)),
-                                       stats.DEFAULT_MIN_EFFECT, CONFIDENCE)
+        kept_a, kept_b, slow_a, slow_b, excess = odd_round_inputs(
+            np.log(np.median(a[0, c, :7], -1))[None], np.log(np.median(b[0, c, :9], -1))[None])
+        vec = stats.round_level_tests(kept_a, kept_b, stats.DEFAULT_MIN_EFFECT, CONFIDENCE)
+        assert len(direct.set_aside_b) >= 1
+        assert np.isclose(direct.p_odd, stats.odd_rate_test(int(slow_b[0]), 9, int(slow_a[0]), 7))
+        assert np.isclose(direct.odd_excess, excess[0])
         assert np.isclose(direct.p_difference, vec.p_difference[0])
         assert np.isclose(direct.p_equivalence, vec.p_equivalence[0])
         assert np.isclose(direct.ci[0], vec.ci_low[0]) and np.isclose(direct.ratio, vec.ratio[0])
