@@ -398,17 +398,19 @@ def slow_rounds(log_medians: np.ndarray, kept_other: np.ndarray) -> np.ndarray:
     return ((x - center) / scale[:, None] > ODD_DISTANCE).sum(axis=-1)
 
 
-def _odd_note(slow_a: int, slow_b: int, rounds_a: int, rounds_b: int, log_b: np.ndarray,
-              kept_a: np.ndarray) -> tuple[str | None, float]:
-    """('3 of 7 B rounds 25% slow, 0 of 7 A rounds', 0.25) when B has more slow rounds than A.
+def slow_excess(log_b: np.ndarray, slow_b: int, kept_a: np.ndarray) -> float:
+    """How much slower B's `slow_b` slowest rounds are than A: median over A's kept median, - 1."""
+    if slow_b == 0:
+        return 0.0
+    return float(np.expm1(np.median(np.sort(log_b)[-slow_b:]) - np.nanmedian(kept_a)))
 
-    The excess is the median of B's slowest `slow_b` rounds over A's median.
-    """
+
+def _odd_note(slow_a: int, slow_b: int, rounds_a: int, rounds_b: int,
+              excess: float) -> str | None:
+    """'3 of 7 B rounds 25% slow, 0 of 7 A rounds' when B has more slow rounds than A."""
     if slow_b <= slow_a:
-        return None, 0.0
-    excess = float(np.exp(np.median(np.sort(log_b)[-slow_b:]) - np.median(kept_a)) - 1)
-    return (f"{slow_b} of {rounds_b} B rounds {excess:.0%} slow, {slow_a} of {rounds_a} A rounds",
-            excess)
+        return None
+    return f"{slow_b} of {rounds_b} B rounds {excess:.0%} slow, {slow_a} of {rounds_a} A rounds"
 
 
 def _check_levels(min_effect: float, alpha: float) -> None:
@@ -473,7 +475,8 @@ def compare_latency(
     kept_a, kept_b = log_a[~odd_a], log_b[~odd_b]
     slow_a = int(slow_rounds(all_a, kept_b)[0])
     slow_b = int(slow_rounds(all_b, kept_a)[0])
-    odd_note, odd_excess = _odd_note(slow_a, slow_b, na, nb, all_b, kept_a)
+    odd_excess = slow_excess(all_b, slow_b, kept_a)
+    odd_note = _odd_note(slow_a, slow_b, na, nb, odd_excess)
     sides = dict(
         a_us=float(np.exp(np.median(kept_a))), b_us=float(np.exp(np.median(kept_b))),
         a_spread_us=robust_spread(np.exp(kept_a)), b_spread_us=robust_spread(np.exp(kept_b)),

@@ -300,9 +300,8 @@ def odd_round_inputs(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, 
     kept_b, _ = stats.set_aside(log_b, log_a)
     slow_a = stats.slow_rounds(log_a, kept_b)
     slow_b = stats.slow_rounds(log_b, kept_a)
-    top = np.sort(log_b, axis=-1)
-    excess = np.array([np.expm1(np.median(top[k, top.shape[-1] - n:]) - np.nanmedian(kept_a[k]))
-                       if n else 0.0 for k, n in enumerate(slow_b)])
+    excess = np.array([stats.slow_excess(log_b[k], int(n), kept_a[k])
+                       for k, n in enumerate(slow_b)])
     return kept_a, kept_b, slow_a, slow_b, excess
 
 
