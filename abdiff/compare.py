@@ -105,6 +105,12 @@ def latency_samples(config: ConfigRuns) -> list[list[float]]:
     return [r.latency_us for r in config.rounds if r.status == "ok" and r.latency_us]
 
 
+def round_ids(config: ConfigRuns) -> list[int]:
+    """Schedule position of each round in `latency_samples` (list position if unrecorded)."""
+    return [i if r.round is None else r.round for i, r in enumerate(config.rounds)
+            if r.status == "ok" and r.latency_us]
+
+
 def latency_results(
     pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float
 ) -> list[LatencyResult]:
@@ -116,7 +122,8 @@ def latency_results(
     ]
     computed = stats.latency_verdicts(
         [stats.compare_latency(latency_samples(pairs[i][0]), latency_samples(pairs[i][1]),
-                               min_effect, alpha) for i in comparable],
+                               min_effect, alpha, a_round_ids=round_ids(pairs[i][0]),
+                               b_round_ids=round_ids(pairs[i][1])) for i in comparable],
         min_effect, alpha,
     )
     results = [
@@ -213,7 +220,8 @@ def compare_runs(
             latency=latency,
         ))
     summary = apply_policy(configs, expect, require_all, len(not_measured))
-    summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b))
+    summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
+                   detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
                      for r in (run_a, run_b))

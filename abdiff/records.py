@@ -93,6 +93,14 @@ class LatencyResult:
     rounds_a: Count = 0
     rounds_b: Count = 0
     method: str | None = None
+    a_us: float | None = None  # median of A's round medians (odd rounds set aside), us
+    b_us: float | None = None
+    a_spread_us: float | None = None  # normal-consistent MAD of those round medians, us
+    b_spread_us: float | None = None
+    detectable: float | None = None  # smallest change seen with 80% power (fraction)
+    set_aside_a: list[dict[str, Any]] = field(default_factory=list)  # {"round", "median_us"}
+    set_aside_b: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None  # e.g. "below the 2% threshold"
 
 
 @dataclass
@@ -210,7 +218,15 @@ def parse_result(data: Any, where: str) -> Result:
     every field is checked for its type before a report is rendered from it.
     """
     _check_schema(data, RESULT_SCHEMAS, "a result", where)
-    return from_json(Result, data, where)
+    result = from_json(Result, data, where)
+    for i, config in enumerate(result.configs):
+        for key in ("set_aside_a", "set_aside_b"):  # rendered as "set aside B r1 67.58 us"
+            rounds = getattr(config.latency, key)
+            if not all(isinstance(r.get("round"), int) and not isinstance(r.get("round"), bool)
+                       and isinstance(r.get("median_us"), int | float) for r in rounds):
+                raise InputError(f"{where}: configs[{i}].latency: field '{key}' must be a list "
+                                 'of {"round": int, "median_us": number}')
+    return result
 
 
 def load_result(path: Path) -> Result:

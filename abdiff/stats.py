@@ -18,6 +18,13 @@ are in docs/statistics.md):
 - **unchanged**: an equivalence test, TOST (two one-sided Welch tests against
   +-log(1 + min_effect)), below `equivalence_alpha`.
 - **inconclusive**: neither; the scheduler adds rounds (`needs_more_rounds`).
+- **odd rounds** (one process far slower than the side's others) are set
+  aside before the tests (`odd_rounds`) and listed; a B side with more slow
+  rounds than A is tested on its own (`odd_rate_test`, Fisher exact) and
+  joins the Holm family, so a change that makes a config sometimes slow is a
+  finding and not noise.
+- Every result carries absolute times per side and the smallest change the
+  run could have detected (`detectable_effect`).
 
 scipy has no Holm procedure (only Benjamini-Hochberg/Yekutieli in
 `scipy.stats.false_discovery_control`), so Holm's step-down is the few lines in
@@ -26,8 +33,9 @@ scipy has no Holm procedure (only Benjamini-Hochberg/Yekutieli in
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats as sps
@@ -86,6 +94,28 @@ With two rounds the between-round variance rests on one degree of freedom per
 side; the t-test is formally valid but a single odd process decides it.
 """
 
+ODD_DISTANCE = 12.0
+"""A round is odd when it lies this many robust scales above the other rounds' median.
+
+The robust scale (`odd_rounds`) is floored at ODD_SCALE_FLOOR, so a round must
+be at least 6% slow. Calibrated (docs/statistics.md; 1500 A/A suite runs of
+the cpu-2core profile, 5 rounds per side): at 6 scales, trimming the heavy
+tails of noisy CPU rounds raised A/A false alarms from 0.13% without the rule
+to 0.60%; at 12 they are 0.27%, and the GPU-like profile with 8% of processes
+25% slow is decided as well as at 6.
+"""
+
+ODD_SCALE_FLOOR = 0.005
+"""Smallest robust scale (log units, about 0.5%) used by the odd-round rule.
+
+Device-timed rounds can agree to 0.05%; without a floor, a round 0.5% off would
+be "odd" and quiet configs would be over-trimmed. With the floor a round must be
+at least ODD_DISTANCE * 0.5% = 6% slower than the others to be set aside.
+"""
+
+DETECTABLE_POWER = 0.8
+"""Power at which `detectable` (the smallest change a run could see) is computed."""
+
 CORRECTIONS = ("holm", "bh")
 
 _METHOD = "Welch t on log round medians"
@@ -95,10 +125,16 @@ _METHOD = "Welch t on log round medians"
 class LatencyStats:
     """One config's latency comparison before multiple-comparison control.
 
-    `ratio` is B/A (the geometric mean of B's round medians over A's); `ci` is
-    its 90% confidence interval (the TOST's); `p_difference` the raw two-sided
-    Welch p-value; `p_equivalence` the TOST p-value against the margin
-    (+-`min_effect`). NaN where the rounds do not define them.
+    `ratio` is B/A (the geometric mean of B's kept round medians over A's);
+    `ci` is its 90% confidence interval (the TOST's); `p_difference` the raw
+    two-sided Welch p-value; `p_equivalence` the TOST p-value against the
+    margin (+-`min_effect`); `se` and `df` the standard error and Welch degrees
+    of freedom of the log difference (for `detectable_effect`). NaN where the
+    rounds do not define them. `rounds_a`/`rounds_b` count every round,
+    set-aside ones included; `set_aside_a`/`_b` are the odd rounds left out of
+    the test ({"round": index, "median_us": value}); `p_odd` is the one-sided
+    Fisher exact p-value that B has more slow rounds (`slow_rounds`) than A,
+    `odd_note` says so in words and `odd_excess` is how much slower they are.
     """
 
     ratio: float
@@ -108,6 +144,17 @@ class LatencyStats:
     rounds_a: int
     rounds_b: int
     method: str
+    se: float = float("nan")
+    df: float = float("nan")
+    a_us: float = float("nan")
+    b_us: float = float("nan")
+    a_spread_us: float = float("nan")
+    b_spread_us: float = float("nan")
+    set_aside_a: list[dict] = field(default_factory=list)
+    set_aside_b: list[dict] = field(default_factory=list)
+    p_odd: float = 1.0
+    odd_note: str | None = None
+    odd_excess: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +166,8 @@ class RoundTests:
     ci_high: np.ndarray
     p_difference: np.ndarray
     p_equivalence: np.ndarray
+    se: np.ndarray
+    df: np.ndarray
 
 
 def round_summary(latencies_us: list[float]) -> float:
@@ -148,6 +197,94 @@ def round_variation(rounds: list[list[float]]) -> float | None:
     return float(medians.std(ddof=1) / medians.mean())
 
 
+def odd_rounds(log_medians: np.ndarray, log_other: np.ndarray | None = None) -> np.ndarray:
+    """Which rounds of one side are odd: far slower than the median of the side's other rounds.
+
+    `log_medians` is 1-D (one side) or 2-D (rows of sides, rounds along the
+    last axis); `log_other` the other side's rounds (same rows), which only
+    lend the scale more rounds. Round i is odd when x_i - median(others) >
+    ODD_DISTANCE * max(scale, ODD_SCALE_FLOOR), `others` being the side's
+    other rounds and `scale` the normal-consistent median absolute deviation
+    (`scipy.stats.median_abs_deviation`, scale="normal") of their residuals
+    around that median, pooled with the other side's residuals around its
+    median: leaving the round itself out keeps one slow process from widening
+    the scale it is judged by, and pooling keeps a scale from four rounds from
+    being small by chance. At most a minority of rounds is odd
+    ((n - 1) // 2, the farthest first) and never so many that fewer than
+    MIN_ROUNDS remain. Only slow rounds are odd: what makes a process odd (a
+    noisy neighbour, a clock dip, an unlucky memory placement) slows it down;
+    when most rounds of a side are slow, the fast ones are not set aside and
+    the side's spread keeps its verdict undecided (calibration: setting aside
+    fast rounds too turned 3 slow processes out of 5 into a false alarm).
+    Fewer than MIN_ROUNDS + 1 rounds: none is odd.
+    """
+    x = np.atleast_2d(np.asarray(log_medians, dtype=float))
+    rows, n = x.shape
+    odd = np.zeros((rows, n), dtype=bool)
+    cap = min((n - 1) // 2, n - MIN_ROUNDS)
+    if cap <= 0:
+        return odd.reshape(np.shape(log_medians))
+    others = x[:, np.array([[j for j in range(n) if j != i] for i in range(n)])]  # (rows, n, n-1)
+    center = np.median(others, axis=-1)
+    residuals = others - center[..., None]
+    if log_other is not None:
+        y = np.atleast_2d(np.asarray(log_other, dtype=float))
+        y = y - np.median(y, axis=-1, keepdims=True)
+        residuals = np.concatenate(
+            [residuals, np.broadcast_to(y[:, None, :], (rows, n, y.shape[-1]))], axis=-1)
+    scale = np.maximum(sps.median_abs_deviation(residuals, axis=-1, scale="normal"),
+                       ODD_SCALE_FLOOR)
+    distance = (x - center) / scale  # slow side only: see the docstring
+    order = np.argsort(-distance, axis=-1, kind="stable")[:, :cap]
+    farthest = np.take_along_axis(distance, order, axis=-1) > ODD_DISTANCE
+    np.put_along_axis(odd, order, farthest, axis=-1)
+    return odd.reshape(np.shape(log_medians))
+
+
+def robust_spread(values: np.ndarray) -> float:
+    """Normal-consistent median absolute deviation (`scipy.stats.median_abs_deviation`)."""
+    return float(sps.median_abs_deviation(values, scale="normal"))
+
+
+@functools.lru_cache(maxsize=4096)
+def odd_rate_test(slow_b: int, rounds_b: int, slow_a: int, rounds_a: int) -> float:
+    """One-sided Fisher exact p-value that B's share of slow rounds exceeds A's.
+
+    `scipy.stats.fisher_exact` on the 2x2 table (slow, other) x (B, A),
+    alternative "greater": a PR that makes a config *sometimes* slow shows as
+    more slow processes on B than on A, even when the odd rounds are set aside
+    from the shift test.
+    """
+    table = [[slow_b, rounds_b - slow_b], [slow_a, rounds_a - slow_a]]
+    return float(sps.fisher_exact(table, alternative="greater").pvalue)
+
+
+def detectable_effect(se: np.ndarray, df: np.ndarray, level: float, min_effect: float,
+                      power: float = DETECTABLE_POWER) -> np.ndarray:
+    """Smallest relative slowdown a test with this se and df flags with `power`.
+
+    A slowdown delta (log) is flagged when the two-sided test at `level`
+    rejects and the ratio exceeds 1 + min_effect. With the usual normal-shift
+    approximation of the noncentral t (Welch's statistic ~ t_df + delta/se),
+    each holds with probability `power` from delta = se * (t_{1-level/2} +
+    t_power) and delta = log(1 + min_effect) + se * t_power respectively
+    (quantiles: `scipy.stats.t.ppf`); the larger is returned as a fraction
+    (exp(delta) - 1). NaN where se or df are not finite.
+    """
+    se = np.asarray(se, dtype=float)
+    df = np.asarray(df, dtype=float)
+    with np.errstate(invalid="ignore"):
+        t_power = sps.t.ppf(power, df)
+        significant = se * (sps.t.ppf(1 - level / 2, df) + t_power)
+        practical = math.log1p(min_effect) + se * t_power
+    return np.expm1(np.maximum(significant, practical))
+
+
+def _compact(x: np.ndarray, kept: int) -> np.ndarray:
+    """Rows' finite values first (NaN marks a set-aside round), cut to `kept` columns."""
+    return np.sort(x, axis=-1)[:, :kept]
+
+
 def round_level_tests(
     log_a: np.ndarray, log_b: np.ndarray, margin: float, confidence: float
 ) -> RoundTests:
@@ -155,14 +292,16 @@ def round_level_tests(
 
     `log_a` and `log_b` are 1-D (one comparison) or 2-D (rows of independent
     comparisons, rounds along the last axis; rows must match, round counts
-    may differ between the sides). Each side needs at least 2 rounds.
+    may differ between the sides). NaN marks a round left out (set aside);
+    each side needs at least 2 rounds that are not NaN.
 
     Method: `scipy.stats.ttest_ind(log_b, log_a, equal_var=False)` (Welch,
     Welch-Satterthwaite degrees of freedom) for the difference of mean log
     round medians; its `confidence_interval(confidence)` exponentiated gives
     the ratio interval. Equivalence: two one-sided Welch tests (TOST) of
     H0: diff >= +log(1+margin) and H0: diff <= -log(1+margin); the TOST
-    p-value is the larger of the two.
+    p-value is the larger of the two. `se` is the standard error of the
+    difference (the sides' `scipy.stats.sem` combined), `df` Welch's.
 
     Assumptions: rounds are independent (each a fresh process, interleaved
     with the other side so slow drift hits both alike); log round medians are
@@ -183,42 +322,95 @@ def round_level_tests(
     b = np.atleast_2d(np.asarray(log_b, dtype=float))
     if a.shape[0] != b.shape[0]:
         raise ValueError("log_a and log_b must have the same number of rows")
-    if a.shape[-1] < 2 or b.shape[-1] < 2:
+    kept_a = np.isfinite(a).sum(axis=-1)
+    kept_b = np.isfinite(b).sum(axis=-1)
+    if kept_a.min(initial=2) < 2 or kept_b.min(initial=2) < 2:
         raise ValueError("each side needs at least 2 rounds for a round-level test")
     if not 0 < confidence < 1:
         raise ValueError("confidence must be between 0 and 1")
     delta = math.log1p(margin)
-    diff = b.mean(axis=-1) - a.mean(axis=-1)
-    rows = diff.shape[0]
-    p_diff = np.empty(rows)
-    p_eq = np.empty(rows)
-    low = np.empty(rows)
-    high = np.empty(rows)
+    rows = a.shape[0]
+    out = {name: np.empty(rows) for name in ("diff", "p_diff", "p_eq", "low", "high", "se", "df")}
+    # Rows with the same kept counts are tested together (NaNs compacted away).
+    for na, nb in set(zip(kept_a.tolist(), kept_b.tolist(), strict=True)):
+        rows_here = (kept_a == na) & (kept_b == nb)
+        va, vb = _compact(a[rows_here], na), _compact(b[rows_here], nb)
+        diff = vb.mean(axis=-1) - va.mean(axis=-1)
+        p_diff = np.empty(len(diff))
+        p_eq = np.empty(len(diff))
+        low = diff.copy()
+        high = diff.copy()
+        se = np.hypot(sps.sem(va, axis=-1), sps.sem(vb, axis=-1))
+        df = np.full(len(diff), np.nan)
+        constant = (np.ptp(va, axis=-1) == 0) & (np.ptp(vb, axis=-1) == 0)
+        p_diff[constant] = np.where(diff[constant] != 0, 0.0, 1.0)
+        p_eq[constant] = np.where(np.abs(diff[constant]) < delta, 0.0, 1.0)
+        var = ~constant
+        if var.any():
+            va, vb = va[var], vb[var]
+            welch = sps.ttest_ind(vb, va, equal_var=False, axis=-1)
+            interval = welch.confidence_interval(confidence_level=confidence)
+            # H1: diff < +delta, and H1: diff > -delta (shifting B shifts the mean only).
+            upper = sps.ttest_ind(vb - delta, va, equal_var=False, axis=-1, alternative="less")
+            lower = sps.ttest_ind(vb + delta, va, equal_var=False, axis=-1, alternative="greater")
+            p_diff[var] = welch.pvalue
+            p_eq[var] = np.maximum(upper.pvalue, lower.pvalue)
+            low[var] = interval.low
+            high[var] = interval.high
+            df[var] = welch.df
+        for name, value in (("diff", diff), ("p_diff", p_diff), ("p_eq", p_eq), ("low", low),
+                            ("high", high), ("se", se), ("df", df)):
+            out[name][rows_here] = value
+    return RoundTests(np.exp(out["diff"]), np.exp(out["low"]), np.exp(out["high"]),
+                      out["p_diff"], out["p_eq"], out["se"], out["df"])
 
-    constant = (np.ptp(a, axis=-1) == 0) & (np.ptp(b, axis=-1) == 0)
-    p_diff[constant] = np.where(diff[constant] != 0, 0.0, 1.0)
-    p_eq[constant] = np.where(np.abs(diff[constant]) < delta, 0.0, 1.0)
-    low[constant] = diff[constant]
-    high[constant] = diff[constant]
 
-    var = ~constant
-    if var.any():
-        va, vb = a[var], b[var]
-        welch = sps.ttest_ind(vb, va, equal_var=False, axis=-1)
-        interval = welch.confidence_interval(confidence_level=confidence)
-        # H1: diff < +delta, and H1: diff > -delta (shifting B shifts the mean only).
-        upper = sps.ttest_ind(vb - delta, va, equal_var=False, axis=-1, alternative="less")
-        lower = sps.ttest_ind(vb + delta, va, equal_var=False, axis=-1, alternative="greater")
-        p_diff[var] = welch.pvalue
-        p_eq[var] = np.maximum(upper.pvalue, lower.pvalue)
-        low[var] = interval.low
-        high[var] = interval.high
-    return RoundTests(np.exp(diff), np.exp(low), np.exp(high), p_diff, p_eq)
+def _round_medians(rounds: list[list[float]], round_ids: list[int] | None) -> tuple[np.ndarray,
+                                                                                   list[int]]:
+    """Each non-empty round's summary (us) and its round index; empty rounds are skipped."""
+    ids = list(range(len(rounds))) if round_ids is None else list(round_ids)
+    kept = [(round_summary(r), i) for r, i in zip(rounds, ids, strict=True) if len(r) > 0]
+    return np.array([m for m, _ in kept]), [i for _, i in kept]
 
 
-def _log_round_summaries(rounds: list[list[float]]) -> np.ndarray:
-    """Log of each non-empty round's summary; empty rounds (no iterations) are skipped."""
-    return np.log([round_summary(r) for r in rounds if len(r) > 0])
+def set_aside(log_medians: np.ndarray, log_other: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Odd rounds of each side (row) set aside: (log medians with them as NaN, `odd_rounds`)."""
+    x = np.atleast_2d(np.asarray(log_medians, dtype=float))
+    odd = odd_rounds(x, log_other)
+    return np.where(odd, np.nan, x), odd
+
+
+def slow_rounds(log_medians: np.ndarray, kept_other: np.ndarray) -> np.ndarray:
+    """Rounds of one side that are odd against the *other* side: per row, how many.
+
+    The `odd_rounds` rule with the other side's kept rounds as reference:
+    x_i - median(other) > ODD_DISTANCE * max(MAD(other), ODD_SCALE_FLOOR). It
+    counts B's slow processes even when they are most of B's rounds (a PR that
+    makes a config sometimes slow), and A's against B alike, so that under no
+    change both counts have the same distribution (`odd_rate_test`).
+    """
+    x = np.atleast_2d(np.asarray(log_medians, dtype=float))
+    other = np.atleast_2d(np.asarray(kept_other, dtype=float))
+    center = np.nanmedian(other, axis=-1, keepdims=True)
+    scale = np.maximum(sps.median_abs_deviation(other, axis=-1, scale="normal",
+                                                nan_policy="omit"), ODD_SCALE_FLOOR)
+    return ((x - center) / scale[:, None] > ODD_DISTANCE).sum(axis=-1)
+
+
+def slow_excess(log_b: np.ndarray, slow_b: int, kept_a: np.ndarray) -> float:
+    """How much slower B's `slow_b` slowest rounds are than A: median over A's kept median, - 1."""
+    if slow_b == 0:
+        return 0.0
+    return float(np.expm1(np.median(np.sort(log_b)[-slow_b:]) - np.nanmedian(kept_a)))
+
+
+def _odd_note(slow_a: int, slow_b: int, rounds_a: int, rounds_b: int,
+              excess: float) -> str | None:
+    """'3 of 7 B rounds 25% slow, 0 of 7 A rounds' when B has more slow rounds than A."""
+    if slow_b <= slow_a:
+        return None
+    return f"{slow_b} of {rounds_b} B rounds {excess:.0%} slow, {slow_a} of {rounds_a} A rounds"
 
 
 def _check_levels(min_effect: float, alpha: float) -> None:
@@ -235,15 +427,24 @@ def compare_latency(
     alpha: float = DEFAULT_ALPHA,
     *,
     equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
+    a_round_ids: list[int] | None = None,
+    b_round_ids: list[int] | None = None,
 ) -> LatencyStats:
     """Compare one config's latency, B against A, at the level of rounds.
 
     `a_rounds`/`b_rounds` hold each round's timed iteration latencies (us);
     rounds may have different iteration counts and the sides different round
-    counts. Each round becomes its median (`round_summary`), and
-    `round_level_tests` compares the log medians with Welch's t-test (two
-    sided, `p_difference`) and a TOST against +-log(1 + min_effect)
-    (`p_equivalence`). Iterations are never pooled across rounds.
+    counts; `a_round_ids`/`b_round_ids` name the rounds (schedule positions,
+    default 0, 1, ...). Each round becomes its median (`round_summary`). Odd
+    rounds (`odd_rounds`: one slow process) are set aside per side and listed;
+    `round_level_tests` compares the remaining log medians with Welch's t-test
+    (two sided, `p_difference`) and a TOST against +-log(1 + min_effect)
+    (`p_equivalence`). `p_odd` (`odd_rate_test`) asks whether B has more slow
+    odd rounds than A: a change that makes a config only sometimes slow.
+    Iterations are never pooled across rounds.
+
+    Absolute times: `a_us`/`b_us` are the median of the side's kept round
+    medians, `a_spread_us`/`b_spread_us` their normal-consistent MAD.
 
     `ci` is the (1 - 2 * equivalence_alpha) interval of the ratio B/A, 90% by
     default: the interval the TOST uses, so "unchanged" is exactly "the
@@ -262,20 +463,40 @@ def compare_latency(
     if not 0 < equivalence_alpha < 0.5:
         raise ValueError(f"equivalence_alpha must be between 0 and 0.5, got {equivalence_alpha}")
     confidence = 1 - 2 * equivalence_alpha
-    log_a = _log_round_summaries(a_rounds)
-    log_b = _log_round_summaries(b_rounds)
-    na, nb = len(log_a), len(log_b)
+    medians_a, ids_a = _round_medians(a_rounds, a_round_ids)
+    medians_b, ids_b = _round_medians(b_rounds, b_round_ids)
+    na, nb = len(medians_a), len(medians_b)
     nan = float("nan")
     if na == 0 or nb == 0:
         return LatencyStats(nan, (nan, nan), nan, nan, na, nb, f"{_METHOD}: no rounds")
+    all_a, all_b = np.log(medians_a), np.log(medians_b)
+    (log_a,), (odd_a,) = set_aside(all_a, all_b)
+    (log_b,), (odd_b,) = set_aside(all_b, all_a)
+    kept_a, kept_b = log_a[~odd_a], log_b[~odd_b]
+    slow_a = int(slow_rounds(all_a, kept_b)[0])
+    slow_b = int(slow_rounds(all_b, kept_a)[0])
+    odd_excess = slow_excess(all_b, slow_b, kept_a)
+    odd_note = _odd_note(slow_a, slow_b, na, nb, odd_excess)
+    sides = dict(
+        a_us=float(np.exp(np.median(kept_a))), b_us=float(np.exp(np.median(kept_b))),
+        a_spread_us=robust_spread(np.exp(kept_a)), b_spread_us=robust_spread(np.exp(kept_b)),
+        set_aside_a=[{"round": ids_a[i], "median_us": float(medians_a[i])}
+                     for i in np.flatnonzero(odd_a)],
+        set_aside_b=[{"round": ids_b[i], "median_us": float(medians_b[i])}
+                     for i in np.flatnonzero(odd_b)],
+        p_odd=odd_rate_test(slow_b, nb, slow_a, na), odd_note=odd_note, odd_excess=odd_excess,
+    )
+    ratio = float(np.exp(kept_b.mean() - kept_a.mean()))
     if na < 2 or nb < 2:
-        ratio = float(np.exp(log_b.mean() - log_a.mean()))
         return LatencyStats(ratio, (nan, nan), nan, nan, na, nb,
-                            f"{_METHOD}: needs 2+ rounds per side for a test")
+                            f"{_METHOD}: needs 2+ rounds per side for a test", **sides)
     tests = round_level_tests(log_a, log_b, min_effect, confidence)
     method = f"{_METHOD}, {100 * confidence:g}% CI; TOST +-{100 * min_effect:g}%"
-    if (np.ptp(log_a) == 0) and (np.ptp(log_b) == 0):
+    if (np.ptp(kept_a) == 0) and (np.ptp(kept_b) == 0):
         method += " (no round-to-round variation: exact)"
+    if odd_a.any() or odd_b.any():
+        method += (f"; odd rounds set aside (>{ODD_DISTANCE:g} robust scales): "
+                   f"{odd_a.sum()} A, {odd_b.sum()} B")
     return LatencyStats(
         ratio=float(tests.ratio[0]),
         ci=(float(tests.ci_low[0]), float(tests.ci_high[0])),
@@ -284,6 +505,9 @@ def compare_latency(
         rounds_a=na,
         rounds_b=nb,
         method=method,
+        se=float(tests.se[0]),
+        df=float(tests.df[0]),
+        **sides,
     )
 
 
@@ -328,25 +552,32 @@ def latency_verdicts(
     """Verdicts for the configs of one run, with multiple-comparison control.
 
     The family is every config with a decidable test (at least MIN_ROUNDS
-    rounds per side and a finite p-value). `correction` "holm" (default)
-    controls the family-wise error rate strongly: even when some configs
-    really change (the expected scope of a PR), the chance of flagging any
-    unchanged config stays below alpha; "bh" (Benjamini-Hochberg,
+    rounds per side and a finite p-value). A config's p-value in the family
+    is Welch's `p_difference`; when B has more slow odd rounds than A it is
+    the Bonferroni combination 2 * min(p_difference, p_odd), so a change that
+    makes a config only sometimes slow can be flagged too. `correction`
+    "holm" (default) controls the family-wise error rate strongly: even when
+    some configs really change (the expected scope of a PR), the chance of
+    flagging any unchanged config stays below alpha; "bh" (Benjamini-Hochberg,
     `scipy.stats.false_discovery_control`) controls only the false discovery
     rate and lets the unchanged configs be flagged more often when others
     change (calibration: docs/statistics.md).
 
     Per config, in this order:
-    - slower: adjusted p < alpha and ratio > 1 + min_effect;
+    - slower: adjusted p < alpha and ratio > 1 + min_effect, or adjusted p <
+      alpha driven by p_odd with B's slow rounds more than min_effect slower
+      than A (`note` says how many and by how much);
     - faster: adjusted p < alpha and ratio < 1 / (1 + min_effect);
     - unchanged: TOST p < equivalence_alpha (the ratio's 1 - 2*equivalence_alpha
       interval lies inside [1/(1+min_effect), 1+min_effect]); a significant but
-      negligible change is also "unchanged";
+      negligible change is also "unchanged", with `note` "below the 2% threshold";
     - inconclusive: anything else, including fewer than MIN_ROUNDS rounds.
 
-    `min_effect` must be the one given to `compare_latency` (it set the TOST
-    margin). The result's `p` is the **adjusted** p-value (None when the config
-    is not in the family), `p_equivalence` the raw TOST p (no adjustment, see
+    `detectable` is `detectable_effect` at level alpha / (family size), the
+    strictest level Holm tests a config at. `min_effect` must be the one given
+    to `compare_latency` (it set the TOST margin). The result's `p` is the
+    **adjusted** p-value (None when the config is not in the family),
+    `p_equivalence` the raw TOST p (no adjustment, see
     DEFAULT_EQUIVALENCE_ALPHA), `ci` the per-config 90% interval of
     `compare_latency`.
     """
@@ -356,13 +587,19 @@ def latency_verdicts(
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
     family = [i for i, s in enumerate(stats) if _decidable(s)]
-    raw = np.array([stats[i].p_difference for i in family], dtype=float)
+    by_odd = {i for i in family if stats[i].odd_note and stats[i].p_odd < stats[i].p_difference
+              and stats[i].odd_excess > min_effect}
+    raw = np.array([min(1.0, 2 * min(stats[i].p_difference, stats[i].p_odd))
+                    if stats[i].odd_note else stats[i].p_difference for i in family], dtype=float)
     if correction == "holm":
         adjusted_family = holm(raw)
     else:
         adjusted_family = sps.false_discovery_control(raw, method="bh") if len(raw) else raw
     adjusted = dict(zip(family, adjusted_family.tolist(), strict=True))
     label = f"Holm over {len(family)}" if correction == "holm" else f"BH over {len(family)}"
+    level = alpha / max(1, len(family))
+    detectable = detectable_effect(np.array([s.se for s in stats]),
+                                   np.array([s.df for s in stats]), level, min_effect)
 
     upper = 1 + min_effect
     lower = 1 / (1 + min_effect)
@@ -370,19 +607,23 @@ def latency_verdicts(
     for i, s in enumerate(stats):
         ci = [_number(s.ci[0]), _number(s.ci[1])]
         p = adjusted.get(i)
+        notes = [s.odd_note] if s.odd_note else []
         if p is None:
             verdict = "inconclusive"
             method = f"{s.method}; fewer than {MIN_ROUNDS} rounds on a side: no verdict"
         else:
             method = f"{s.method}; {label}"
-            if p < alpha and s.ratio > upper:
+            if p < alpha and i in by_odd:
+                verdict = "slower"
+                method += "; flagged by B's share of slow rounds (Fisher exact, one-sided)"
+            elif p < alpha and s.ratio > upper:
                 verdict = "slower"
             elif p < alpha and s.ratio < lower:
                 verdict = "faster"
-            elif s.p_equivalence < equivalence_alpha:
-                verdict = "unchanged"
             else:
-                verdict = "inconclusive"
+                verdict = "unchanged" if s.p_equivalence < equivalence_alpha else "inconclusive"
+                if p < alpha:
+                    notes.append(f"below the {min_effect:.0%} threshold")
         results.append(LatencyResult(
             verdict=verdict,
             ratio=_number(s.ratio),
@@ -392,8 +633,22 @@ def latency_verdicts(
             rounds_a=s.rounds_a,
             rounds_b=s.rounds_b,
             method=method,
+            a_us=_number(s.a_us),
+            b_us=_number(s.b_us),
+            a_spread_us=_number(s.a_spread_us),
+            b_spread_us=_number(s.b_spread_us),
+            detectable=_number(detectable[i]) if p is not None else None,
+            set_aside_a=s.set_aside_a,
+            set_aside_b=s.set_aside_b,
+            note="; ".join(notes) or None,
         ))
     return results
+
+
+def detectable_range(results: list[LatencyResult]) -> list[float] | None:
+    """[smallest, largest] `detectable` of a run's configs (the summary's range); None if none."""
+    values = [r.detectable for r in results if r.detectable is not None]
+    return [min(values), max(values)] if values else None
 
 
 def needs_more_rounds(

@@ -15,9 +15,10 @@ Rules (the anchors pool all iterations of all rounds, as those tools do):
   the suite, --min-effect 2%, TOST for unchanged), with the default adaptive
   budget: 5 rounds per side, then +2 per side (one ABBA block) for
   configs for which `stats.needs_more_rounds` says so, up to 15 (the
-  schedule of abdiff/schedule.py); also "fixed 5" (no extension) and
+  schedule of abdiff/schedule.py); also "fixed 5" (no extension),
   "no confirm" (extension for inconclusive configs only, without the
-  early-stopping boundary for marginal slower/faster flags);
+  early-stopping boundary for marginal slower/faster flags) and "no odd rule"
+  (every round tested, as before issue 23);
 - asv (`asv compare`): Mann-Whitney U p < 0.002 and median ratio beyond 1.1;
 - Google Benchmark compare.py: Mann-Whitney U, two-sided, p < 0.05 per benchmark;
 - pyperf compare_to: Student's t-test on pooled values, p < 0.05 (and, as in
@@ -33,9 +34,14 @@ A and B rounds in randomized ABBA/BAAB blocks): log latency = config base
 random walk) + per-process offset shared by all configs of the round + per-
 config round offset (both Student-t, 4 d.o.f.: heavy-tailed) + a cold-start
 penalty for the first process + within-round Gaussian jitter + heavy-tailed
-outlier iterations (Lomax). Profiles: `h200` (DESIGN.md's H200 measurements),
+outlier iterations (Lomax) + for a share of processes a slowdown of all their
+configs (an odd process). Profiles: `h200` (DESIGN.md's H200 measurements),
 `cpu-quiet` (a quiet dedicated CPU box), `cpu-2core` (this 2-core container
-when idle, single-threaded torch; measured with --record).
+when idle, single-threaded torch; measured with --record), and the
+contaminated `gpu-odd` (issue 23: 0.3% process noise, 1% jitter, 8% of
+processes 25% slow) and `cpu-2core-odd`. Scenario "bimodal": config 0 of B
+runs 25% slow in 40% of B's processes; "flagged or noted" counts the suites in
+which it was `slower` or its result said B had more slow rounds than A.
 
 Replay (`--replay DIR`): each recorded config's rounds are split at random into
 two sides (A/A); for power, side B of one config (rotating over the recorded
@@ -85,18 +91,29 @@ class Profile:
     drift: float  # largest linear drift over the whole run (log)
     walk_sd: float  # random-walk step per slot (log)
     cold: float  # extra log latency of the first process of a run
+    odd_share: float = 0.0  # share of processes that run slow (a contaminated fleet)
+    odd_slowdown: float = 0.25  # how much slower such a process runs, all configs alike
 
     def describe(self) -> str:
-        return (f"round sd {self.round_sd:.1%} ({self.shared:.0%} shared per process, t4 tails), "
+        text = (f"round sd {self.round_sd:.1%} ({self.shared:.0%} shared per process, t4 tails), "
                 f"within-round sd {self.within_sd:.1%}, outliers {self.outlier_p:.0%} x "
                 f"(1 + {self.outlier_scale:g} Lomax(1.5)), drift up to {self.drift:.1%} "
-                f"+ walk {self.walk_sd:.2%}/slot, cold start +{self.cold:.0%}")
+                f"+ walk {self.walk_sd:.2%}/slot, cold start +{self.cold:.1%}")
+        if self.odd_share:
+            text += f", {self.odd_share:.0%} of processes {self.odd_slowdown:.0%} slow"
+        return text
 
 
 PROFILES = {
     "h200": Profile("h200", 0.002, 0.5, 0.004, 0.01, 0.05, 0.003, 0.0005, 0.005),
     "cpu-quiet": Profile("cpu-quiet", 0.01, 0.5, 0.02, 0.02, 0.2, 0.01, 0.001, 0.02),
     "cpu-2core": Profile("cpu-2core", 0.03, 0.5, 0.025, 0.03, 0.3, 0.03, 0.003, 0.05),
+    # issue 23: H200 graph replays (0.1-0.8% between processes) where now and then a
+    # process runs 25% slow
+    "gpu-odd": Profile("gpu-odd", 0.003, 0.5, 0.01, 0.01, 0.05, 0.003, 0.0005, 0.0,
+                       odd_share=0.08),
+    "cpu-2core-odd": Profile("cpu-2core-odd", 0.03, 0.5, 0.025, 0.03, 0.3, 0.03, 0.003, 0.05,
+                             odd_share=0.08),
 }
 
 
@@ -120,6 +137,8 @@ class Tally:
     rounds_shifted: float = 0.0
     unchanged: float = 0.0  # sum over runs of the share of unchanged configs called unchanged
     missed_unchanged: int = 0  # runs in which the shifted config was called unchanged
+    noted: int = 0  # runs in which the shifted config was flagged or noted (odd rounds on B)
+    inconclusive: list[int] = field(default_factory=list)  # per run: unchanged configs undecided
 
     def add(self, other: Tally) -> None:
         for name in vars(self):
@@ -131,6 +150,7 @@ class Scenario:
     name: str
     shifts: np.ndarray  # per config, relative slowdown of B
     rounds_b_offset: int = 0  # B gets this many more rounds than A (unequal counts)
+    bimodal: float = 0.0  # share of B's processes in which config 0 runs 25% slow
     corrections: tuple[str, ...] = ("holm",)
     anchors: bool = True
     tallies: dict[str, Tally] = field(default_factory=dict)
@@ -173,7 +193,7 @@ def student_t4(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
 
 
 def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
-             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+             rng: np.random.Generator, bimodal: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Latencies (us) of `runs` suite runs: A and B, shape (runs, configs, rounds, iterations)."""
     n_cfg, n_r, n_it = len(shifts), budget.max_rounds, budget.iterations
     slots = 2 * n_r
@@ -183,6 +203,7 @@ def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
              + np.cumsum(rng.normal(0, profile.walk_sd, (runs, slots)), axis=1))
     process = profile.round_sd * np.sqrt(profile.shared) * student_t4(rng, (runs, slots))
     process[:, 0] += profile.cold
+    process += np.log1p(profile.odd_slowdown) * (rng.random((runs, slots)) < profile.odd_share)
     per_config = profile.round_sd * np.sqrt(1 - profile.shared) * student_t4(
         rng, (runs, n_cfg, slots))
     base = np.log(rng.uniform(50, 5000, (runs, n_cfg)))
@@ -195,6 +216,7 @@ def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
         level = base[:, :, None] + slot_effect[:, None, :] + cfg_effect
         if side == 1:
             level = level + np.log1p(shifts)[None, :, None]
+            level[:, 0, :] += np.log1p(0.25) * (rng.random((runs, n_r)) < bimodal)
         jitter = rng.normal(0, profile.within_sd, (runs, n_cfg, n_r, n_it))
         outlier = rng.random((runs, n_cfg, n_r, n_it)) < profile.outlier_p
         jitter += outlier * np.log1p(profile.outlier_scale * rng.pareto(1.5, outlier.shape))
@@ -208,49 +230,79 @@ def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
 def abdiff_adaptive(
     a: np.ndarray, b: np.ndarray, budget: Budget, min_effect: float, alpha: float,
     correction: str = "holm", extra_b: int = 0, confirm_p: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    odd: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """abdiff's verdicts with the adaptive extension, through `abdiff.stats`.
 
-    Returns (verdicts after the first rounds, final verdicts, rounds per side used),
-    each (runs, configs). Round-level tests run vectorized through
+    Returns (verdicts after the first rounds, final verdicts, rounds per side used,
+    and whether the first and the final result note more slow rounds on B than on
+    A), each (runs, configs). `odd=False` is the rule before odd rounds were set
+    aside (issue 23). Round-level tests run vectorized through
     `stats.round_level_tests` (what `compare_latency` calls); verdicts come from
     `stats.latency_verdicts` suite by suite, as compare.py calls it.
     """
     runs, n_cfg = a.shape[:2]
     log_a = np.log(np.median(a, axis=-1))  # round_summary on every round
     log_b = np.log(np.median(b, axis=-1))
+    odd_method = "odd" if odd else ""
     nan = float("nan")
     cache = [[stats.LatencyStats(nan, (nan, nan), nan, nan, 0, 0, "") for _ in range(n_cfg)]
              for _ in range(runs)]
     used = np.zeros((runs, n_cfg), dtype=int)
     verdicts = np.full((runs, n_cfg), "inconclusive", dtype=object)
-    first = None
+    noted = np.zeros((runs, n_cfg), dtype=bool)
+    first = first_noted = None
     active = np.ones((runs, n_cfg), dtype=bool)
     n = budget.first
     while True:
         idx = np.argwhere(active)
         na, nb = n, min(n + extra_b, log_b.shape[2])
-        tests = stats.round_level_tests(log_a[idx[:, 0], idx[:, 1], :na],
-                                        log_b[idx[:, 0], idx[:, 1], :nb], min_effect, CONFIDENCE)
+        sub_a = log_a[idx[:, 0], idx[:, 1], :na]
+        sub_b = log_b[idx[:, 0], idx[:, 1], :nb]
+        slow_a = slow_b = np.zeros(len(idx), dtype=int)
+        excess = np.zeros(len(idx))
+        if odd:
+            sub_a, sub_b, slow_a, slow_b, excess = odd_round_inputs(sub_a, sub_b)
+        tests = stats.round_level_tests(sub_a, sub_b, min_effect, CONFIDENCE)
         for k, (r, c) in enumerate(idx):
+            more_slow_b = bool(slow_b[k] > slow_a[k])
             cache[r][c] = stats.LatencyStats(
                 float(tests.ratio[k]), (float(tests.ci_low[k]), float(tests.ci_high[k])),
-                float(tests.p_difference[k]), float(tests.p_equivalence[k]), na, nb, "sim")
+                float(tests.p_difference[k]), float(tests.p_equivalence[k]), na, nb, odd_method,
+                p_odd=stats.odd_rate_test(int(slow_b[k]), nb, int(slow_a[k]), na),
+                odd_note="B has more slow rounds" if more_slow_b else None,
+                odd_excess=float(excess[k]))
             used[r, c] = n
         active[:] = False
         for r in np.unique(idx[:, 0]):
             results = stats.latency_verdicts(cache[r], min_effect, alpha, correction=correction)
             verdicts[r] = [res.verdict for res in results]
+            noted[r] = [c.odd_note is not None for c in cache[r]]
             # the tool's rule (commands/diff.py): undecided, and not futile
             active[r] = [stats.needs_more_rounds(res, confirm_p)
                          and not stats.futile(res, budget.max_rounds, min_effect)
                          for res in results]
         if first is None:
-            first = verdicts.copy()
+            first, first_noted = verdicts.copy(), noted.copy()
         if n >= budget.max_rounds or not active.any():
             break
         n = min(n + budget.step, budget.max_rounds)
-    return first, verdicts, used
+    return first, verdicts, used, np.stack([first_noted, noted])
+
+
+def odd_round_inputs(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What compare_latency does with odd rounds, for rows of log round medians.
+
+    Returns (A and B with odd rounds as NaN, slow-round counts of A and B, the
+    excess of B's slow rounds over A's median); check_equivalence checks it.
+    """
+    kept_a, _ = stats.set_aside(log_a, log_b)
+    kept_b, _ = stats.set_aside(log_b, log_a)
+    slow_a = stats.slow_rounds(log_a, kept_b)
+    slow_b = stats.slow_rounds(log_b, kept_a)
+    excess = np.array([stats.slow_excess(log_b[k], int(n), kept_a[k])
+                       for k, n in enumerate(slow_b)])
+    return kept_a, kept_b, slow_a, slow_b, excess
 
 
 def pooled(x: np.ndarray, rounds: int) -> np.ndarray:
@@ -278,7 +330,7 @@ def anchor_flags(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = None,
-          verdicts: np.ndarray | None = None) -> Tally:
+          verdicts: np.ndarray | None = None, noted: np.ndarray | None = None) -> Tally:
     """Summarize signed flags (runs, configs) given which configs are really shifted."""
     null = ~shifted
     false_alarm = (flags[:, null] != 0).any(axis=1)
@@ -293,8 +345,14 @@ def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = No
             out.rounds_shifted = float(rounds[:, shifted].mean(axis=1).sum())
     if verdicts is not None:
         out.unchanged = float((verdicts[:, null] == "unchanged").mean(axis=1).sum())
+        out.inconclusive = (verdicts[:, null] == "inconclusive").sum(axis=1).tolist()
         if shifted.any():
             out.missed_unchanged = int((verdicts[:, shifted] == "unchanged").any(axis=1).sum())
+    if noted is not None and shifted.any():
+        out.noted = int(((flags[:, shifted] > 0) | noted[:, shifted]).all(axis=1).sum())
+        silent = (verdicts == "unchanged") & ~noted if verdicts is not None else None
+        if silent is not None:
+            out.missed_unchanged = int(silent[:, shifted].any(axis=1).sum())
     return out
 
 
@@ -306,21 +364,31 @@ def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, m
              alpha: float) -> dict[str, Tally]:
     """Every rule on the same data; returns Tally per rule name."""
     shifted = scenario.shifts != 0
+    shifted[0] |= scenario.bimodal > 0  # the bimodal change is on config 0
     out: dict[str, Tally] = {}
     extra = scenario.rounds_b_offset
     span = f"{budget.first}-{budget.max_rounds}"
     confirm = alpha * stats.DEFAULT_CONFIRM_P / stats.DEFAULT_ALPHA
     for correction in scenario.corrections:
-        first, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra,
-                                             confirm)
+        first, final, used, noted = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
+                                                    extra, confirm)
         tag = "" if correction == "holm" else ", BH"
-        out[f"abdiff (adaptive {span}{tag})"] = tally(signed(final), shifted, used, final)
+        out[f"abdiff (adaptive {span}{tag})"] = tally(signed(final), shifted, used, final,
+                                                      noted[1])
         if correction != "holm":
             continue
-        out[f"abdiff (fixed {budget.first})"] = tally(
-            signed(first), shifted, np.full(used.shape, budget.first), first)
-        _, final, used = abdiff_adaptive(a, b, budget, min_effect, alpha, correction, extra, None)
-        out[f"abdiff (adaptive {span}, no confirm)"] = tally(signed(final), shifted, used, final)
+        fixed = np.full(used.shape, budget.first)
+        out[f"abdiff (fixed {budget.first})"] = tally(signed(first), shifted, fixed, first,
+                                                      noted[0])
+        _, final, used, noted = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
+                                                extra, None)
+        out[f"abdiff (adaptive {span}, no confirm)"] = tally(signed(final), shifted, used, final,
+                                                             noted[1])
+        first, final, used, _ = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
+                                                extra, confirm, odd=False)
+        out[f"abdiff (fixed {budget.first}, no odd rule)"] = tally(signed(first), shifted, fixed,
+                                                                   first)
+        out[f"abdiff (adaptive {span}, no odd rule)"] = tally(signed(final), shifted, used, final)
     if scenario.anchors:
         budgets = [budget.first] if extra else sorted({budget.first, budget.max_rounds})
         for rounds in budgets:
@@ -339,7 +407,7 @@ def sim_chunk(args: tuple) -> dict[str, Tally]:
     rng = np.random.default_rng(seed)
     rounds = budget.max_rounds + scenario.rounds_b_offset
     sim_budget = Budget(budget.first, rounds, budget.step, budget.iterations)
-    a, b = simulate(profile, scenario.shifts, runs, sim_budget, rng)
+    a, b = simulate(profile, scenario.shifts, runs, sim_budget, rng, scenario.bimodal)
     return evaluate(a[:, :, : budget.max_rounds], b, scenario, budget, min_effect, alpha)
 
 
@@ -356,6 +424,8 @@ def scenarios(n_configs: int) -> list[Scenario]:
     out.append(Scenario("A/A, B has 1 more round", np.zeros(n_configs), rounds_b_offset=1))
     out.append(Scenario("half the suite +10% (expected scope)", half,
                         corrections=("holm", "bh"), anchors=False))
+    out.append(Scenario("B slow in 40% of processes (bimodal)", np.zeros(n_configs), bimodal=0.4,
+                        anchors=False))
     return out
 
 
@@ -400,7 +470,8 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
     aa = by_name["A/A"]
     rules = list(aa.tallies)
     header = ["rule", "rounds/side", "A/A false alarms (95% CI)"]
-    header += [f"power +{s:.0%}" for s in SHIFTS] + ["clean +5%", "A/A unchanged"]
+    header += [f"power +{s:.0%}" for s in SHIFTS] + ["clean +5%", "A/A unchanged",
+                                                     "A/A inconclusive (median)"]
     rows = []
     for rule in rules:
         t = aa.tallies[rule]
@@ -416,6 +487,7 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
         t5 = by_name["+5%"].tallies[rule]
         row.append(pct(t5.clean / t5.runs))
         row.append(pct(t.unchanged / t.runs) if rule.startswith("abdiff") else "-")
+        row.append(f"{np.median(t.inconclusive):g}" if t.inconclusive else "-")
         rows.append(row)
     lines = [title, format_table(header, rows)]
     extra = []
@@ -431,6 +503,17 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
                 continue
             extra.append([f"{expected.name}: {rule}, false alarms among the unchanged half",
                           f"{t.false_alarm}/{t.runs}", pct(t.false_alarm / t.runs)])
+    bimodal = by_name.get("B slow in 40% of processes (bimodal)")
+    if bimodal:
+        for rule, t in bimodal.tallies.items():
+            if "no odd rule" in rule:
+                continue
+            extra.append([f"{bimodal.name}: {rule}, flagged slower",
+                          f"{t.detected}/{t.runs}", pct(t.detected / t.runs)])
+            extra.append([f"{bimodal.name}: {rule}, flagged or noted",
+                          f"{t.noted}/{t.runs}", pct(t.noted / t.runs)])
+            extra.append([f"{bimodal.name}: {rule}, called unchanged without a note",
+                          f"{t.missed_unchanged}/{t.runs}", pct(t.missed_unchanged / t.runs)])
     for shift in SHIFTS[:2]:
         sc = by_name[f"+{shift:.0%}"]
         for rule, t in sc.tallies.items():
@@ -493,6 +576,8 @@ def replay_chunk(args: tuple) -> dict[str, Tally]:
     a, b = replay_arrays(pool, len(scenario.shifts), runs, budget.max_rounds, budget.iterations,
                          rng)
     b = b * (1 + scenario.shifts)[None, :, None, None]
+    b[:, 0] *= np.where(rng.random(b.shape[:1] + b.shape[2:3]) < scenario.bimodal, 1.25,
+                        1.0)[:, :, None]
     return evaluate(a, b, scenario, budget, min_effect, alpha)
 
 
@@ -583,15 +668,23 @@ def record(out: Path, rounds: int, device: str, threads: int, iterations: int) -
 
 
 def check_equivalence(seed: int) -> None:
-    """The vectorized path used here gives what compare_latency gives (a few spot checks)."""
+    """The vectorized path used here gives what compare_latency gives (a few spot checks).
+
+    On the contaminated profile, with one B round made 25% slow, so that the
+    odd-round path (set aside, slow-round counts, excess) is compared too.
+    """
     rng = np.random.default_rng(seed)
-    a, b = simulate(PROFILES["cpu-quiet"], np.full(3, 0.03), 1, Budget(), rng)
+    a, b = simulate(PROFILES["gpu-odd"], np.full(3, 0.03), 1, Budget(), rng)
+    b[0, :, 2] *= 1.25
     for c in range(3):
         ra, rb = a[0, c, :7].tolist(), b[0, c, :9].tolist()
         direct = stats.compare_latency(ra, rb)
-        vec = stats.round_level_tests(np.log(np.median(a[0, c, :7], -1)),
-                                       np.log(np.median(b[0, c, :9], -1)),
-                                       stats.DEFAULT_MIN_EFFECT, CONFIDENCE)
+        kept_a, kept_b, slow_a, slow_b, excess = odd_round_inputs(
+            np.log(np.median(a[0, c, :7], -1))[None], np.log(np.median(b[0, c, :9], -1))[None])
+        vec = stats.round_level_tests(kept_a, kept_b, stats.DEFAULT_MIN_EFFECT, CONFIDENCE)
+        assert len(direct.set_aside_b) >= 1
+        assert np.isclose(direct.p_odd, stats.odd_rate_test(int(slow_b[0]), 9, int(slow_a[0]), 7))
+        assert np.isclose(direct.odd_excess, excess[0])
         assert np.isclose(direct.p_difference, vec.p_difference[0])
         assert np.isclose(direct.p_equivalence, vec.p_equivalence[0])
         assert np.isclose(direct.ci[0], vec.ci_low[0]) and np.isclose(direct.ratio, vec.ratio[0])

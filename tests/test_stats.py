@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_abdiff
 from scipy import stats as sps
 
 from abdiff import stats
-from abdiff.records import LatencyResult
+from abdiff.errors import InputError
+from abdiff.records import LatencyResult, load_result
 
 
 def make_rounds(rng: np.random.Generator, n_rounds: int, factor: float = 1.0,
@@ -282,3 +286,169 @@ def test_futility_stops_extension_only_when_nothing_can_be_decided() -> None:
     assert not futile(clear_shift, max_rounds=15)
     assert futile(promising, max_rounds=5)  # nothing left to add
     assert not futile(LatencyResult("inconclusive", rounds_a=2, rounds_b=2), max_rounds=15)
+
+
+# --------------------------------------------------------------------------- issue 17: explain
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_absolute_times_are_medians_of_round_medians_with_a_robust_spread():
+    rng = np.random.default_rng(21)
+    a, b = make_rounds(rng, 7, base=41.1), make_rounds(rng, 7, base=36.9)
+    result = verdict(a, b)
+    med_a = np.array([np.median(r) for r in a])
+    med_b = np.array([np.median(r) for r in b])
+    assert result.a_us == pytest.approx(np.median(med_a))
+    assert result.b_us == pytest.approx(np.median(med_b))
+    assert result.a_spread_us == pytest.approx(sps.median_abs_deviation(med_a, scale="normal"))
+    assert result.b_spread_us == pytest.approx(sps.median_abs_deviation(med_b, scale="normal"))
+    assert result.verdict == "faster" and 0 < result.b_spread_us < 1
+
+
+def test_detectable_effect_shrinks_with_rounds_and_never_undercuts_the_threshold():
+    rng = np.random.default_rng(22)
+    few = verdict(make_rounds(rng, 3, round_sd=0.02), make_rounds(rng, 3, round_sd=0.02))
+    many = verdict(make_rounds(rng, 15, round_sd=0.02), make_rounds(rng, 15, round_sd=0.02))
+    assert few.detectable > many.detectable > stats.DEFAULT_MIN_EFFECT
+    quiet = verdict(make_rounds(rng, 5, round_sd=0.0005), make_rounds(rng, 5, round_sd=0.0005))
+    assert stats.DEFAULT_MIN_EFFECT < quiet.detectable < 0.025
+
+
+def test_detectable_effect_is_seen_with_about_80_percent_power():
+    """Shift B by the reported detectable effect: about 80% of such runs are flagged."""
+    rng = np.random.default_rng(23)
+    a, b = make_rounds(rng, 5, round_sd=0.01), make_rounds(rng, 5, round_sd=0.01)
+    target = verdict(a, b).detectable
+    hits = 0
+    for _ in range(300):
+        a = make_rounds(rng, 5, round_sd=0.01)
+        b = make_rounds(rng, 5, factor=1 + target, round_sd=0.01)
+        hits += verdict(a, b).verdict == "slower"
+    assert 0.6 < hits / 300 < 0.97
+
+
+def test_clear_change_below_the_threshold_says_so():
+    rng = np.random.default_rng(24)
+    result = verdict(make_rounds(rng, 9, round_sd=0.0005, within_sd=0.001),
+                     make_rounds(rng, 9, factor=1.008, round_sd=0.0005, within_sd=0.001))
+    assert result.verdict == "unchanged" and result.p < stats.DEFAULT_ALPHA
+    assert result.note == "below the 2% threshold"
+    assert 1.006 < result.ci[0] < result.ratio < result.ci[1] < 1.01
+
+
+def test_nothing_measured_reports_no_times_and_no_detectable_effect():
+    result = stats.latency_verdicts([stats.compare_latency([], make_rounds(
+        np.random.default_rng(25), 5))])[0]
+    assert result.verdict == "inconclusive"
+    assert (result.a_us, result.b_us, result.detectable, result.p) == (None, None, None, None)
+    assert result.set_aside_a == result.set_aside_b == []
+    assert stats.detectable_range([result]) is None
+
+
+# --------------------------------------------------------------------------- issue 23: odd rounds
+
+
+def gpu_rounds(rng: np.random.Generator, n: int, slow: tuple[int, ...] = (),
+               factor: float = 1.0) -> list[list[float]]:
+    """GPU-like rounds (0.3% between processes, 1% jitter); rounds in `slow` run 25% slow."""
+    rounds = make_rounds(rng, n, factor=factor, round_sd=0.003, within_sd=0.01, base=41.0)
+    return [[x * 1.25 for x in r] if i in slow else r for i, r in enumerate(rounds)]
+
+
+def test_one_slow_process_is_set_aside_and_reported_with_its_value():
+    rng = np.random.default_rng(31)
+    a, b = gpu_rounds(rng, 5), gpu_rounds(rng, 5, slow=(2,))
+    result = stats.latency_verdicts([stats.compare_latency(a, b, b_round_ids=[0, 2, 4, 6, 8])])[0]
+    assert result.verdict == "unchanged"
+    assert result.set_aside_a == []
+    assert [r["round"] for r in result.set_aside_b] == [4]
+    assert result.set_aside_b[0]["median_us"] == pytest.approx(np.median(b[2]))
+    assert result.rounds_b == 5  # set aside, still counted
+    assert re.fullmatch(r"1 of 5 B rounds 2[4-6]% slow, 0 of 5 A rounds", result.note)
+    # without the rule, the same data was undecidable
+    log_a = np.log([np.median(r) for r in a])
+    log_b = np.log([np.median(r) for r in b])
+    plain = stats.round_level_tests(log_a, log_b, stats.DEFAULT_MIN_EFFECT, 0.9)
+    assert plain.p_equivalence[0] > stats.DEFAULT_EQUIVALENCE_ALPHA
+
+
+def test_quiet_rounds_are_not_trimmed_and_fast_rounds_never():
+    # 2% apart while the noise is 0.05%: below the floor's 6%, so nothing is odd
+    quiet = np.log([100.0, 100.05, 99.95, 102.0, 100.02])
+    assert not stats.odd_rounds(quiet).any()
+    assert stats.odd_rounds(np.log([100.0, 100.05, 99.95, 125.0, 100.02])).tolist() == [
+        False, False, False, True, False]
+    assert not stats.odd_rounds(np.log([100.0, 100.05, 99.95, 80.0, 100.02])).any()
+    # three slow processes of five are a second mode, not odd: they stay
+    assert not stats.odd_rounds(np.log([100.0, 125.0, 125.1, 124.9, 100.1])).any()
+
+
+def test_odd_rounds_are_a_bounded_minority():
+    x = np.log([100.0, 100.1, 99.9, 100.05, 130.0, 131.0, 129.0])
+    assert stats.odd_rounds(x).sum() == 3  # (7 - 1) // 2
+    assert stats.odd_rounds(x[[0, 1, 2, 4]]).sum() == 1  # 3 must remain
+    assert not stats.odd_rounds(x[[0, 4, 5]]).any()
+
+
+def test_a_change_that_makes_a_config_sometimes_slow_is_flagged():
+    rng = np.random.default_rng(32)
+    a = gpu_rounds(rng, 20)
+    b = gpu_rounds(rng, 20, slow=(1, 4, 6, 9, 12, 14, 17, 19))
+    result = verdict(a, b)
+    assert result.verdict == "slower"
+    assert re.fullmatch(r"8 of 20 B rounds 2[4-6]% slow, 0 of 20 A rounds", result.note)
+    assert "Fisher" in result.method
+    assert len(result.set_aside_b) == 8
+    # fewer slow B rounds: not significant, not hidden either
+    result = verdict(a[:5], gpu_rounds(rng, 5, slow=(1, 3)))
+    assert result.verdict != "slower" and result.note.startswith("2 of 5 B rounds 2")
+
+
+def test_odd_rate_test_is_fishers():
+    assert stats.odd_rate_test(3, 7, 0, 7) == pytest.approx(
+        sps.fisher_exact([[3, 4], [0, 7]], alternative="greater").pvalue)
+
+
+def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
+    """results/h200/graph-pr..pr: an A/A run in which one B process ran 64% slow on one config."""
+    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    out = tmp_path / "result.json"
+    done = run_abdiff("compare", run / "a.json", run / "b.json", "--json", out)
+    assert done.returncode == 0, done.stderr
+    result = load_result(out)
+    latency = {c.id: c.latency for c in result.configs}
+    assert {lat.verdict for lat in latency.values()} == {"unchanged"}
+    odd = latency["GEN-TRTLLM-bs8-q1-kv2049"]
+    assert odd.set_aside_b == [{"round": 1, "median_us": pytest.approx(67.584, abs=0.01)}]
+    assert odd.note == "1 of 5 B rounds 65% slow, 0 of 5 A rounds"
+    assert odd.a_us == pytest.approx(40.99, abs=0.01) and odd.a_spread_us < 0.2
+    for lat in latency.values():
+        assert lat.detectable is not None and 0.02 < lat.detectable < 0.04
+    low, high = result.summary["detectable"]
+    assert low == min(lat.detectable for lat in latency.values()) and 0.02 < low < high < 0.04
+    assert sum(bool(lat.set_aside_a or lat.set_aside_b) for lat in latency.values()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
+def test_every_format_shows_times_detectable_effect_and_set_aside_rounds(fmt: str):
+    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    done = run_abdiff("compare", run / "a.json", run / "b.json", "--format", fmt)
+    assert done.returncode == 0, done.stderr
+    assert "A 41.0 ± 0.14 µs, B 41.1 ± 0.012 µs" in done.stdout
+    assert "detects ≥ 2.2%" in done.stdout
+    assert "set aside B r1 67.58 µs" in done.stdout
+    assert "1 of 5 B rounds 65% slow, 0 of 5 A rounds" in done.stdout
+
+
+def test_result_file_with_malformed_set_aside_rounds_is_one_clear_error(tmp_path: Path):
+    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    data = json.loads((run / "result.json").read_text())
+    data["configs"][0]["latency"]["set_aside_b"] = [{"round": "one", "median_us": 67.6}]
+    bad = tmp_path / "result.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="field 'set_aside_b' must be a list of"):
+        load_result(bad)
+    done = run_abdiff("comment", "--repo", "o/r", "--pr", "1", "--result", bad, "--dry-run")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

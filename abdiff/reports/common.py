@@ -245,7 +245,28 @@ def latency_cell(latency: LatencyResult) -> str:
         text += f" [{latency.ci[0]:.3f}, {latency.ci[1]:.3f}]"
     if latency.p is not None:
         text += f" p={_p_text(latency.p)}"
-    return f"{text} ({latency.verdict})"
+    return "; ".join([f"{text} ({latency.verdict})", *latency_details(latency)])
+
+
+def latency_details(latency: LatencyResult) -> list[str]:
+    """Absolute times, detectable effect, set-aside rounds and note, where the result has them.
+
+    ["A 41.0 ± 0.14 µs, B 41.1 ± 0.012 µs", "detects ≥ 2.2%", "set aside B r1 67.58 µs", note].
+    """
+    parts = []
+    if latency.a_us is not None and latency.b_us is not None:
+        parts.append(f"A {latency.a_us:.1f} ± {latency.a_spread_us or 0:.2g} µs, "
+                     f"B {latency.b_us:.1f} ± {latency.b_spread_us or 0:.2g} µs")
+    if latency.detectable is not None:
+        parts.append(f"detects ≥ {latency.detectable:.1%}")
+    aside = [f"{side} r{r['round']} {r['median_us']:.4g} µs"
+             for side, rounds in (("A", latency.set_aside_a), ("B", latency.set_aside_b))
+             for r in rounds]
+    if aside:
+        parts.append("set aside " + ", ".join(aside))
+    if latency.note:
+        parts.append(latency.note)
+    return parts
 
 
 def _p_text(p: float) -> str:
