@@ -16,12 +16,14 @@ cut short half-way through saving.
 from __future__ import annotations
 
 import argparse
+import difflib
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from abdiff import __version__
 from abdiff.errors import InfrastructureError, InputError
 
 
@@ -29,7 +31,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors raise InputError (one line, exit 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see --help)")
+        # prog is "abdiff" or "abdiff diff"; the CLI adds "abdiff: error:" itself
+        where = self.prog.removeprefix("abdiff").strip()
+        raise InputError(f"{where + ': ' if where else ''}{message} (see --help)")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -78,14 +82,31 @@ def build_parser() -> argparse.ArgumentParser:
         description="Differential A/B regression testing for layer-wise GPU benchmarks. "
         "Usage: abdiff A..B --configs SUITE, or one of the subcommands below.",
     )
+    parser.add_argument("--version", action="version", version=f"abdiff {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for module in COMMANDS:
         module.register(sub)
     return parser
 
 
+def check_command(word: str, commands: list[str]) -> None:
+    """An unknown command word -> one line with what was probably meant.
+
+    `main.pr` (one dot) is a range typo, anything else is compared with the
+    command names (difflib).
+    """
+    if word in commands or word.startswith("-"):
+        return
+    guesses = difflib.get_close_matches(word, commands, n=2)
+    if "." in word:
+        guesses.insert(0, word.replace(".", "..", 1))
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    raise InputError(f"unknown command {word!r}: expected A..B or one of {', '.join(commands)}"
+                     + hint)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from abdiff.commands import diff
+    from abdiff.commands import NAMES, diff
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -93,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             # `abdiff A..B ...` has no subcommand word: the range is the command.
             if argv and diff.looks_like_range(argv[0]):
                 argv = ["diff", *argv]
-            args = build_parser().parse_args(argv)
+            parser = build_parser()
+            if argv:
+                check_command(argv[0], NAMES)
+            args = parser.parse_args(argv)
             if not getattr(args, "command", None):
                 build_parser().print_help(sys.stderr)
                 return 2

@@ -74,6 +74,9 @@ class LatencyResult:
     rounds_a: int = 0
     rounds_b: int = 0
     method: str | None = None
+    # Each side's round medians (us), in round order: the HTML report's distributions.
+    a_rounds_us: list[float] = field(default_factory=list)
+    b_rounds_us: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -319,6 +322,15 @@ def _strings(data: dict, key: str, where: str) -> list[str]:
     return value
 
 
+def _times(data: dict, key: str, where: str) -> list[float]:
+    """An optional list of positive finite times (absent in results older than the field)."""
+    value = _optional(data, key, list, where, [])
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+               and x > 0 for x in value):
+        raise InputError(f"{where}: field '{key}' must be a list of positive numbers")
+    return [float(x) for x in value]
+
+
 def _counts(data: dict, key: str, where: str) -> dict[str, int]:
     value = _require(data, key, dict, where)
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value.values()):
@@ -348,6 +360,8 @@ def _latency(data: dict, where: str) -> LatencyResult:
         rounds_a=_count(data, "rounds_a", where),
         rounds_b=_count(data, "rounds_b", where),
         method=_optional(data, "method", _STR_OR_NULL, where),
+        a_rounds_us=_times(data, "a_rounds_us", where),
+        b_rounds_us=_times(data, "b_rounds_us", where),
     )
 
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 import random
 import shutil
-import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -26,6 +26,7 @@ from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers.base import Launcher
+from abdiff.progress import Progress
 from abdiff.records import (
     ConfigRuns,
     RoundRecord,
@@ -74,27 +75,6 @@ class SideRun:
 
 def state_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class Progress:
-    """A tqdm bar with ETA on stderr when it is a terminal; silent otherwise."""
-
-    def __init__(self, total: int, quiet: bool) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total, unit="round", file=sys.stderr, leave=False,
-                         disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
-
-    def add(self, extra: int) -> None:
-        self._bar.total += extra
-        self._bar.refresh()
-
-    def step(self, label: str) -> None:
-        self._bar.set_description(label)
-        self._bar.update(1)
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 class Measurement:
@@ -199,8 +179,9 @@ def run_slots(
         todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
                 and not measurement.settled_failure(side, c.id)]
         if not todo:
-            progress.step(f"{side} round {round_index + 1} (kept)")
+            progress.step(f"{side} round {round_index + 1} (kept)", len(configs), None)
             continue
+        started = time.monotonic()
         side_run = measurement.sides[side]
         work_dir = measurement.state_dir / "logs" / f"{side}-r{round_index}"
         if work_dir.exists():
@@ -215,7 +196,8 @@ def run_slots(
         if output.env and not side_run.run.env.get("device"):
             side_run.run.env.update(output.env)
             measurement.save(complete=False)
-        progress.step(f"{side} round {round_index + 1}")
+        progress.step(f"{side} round {round_index + 1}", len(configs),
+                      time.monotonic() - started)
 
 
 def measure(
@@ -236,7 +218,8 @@ def measure(
     """
     rng = random.Random(measurement.seed)
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
-    progress = Progress(len(slots), quiet)
+    progress = Progress(quiet)
+    progress.plan("first rounds", len(slots) * len(configs))
     try:
         run_slots(measurement, slots, configs, target, launcher, settings, progress)
         done = plan.rounds
@@ -246,9 +229,10 @@ def measure(
                 break
             extra = min(2, plan.max_rounds - done)
             block_slots = [s for s in schedule(extra, rng, start=done) if s[0] in measurement.sides]
-            progress.add(len(block_slots))
-            run_slots(measurement, block_slots, [c for c in configs if c.id in ids],
-                      target, launcher, settings, progress)
+            block = [c for c in configs if c.id in ids]
+            progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided configs",
+                          len(block_slots) * len(block))
+            run_slots(measurement, block_slots, block, target, launcher, settings, progress)
             done += extra
     finally:
         progress.close()

@@ -5,6 +5,6 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-_NAMES = ["diff", "run", "compare", "baseline", "demo", "suites", "comment", "cache", "doctor"]
+NAMES = ["diff", "run", "compare", "baseline", "demo", "suites", "comment", "cache", "doctor"]
 
-COMMANDS: list[ModuleType] = [importlib.import_module(f"abdiff.commands.{n}") for n in _NAMES]
+COMMANDS: list[ModuleType] = [importlib.import_module(f"abdiff.commands.{n}") for n in NAMES]

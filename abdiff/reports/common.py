@@ -9,16 +9,21 @@ each format escapes it for its own medium.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from abdiff.records import ConfigResult, LatencyResult, Result, Side
 
-# Reading order of every report: what needs a human first.
-VERDICT_ORDER: tuple[str, ...] = ("unintended", "inconclusive", "expected", "unchanged")
+# Reading order of every report: what needs a human first. `still-failing` (fails on both
+# sides) leads: it hides whatever else the change did to that config.
+VERDICT_ORDER: tuple[str, ...] = (
+    "still-failing", "unintended", "inconclusive", "expected", "unchanged")
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
-SUMMARY_ORDER: tuple[str, ...] = ("unintended", "expected", "unchanged", "inconclusive")
+SUMMARY_ORDER: tuple[str, ...] = (
+    "still-failing", "unintended", "expected", "unchanged", "inconclusive")
 DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
 ELLIPSIS = "\u2026"
@@ -80,24 +85,71 @@ def counts(result: Result) -> dict[str, int]:
     return tally
 
 
+def _count_field(result: Result, key: str, default: int) -> int:
+    value = result.summary.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return default
+
+
+def measured_counts(result: Result) -> tuple[int, int]:
+    """(configs measured on both sides, configs the suite planned).
+
+    From the summary's `measured` and `configs` when present; a result without
+    them counts every config it holds as measured.
+    """
+    measured = _count_field(result, "measured", len(result.configs))
+    planned = max(_count_field(result, "configs", len(result.configs)), measured)
+    return measured, planned
+
+
 def summary_sentence(result: Result) -> str:
-    """"2 unintended, 4 expected, 6 unchanged, 0 inconclusive of 12 configs"."""
+    """"12 of 12 configs measured: 2 unintended, 4 expected, 6 unchanged, 0 inconclusive".
+
+    The one place every format takes its counts from; `still-failing` is
+    listed first whenever a config has it, and never folded into another count.
+    """
     tally = counts(result)
+    measured, planned = measured_counts(result)
+    shown = [v for v in SUMMARY_ORDER if v != "still-failing" or tally[v]]
     extra = [v for v in tally if v not in SUMMARY_ORDER]
-    parts = [f"{tally[v]} {v}" for v in (*SUMMARY_ORDER, *extra)]
-    total = len(result.configs)
-    return f"{', '.join(parts)} of {total} config{'' if total == 1 else 's'}"
+    parts = [f"{tally[v]} {v}" for v in (*shown, *extra)]
+    noun = "config" if planned == 1 else "configs"
+    return f"{measured} of {planned} {noun} measured: {', '.join(parts)}"
 
 
 def verdict_line(result: Result) -> str:
-    """The headline: is there anything a reviewer must look at?"""
+    """The headline: is there anything a reviewer must look at?
+
+    "2 unintended changes"; "no unintended change (9 measured, 3 inconclusive)",
+    with still-failing, inconclusive and not-measured counts as separate words;
+    "nothing measured (...)" when no config ran on both sides.
+    """
     tally = counts(result)
     n = tally["unintended"]
     if n:
         return f"{n} unintended change{'' if n == 1 else 's'}"
+    measured, planned = measured_counts(result)
+    if measured == 0:
+        return f"nothing measured (0 of {planned} configs ran on both sides)"
+    words = [f"{measured} measured"]
+    if tally["still-failing"]:
+        words.append(f"{tally['still-failing']} still failing")
     if tally["inconclusive"]:
-        return "no unintended change found (some configs inconclusive)"
-    return "no unintended change"
+        words.append(f"{tally['inconclusive']} inconclusive")
+    if planned > measured:
+        words.append(f"{planned - measured} not measured")
+    return f"no unintended change ({', '.join(words)})"
+
+
+def passed(result: Result) -> bool:
+    """Exit 0 with something measured: the run is green."""
+    return exit_code(result) == 0 and measured_counts(result)[0] > 0
+
+
+def final_line(result: Result) -> str:
+    """The one line every command ends with, whatever went to files."""
+    return f"abdiff: {verdict_line(result)}; {summary_sentence(result)}"
 
 
 def exit_code(result: Result) -> int:
@@ -191,7 +243,11 @@ def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 12
 
 
 def latency_cell(latency: LatencyResult) -> str:
-    """"1.043x [1.021, 1.066] p=0.003 (slower)"; "n/a" when not comparable."""
+    """"1.043x [1.021, 1.066] p=0.003 (slower)"; "n/a" when not comparable.
+
+    The statistics' own short note, when it has one, joins the verdict:
+    "(unchanged; below the 2% threshold)".
+    """
     if latency.ratio is None:
         return "n/a" if latency.verdict in ("n/a", "", None) else f"({latency.verdict})"
     text = f"{latency.ratio:.3f}x"
@@ -199,11 +255,88 @@ def latency_cell(latency: LatencyResult) -> str:
         text += f" [{latency.ci[0]:.3f}, {latency.ci[1]:.3f}]"
     if latency.p is not None:
         text += f" p={_p_text(latency.p)}"
-    return f"{text} ({latency.verdict})"
+    note = getattr(latency, "note", None)
+    verdict = f"{latency.verdict}; {clip(note, 80)}" if note else latency.verdict
+    return f"{text} ({verdict})"
+
+
+def us_text(value: float) -> str:
+    """A time in microseconds with four significant digits: "512.3 µs", "18430 µs"."""
+    return f"{value:.4g} µs" if value < 1e4 else f"{value:.0f} µs"
+
+
+def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
+    """{"A": (median µs, spread µs or None), "B": ...} for the sides that have a time.
+
+    The fields (`a_us`, `a_spread_us`, ...) come from the statistics; a result
+    written before they existed has none, and every report then leaves the
+    times out rather than showing zeros.
+    """
+    times = {}
+    for side in ("a", "b"):
+        median = getattr(latency, f"{side}_us", None)
+        spread = getattr(latency, f"{side}_spread_us", None)
+        if isinstance(median, int | float) and math.isfinite(median) and median > 0:
+            ok_spread = isinstance(spread, int | float) and math.isfinite(spread)
+            times[side.upper()] = (float(median), float(spread) if ok_spread else None)
+    return times
+
+
+def times_cell(latency: LatencyResult) -> str:
+    """"A 512.3 µs ±4.1, B 388 µs ±3.0" (median of the round medians ± their spread); ""."""
+    parts = []
+    for side, (median, spread) in side_times(latency).items():
+        text = f"{side} {us_text(median)}"
+        if spread is not None:
+            text += f" ±{spread:.2g}"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def _p_text(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+@dataclass
+class KernelGroup:
+    """One kernel diff shared by several configs, shown once ("K1") instead of per row."""
+
+    label: str
+    lines: list[str]
+    ids: list[str]
+
+
+def kernel_groups(configs: list[ConfigResult], min_size: int = 2) -> list[KernelGroup]:
+    """Identical, non-empty kernel diffs of at least `min_size` configs, largest first.
+
+    A harness change that switches the attention kernel of every TRTLLM MTP
+    config prints the same six lines per row otherwise; grouped, the reader
+    sees the change once and the list of configs it hit.
+    """
+    by_diff: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    for cfg in configs:
+        key = (tuple(sorted(("+" + k, n) for k, n in cfg.kernels_added.items()))
+               + tuple(sorted(("-" + k, n) for k, n in cfg.kernels_removed.items())))
+        if key:
+            by_diff.setdefault(key, []).append(cfg.id)
+    shared = sorted((ids for ids in by_diff.values() if len(ids) >= min_size),
+                    key=lambda ids: -len(ids))
+    index = {cfg.id: cfg for cfg in configs}
+    return [KernelGroup(f"K{i}", kernel_changes(index[ids[0]], limit=10**6), ids)
+            for i, ids in enumerate(shared, start=1)]
+
+
+def group_of(cfg: ConfigResult, groups: list[KernelGroup]) -> KernelGroup | None:
+    return next((g for g in groups if cfg.id in g.ids), None)
+
+
+def kernel_cell(cfg: ConfigResult, groups: list[KernelGroup], limit: int = KERNEL_LINES,
+                width: int = 120) -> list[str]:
+    """The kernel lines of a row: its own diff, or a pointer to the group that holds it."""
+    group = group_of(cfg, groups)
+    if group is not None:
+        return [f"{group.label}: same change in {len(group.ids)} configs"]
+    return kernel_changes(cfg, limit, width)
 
 
 def status_cell(cfg: ConfigResult) -> str:
