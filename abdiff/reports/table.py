@@ -31,7 +31,7 @@ HEADERS = ("verdict", "config", "status", "facts changed", "kernels", "A / B tim
            "latency B/A")
 # The narrowest each column may get, and how readily it gives way (0: never).
 MIN_COLS = (12, 16, 10, 16, 16, 12, 16)
-SHRINK = (0, 0, 2, 2, 2, 1, 1)  # the config id never wraps: grep finds it
+SHRINK = (0, 0, 3, 2, 1, 1, 2)  # the config id never wraps: grep finds it
 OPTIONAL = (3, 4, 5)  # facts, kernels, times: left out when no config has any
 SEP = "  "
 _COLOURS = {"unintended": "1;31", "still-failing": "1;35", "inconclusive": "33",
@@ -55,6 +55,21 @@ def _paint(text: str, verdict: str, colour: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if colour and code and text else text
 
 
+def _fit_kernels(lines: list[str], width: int) -> list[str]:
+    """Kernel lines cut to `width` with their count kept ("-void cutlass::Kern… x1").
+
+    CUDA kernel names run to hundreds of characters; wrapped, one name fills a
+    screen. The HTML report and the JSON result have them whole.
+    """
+    out = []
+    for line in lines:
+        name, sep, count = line.rpartition(" x")
+        if len(line) > width and sep and count.isdigit():
+            line = f"{common.clip(name, max(width - len(count) - 2, 4))} x{count}"
+        out.append(line)
+    return out
+
+
 def _wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
     out: list[str] = []
     for line in lines:
@@ -74,7 +89,7 @@ def _cells(cfg: ConfigResult, groups: list[common.KernelGroup], marks: list[str]
         [common.clip(cfg.id, 80)],
         [" ".join([common.status_cell(cfg), *marks])],
         common.fact_changes(cfg),
-        common.kernel_cell(cfg, groups, limit=6, width=100),
+        common.kernel_cell(cfg, groups, limit=5, width=100),
         [t for t in common.times_cell(cfg.latency).split(", ") if t],
         [common.latency_cell(cfg.latency)],
     ]
@@ -103,7 +118,10 @@ def _wide(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour: 
     widths = _column_widths(keep, [cells for _, cells in rows], width)
     header = SEP.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
     out = [header, SEP.join("-" * w for w in widths)]
+    kernels = keep.index(HEADERS.index("kernels")) if HEADERS.index("kernels") in keep else -1
     for cfg, cells in rows:
+        if kernels >= 0:
+            cells[kernels] = _fit_kernels(cells[kernels], widths[kernels])
         wrapped = [_wrap(cell, w, "  ") if cell else [""] for cell, w in zip(cells, widths,
                                                                            strict=True)]
         for n in range(max(len(c) for c in wrapped)):
@@ -125,6 +143,8 @@ def _narrow(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour
         out.append(_paint(verdict, cfg.verdict, colour) + " " * max(14 - len(verdict), 1)
                    + cells[1][0])
         for label, lines in zip(labels, cells[2:], strict=True):
+            if label == "kernels":
+                lines = _fit_kernels(lines, width - pad)
             for n, line in enumerate(_wrap(lines, width - pad, "  ")):
                 out.append(("    " + label if n == 0 else "").ljust(pad) + line)
     return out
