@@ -69,8 +69,15 @@ class Browser:
         with urllib.request.urlopen(request, timeout=120) as answer:
             return json.loads(answer.read())["value"]
 
+    def viewport(self, width: int, height: int) -> None:
+        """The page's viewport in CSS pixels, a phone's (touch, no scrollbars) below 700."""
+        self._call("POST", f"{self.session}/goog/cdp/execute", {
+            "cmd": "Emulation.setDeviceMetricsOverride",
+            "params": {"width": width, "height": height, "deviceScaleFactor": 1,
+                       "mobile": width < 700}})
+
     def open(self, url: str, width: int, height: int) -> None:
-        self._call("POST", f"{self.session}/window/rect", {"width": width, "height": height})
+        self.viewport(width, height)
         self._call("POST", f"{self.session}/url", {"url": url})
 
     def run(self, script: str) -> object:
@@ -79,13 +86,10 @@ class Browser:
     def console(self) -> list[dict]:
         return self._call("POST", f"{self.session}/se/log", {"type": "browser"})  # type: ignore
 
-    def screenshot(self, path: Path, width: int) -> None:
-        """The whole page at `width` CSS pixels: the viewport is made as tall as the page."""
-        height = int(self.run("return document.documentElement.scrollHeight"))  # type: ignore
-        self._call("POST", f"{self.session}/goog/cdp/execute", {
-            "cmd": "Emulation.setDeviceMetricsOverride",
-            "params": {"width": width, "height": height, "deviceScaleFactor": 1,
-                       "mobile": width < 700}})
+    def screenshot(self, path: Path, width: int, height: int | None = None) -> None:
+        """The page at `width` CSS pixels, its top `height` pixels (default: all of it)."""
+        self.viewport(width, height or int(self.run(
+            "return document.documentElement.scrollHeight")))  # type: ignore[arg-type]
         path.write_bytes(base64.b64decode(self._call("GET", f"{self.session}/screenshot")))
 
     def close(self) -> None:
