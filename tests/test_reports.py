@@ -455,3 +455,32 @@ def test_a_cut_kernel_diff_keeps_the_attention_kernels() -> None:
     lines = common.kernel_changes(cfg, limit=4)
     assert lines == ["+aten::_scaled_dot_product_flash_attention_for_cpu x1",
                      "-aten::_softmax x1", "-aten::bmm x2", "(+5 more in the JSON result)"]
+
+
+def test_still_failing_leads_every_format_and_is_never_folded() -> None:
+    result = make_result()
+    cfg = next(c for c in result.configs if c.verdict == "expected")
+    cfg.status_b, cfg.status_change, cfg.verdict = "aborted", "still-failing", "still-failing"
+    cfg.error_b = cfg.error_a
+    table = table_report.render(result, width=200, colour=False)
+    rows = [ln.split()[0] for ln in table.splitlines() if ln.startswith(("STILL", "UNINT"))]
+    assert rows == ["STILL-FAILING", "UNINTENDED"]
+    assert [ln[:33] for ln in table.splitlines() if ln.startswith("[")] == [
+        "[1] GEN-DSA-bs32-q4-kv2049 A: SIG", "[2] GEN-DSA-bs32-q4-kv2049 B: SIG"]
+    md = markdown.render(result)
+    head = md.split("<details>")[0]
+    assert head.index("#### Still failing") < head.index("#### Unintended changes")
+    assert cfg.id in head
+    page = html_report.render(result)
+    assert page.index("Still-failing (1)") < page.index("Unintended (1)")
+    assert common.summary_sentence(result).startswith("6 of 6 configs measured: 1 still-failing")
+
+
+def test_identical_failure_lines_are_one_footnote() -> None:
+    result = make_result()
+    other = next(c for c in result.configs if c.id == "GEN-TRTLLM-bs64-q1-kv2049")
+    source = next(c for c in result.configs if c.error_a)
+    other.status_a, other.status_change, other.error_a = "aborted", "fixed", source.error_a
+    text = table_report.render(result, width=200, colour=False)
+    notes = [ln for ln in text.splitlines() if ln.startswith("[")]
+    assert notes == [f"[1] {source.id}, {other.id} A: SIGABRT: {DG_ASSERT}"]

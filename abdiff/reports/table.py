@@ -167,12 +167,15 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
     configs = common.ordered(result)
     groups = common.kernel_groups(configs)
     rows = []
-    errors: list[str] = []  # failure lines go under the table, so the columns stay narrow
+    # Failure lines go under the table, so the columns stay narrow; the same line from
+    # several configs (one assert hit by four shapes) is one footnote naming them all.
+    errors: dict[str, list[str]] = {}
     for cfg in configs:
         marks = []
         for line in common.error_lines(cfg, limit=160):
-            errors.append(f"[{len(errors) + 1}] {cfg.id} {line}")
-            marks.append(f"[{len(errors)}]")
+            ids = errors.setdefault(line, [])
+            ids.append(cfg.id)
+            marks.append(f"[{list(errors).index(line) + 1}]")
         rows.append((cfg, _cells(cfg, groups, marks)))
     lines.append("")
     if not rows:
@@ -186,7 +189,9 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
                               + ", ".join(group.ids)], width, "  ")]
         lines += _wrap([f"  {line}" for line in group.lines], width, "      ")
     if errors:
-        lines += ["", *_wrap(errors, width, "    ")]
+        notes = [f"[{n}] {', '.join(ids)} {line}"
+                 for n, (line, ids) in enumerate(errors.items(), start=1)]
+        lines += ["", *_wrap(notes, width, "    ")]
     lines += ["", _paint(common.final_line(result), "unintended" if common.counts(result)[
         "unintended"] else "unchanged" if common.passed(result) else "inconclusive", colour)]
     return "\n".join(lines) + "\n"
