@@ -16,6 +16,7 @@ each config's verdict and id stay on one line for grep, and the text is plain
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -70,10 +71,18 @@ def _fit_kernels(lines: list[str], width: int) -> list[str]:
     return out
 
 
+class _Wrapper(textwrap.TextWrapper):
+    """Breaks at spaces, and inside long names after '.', '/' or '_'
+    (`attn_metadata.` / `max_total_draft_tokens`), never in the middle of a word part."""
+
+    wordsep_re = re.compile(r"(\s+|(?<=[./_])(?=[^\s./_0-9]))")  # not inside 1.370
+
+
 def _wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
+    wrapper = _Wrapper(width, subsequent_indent=indent)
     out: list[str] = []
     for line in lines:
-        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+        out += wrapper.wrap(line) or [""]
     return out
 
 
