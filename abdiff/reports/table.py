@@ -196,11 +196,17 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
     for group in groups:
         lines += ["", *_wrap([f"{group.label}: same kernel change in {len(group.ids)} configs: "
                               + ", ".join(group.ids)], width, "  ")]
-        lines += _wrap([f"  {line}" for line in group.lines], width, "      ")
+        lines += [f"  {line}" for line in _fit_kernels(group.lines, width - 2)]
     if errors:
         notes = [f"[{n}] {', '.join(ids)} {line}"
                  for n, (line, ids) in enumerate(errors.items(), start=1)]
         lines += ["", *_wrap(notes, width, "    ")]
-    lines += ["", _paint(common.final_line(result), "unintended" if common.counts(result)[
-        "unintended"] else "unchanged" if common.passed(result) else "inconclusive", colour)]
+    lines += ["", _paint(common.final_line(result), _final_tone(result), colour)]
     return "\n".join(lines) + "\n"
+
+
+def _final_tone(result: Result) -> str:
+    """The verdict whose colour the last line takes: red, green, or yellow when undecided."""
+    if common.counts(result)["unintended"]:
+        return "unintended"
+    return "unchanged" if common.passed(result) else "inconclusive"
