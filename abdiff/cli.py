@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_command(argv[0], NAMES)
             args = parser.parse_args(argv)
             if not getattr(args, "command", None):
-                build_parser().print_help(sys.stderr)
+                parser.print_help(sys.stderr)
                 return 2
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
