@@ -61,30 +61,36 @@ def _cell(lines: Iterable[str]) -> str:
     return "<br>".join(escape(line) for line in lines)
 
 
-def _row(cfg: ConfigResult, groups: list[common.KernelGroup], with_verdict: bool) -> str:
+def _row(cfg: ConfigResult, groups: list[common.KernelGroup], with_verdict: bool,
+         with_times: bool) -> str:
     cells = [escape(cfg.verdict)] if with_verdict else []
     cells += [
         escape(cfg.id, 120),
         _cell([common.status_cell(cfg), *common.error_lines(cfg)]),
         _cell(common.fact_changes(cfg)),
         _cell(common.kernel_cell(cfg, groups)),
-        escape(common.times_cell(cfg.latency)),
-        escape(common.latency_cell(cfg.latency)),
     ]
+    if with_times:
+        cells.append(escape(common.times_cell(cfg.latency)))
+    cells.append(escape(common.latency_cell(cfg.latency)))
     return "| " + " | ".join(cells) + " |"
 
 
 def _table(configs: list[ConfigResult], groups: list[common.KernelGroup], with_verdict: bool,
            budget: int) -> list[str]:
-    """A Markdown table; rows past `budget` characters are counted, not shown."""
-    header = ["Config", "Status", "Facts changed", "Kernels (B vs A)", "A / B time",
-              "Latency B/A"]
+    """A Markdown table; rows past `budget` characters are counted, not shown.
+
+    The time column only when the statistics gave some config its times.
+    """
+    with_times = any(common.times_cell(cfg.latency) for cfg in configs)
+    header = ["Config", "Status", "Facts changed", "Kernels (B vs A)",
+              *(["A / B time"] if with_times else []), "Latency B/A"]
     if with_verdict:
         header.insert(0, "Verdict")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     used = sum(len(x) + 1 for x in lines)
     for shown, cfg in enumerate(configs):
-        row = _row(cfg, groups, with_verdict)
+        row = _row(cfg, groups, with_verdict, with_times)
         if used + len(row) + 1 > budget:
             lines.append("")
             lines.append(f"... {len(configs) - shown} more not shown; see the JSON result.")
