@@ -19,6 +19,7 @@ cut short half-way through saving.
 from __future__ import annotations
 
 import argparse
+import difflib
 import signal
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from abdiff import __version__
 from abdiff.commands import NAMES
 from abdiff.errors import InfrastructureError, InputError, InternalError, one_line, save_traceback
 
@@ -35,7 +37,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors raise InputError (one line, exit 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see --help)")
+        # prog is "abdiff" or "abdiff diff"; the CLI adds "abdiff: error:" itself
+        where = self.prog.removeprefix("abdiff").strip()
+        raise InputError(f"{where + ': ' if where else ''}{message} (see --help)")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -79,10 +83,27 @@ def build_parser(first_word: str | None = None) -> argparse.ArgumentParser:
         description="Differential A/B regression testing for layer-wise GPU benchmarks. "
         "Usage: abdiff A..B --configs SUITE, or one of the subcommands below.",
     )
+    parser.add_argument("--version", action="version", version=f"abdiff {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for module in commands(first_word):
         module.register(sub)
     return parser
+
+
+def check_command(word: str, commands: list[str]) -> None:
+    """An unknown command word -> one line with what was probably meant.
+
+    `main.pr` (one dot) is a range typo, anything else is compared with the
+    command names (difflib).
+    """
+    if word in commands or word.startswith("-"):
+        return
+    guesses = difflib.get_close_matches(word, commands, n=2)
+    if "." in word:
+        guesses.insert(0, word.replace(".", "..", 1))
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    raise InputError(f"unknown command {word!r}: expected A..B or one of {', '.join(commands)}"
+                     + hint)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
 
                 if diff.looks_like_range(argv[0]):
                     argv = ["diff", *argv]
-            args = build_parser(argv[0] if argv else None).parse_args(argv)
+            if argv:
+                check_command(argv[0], NAMES)
+            parser = build_parser(argv[0] if argv else None)
+            args = parser.parse_args(argv)
             if not getattr(args, "command", None):
-                build_parser().print_help(sys.stderr)
+                parser.print_help(sys.stderr)
                 return 2
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:

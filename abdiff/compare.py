@@ -131,6 +131,9 @@ def latency_results(
     ]
     for i, result in zip(comparable, computed, strict=True):
         results[i] = result
+    for (a, b), result in zip(pairs, results, strict=True):
+        result.a_rounds_us = [stats.round_summary(r) for r in latency_samples(a)]
+        result.b_rounds_us = [stats.round_summary(r) for r in latency_samples(b)]
     return results
 
 

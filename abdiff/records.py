@@ -101,6 +101,9 @@ class LatencyResult:
     set_aside_a: list[dict[str, Any]] = field(default_factory=list)  # {"round", "median_us"}
     set_aside_b: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None  # e.g. "below the 2% threshold"
+    # Each side's round medians (us), in round order: the HTML report's distributions.
+    a_rounds_us: list[float] = field(default_factory=list)
+    b_rounds_us: list[float] = field(default_factory=list)
 
 
 @dataclass

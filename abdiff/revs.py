@@ -25,6 +25,7 @@ as the blob git stores (an LFS file stays a pointer).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import subprocess
@@ -257,7 +258,16 @@ def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
         raise InputError(f"revision {rev!r} in {repo_root} is not a commit: {reason}")
     if "Needed a single revision" in reason and "error:" not in reason:
         reason += " (no branch, tag or commit by that name)"
-    raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}")
+    guesses = similar_refs(repo_root, rev)
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}{hint}")
+
+
+def similar_refs(repo_root: Path, rev: str) -> list[str]:
+    """Branch and tag names close to a mistyped `rev` (difflib), for "did you mean"."""
+    proc = run_git(repo_root, "for-each-ref", "--format=%(refname:short)", "refs/heads",
+                   "refs/tags", "refs/remotes", check=False)
+    return difflib.get_close_matches(rev, proc.stdout.split(), n=3, cutoff=0.6)
 
 
 def merge_base(repo_root: Path, a: SideSpec, b: SideSpec) -> SideSpec:

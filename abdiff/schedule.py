@@ -31,6 +31,7 @@ from filelock import FileLock, Timeout
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
+from abdiff.progress import Progress
 from abdiff.records import (
     ConfigRuns,
     RoundRecord,
@@ -77,27 +78,6 @@ class SideRun:
 
 def state_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class Progress:
-    """A tqdm bar with ETA on stderr when it is a terminal; silent otherwise."""
-
-    def __init__(self, total: int, quiet: bool) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total, unit="round", file=sys.stderr, leave=False,
-                         disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
-
-    def add(self, extra: int) -> None:
-        self._bar.total += extra
-        self._bar.refresh()
-
-    def step(self, label: str) -> None:
-        self._bar.set_description(label)
-        self._bar.update(1)
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 class Measurement:
@@ -250,8 +230,9 @@ def run_slots(
         todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
                 and not measurement.settled_failure(side, c.id)]
         if not todo:
-            progress.step(f"{side} round {round_index + 1} (kept)")
+            progress.step(f"{side} round {round_index + 1} (kept)", len(configs), None)
             continue
+        started = time.monotonic()
         side_run = measurement.sides[side]
         work_dir = measurement.round_dir(side, round_index)
         if work_dir.exists():
@@ -270,7 +251,8 @@ def run_slots(
         if output.env and not side_run.run.env.get("device"):
             side_run.run.env.update(output.env)
             measurement.save(complete=False)
-        progress.step(f"{side} round {round_index + 1}")
+        progress.step(f"{side} round {round_index + 1}", len(configs),
+                      time.monotonic() - started)
 
 
 def measure(
@@ -294,7 +276,8 @@ def measure(
     """
     rng = random.Random(measurement.seed)
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
-    progress = Progress(len(slots), quiet)
+    progress = Progress(quiet)
+    progress.plan("first rounds", len(slots) * len(configs))
     try:
         first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
         run_slots(measurement, first, configs, target, launcher, settings, progress)
@@ -309,9 +292,10 @@ def measure(
                 break
             extra = min(2, plan.max_rounds - done)
             block_slots = [s for s in schedule(extra, rng, start=done) if s[0] in measurement.sides]
-            progress.add(len(block_slots))
-            run_slots(measurement, block_slots, [c for c in configs if c.id in ids],
-                      target, launcher, settings, progress)
+            block = [c for c in configs if c.id in ids]
+            progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided configs",
+                          len(block_slots) * len(block))
+            run_slots(measurement, block_slots, block, target, launcher, settings, progress)
             done += extra
     finally:
         progress.close()

@@ -69,6 +69,7 @@ def diff_argv(rng: str, repo: Path, suite: Path, tmp_path: Path, *extra: object)
 REV_CASES = {
     "unknown rev B": ("demo", "main..no-such-branch", r"unknown revision 'no-such-branch'"),
     "unknown rev A": ("demo", "no-such-branch..main", r"unknown revision 'no-such-branch'"),
+    "rev typo": ("demo", "main..faulyt", r"unknown revision 'faulyt'.*; did you mean faulty\?$"),
     "not a commit": ("demo", "main^{tree}..pr", r"is not a commit"),
     "unrelated histories": ("unrelated", "main...orphan", r"no merge base .*unrelated"),
     "shallow clone": ("shallow", "{main_sha}..pr", r"shallow clone.*git fetch --unshallow"),
@@ -222,7 +223,48 @@ def test_bad_options(case: str, repos: dict[str, Path], suite: Path, tmp_path: P
 def test_no_command_and_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "usage" in capsys.readouterr().err
-    assert "invalid choice: 'frobnicate'" in answer(capsys, ["frobnicate"])
+    line = answer(capsys, ["frobnicate"])
+    assert line.startswith("abdiff: error: unknown command 'frobnicate': expected A..B or one of ")
+    assert "did you mean" not in line
+
+
+@pytest.mark.parametrize(("argv", "meant"), [
+    (["doctr"], "doctor"), (["sutes"], "suites"), (["main.pr-v1", "--configs", "mtp"],
+                                                   "main..pr-v1"),
+])
+def test_did_you_mean_a_command(argv: list[str], meant: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert answer(capsys, argv).endswith(f"; did you mean {meant}?")
+
+
+def test_usage_errors_name_abdiff_once(capsys: pytest.CaptureFixture[str]) -> None:
+    line = answer(capsys, ["compare"])
+    assert line.startswith("abdiff: error: compare: the following arguments are required: ")
+    assert answer(capsys, ["--frobnicate"]).count("abdiff") == 1
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from abdiff import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"abdiff {__version__}\n"
+
+
+@pytest.mark.parametrize(("expect", "pattern"), [
+    ("backend=dsa", r"--expect backend=dsa: no config has backend 'dsa' \(values are "
+                    r"case-sensitive: DSA, TRTLLM\); did you mean backend=DSA\?$"),
+    ("batch_size=7", r"no config has batch_size '7' \(values are case-sensitive: 1\)$"),
+])
+def test_expect_values_are_checked_against_the_suite(
+        expect: str, pattern: str, repos: dict[str, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "both.yaml", [1], backends=("DSA", "TRTLLM"))
+    line = answer(capsys, diff_argv("main..pr", repos["demo"], suite, tmp_path, "--expect",
+                                    expect))
+    assert re.search(pattern, line), line
+    assert not (tmp_path / "cache" / "runs").exists()
 
 
 # ---------------------------------------------------------------- run files and baselines

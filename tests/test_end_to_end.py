@@ -105,7 +105,9 @@ def test_a_a_never_flags(demo: Path, tmp_path: Path) -> None:
                           tmp_path / "cache", "--rounds", 3, "--max-rounds", 3,
                           "--json", out / "result.json")
         assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stderr.startswith("abdiff: note: A/A run: A and B are the same commit")
         result = json.loads((out / "result.json").read_text())
+        assert result["notes"][0].startswith("A/A run: ")
         assert {c["verdict"] for c in result["configs"]} <= {"unchanged", "inconclusive"}
         assert not any(c["facts_changed"] or c["kernels_added"] for c in result["configs"])
     # five runs, one checkout: the cache was reused
@@ -118,6 +120,8 @@ def test_run_then_compare_matches(demo: Path, tmp_path: Path) -> None:
         done = run_abdiff("run", rev, "--configs", suite, "--repo", demo, "--cache-dir",
                           tmp_path / "cache", "--rounds", 2, "--out", tmp_path / f"{rev}.json")
         assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[-1].startswith(
+            f"abdiff: wrote {tmp_path / f'{rev}.json'} (run file of {rev} ")
     run_main = load_run_file(tmp_path / "main.json")
     assert run_main.rev == "main" and len(run_main.configs) == 4
     assert all(len(c.rounds) == 2 for c in run_main.configs)
@@ -126,3 +130,14 @@ def test_run_then_compare_matches(demo: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"expected\s+GEN-DSA-bs2-q4-kv64\s+aborted -> ok \(fixed\)", done.stdout)
     assert "0 unintended" in done.stdout.splitlines()[-1]
+    # With the report in a file, stdout still ends with the verdict, stderr says what was written.
+    done = run_abdiff("compare", tmp_path / "main.json", tmp_path / "pr.json", "--expect",
+                      "backend=DSA", "--format", "markdown", "--output", tmp_path / "r.md",
+                      "--html", tmp_path / "r.html")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [done.stdout.strip()]
+    assert done.stdout.startswith("abdiff: no unintended change (4 measured")
+    assert done.stderr.strip() == (f"abdiff: wrote {tmp_path / 'r.md'} (markdown), "
+                                   f"{tmp_path / 'r.html'} (html)")
+    assert (tmp_path / "r.md").read_text().splitlines()[1].startswith(
+        ":white_check_mark: **abdiff: no unintended change (4 measured")

@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from abdiff.errors import InputError
 from abdiff.records import ConfigResult, LatencyResult, Result, Side
 from abdiff.reports import FORMATS, common, markdown, render
 from abdiff.reports import html as html_report
@@ -84,7 +85,20 @@ def test_ordering_and_summary_sentence() -> None:
     assert verdicts == ["unintended", "inconclusive", "expected",
                         "unchanged", "unchanged", "unchanged"]
     assert common.summary_sentence(result) == SUMMARY
+    assert common.summary_sentence(result) == (
+        "6 of 6 configs measured: 1 unintended, 1 expected, 3 unchanged, 1 inconclusive"
+    )
     assert common.verdict_line(result) == "1 unintended change"
+    clean = make_result(summary={"configs": 8, "measured": 6, "exit_code": 0})
+    clean.configs = [c for c in clean.configs if c.verdict != "unintended"]
+    clean.configs[0].verdict = "still-failing"
+    assert common.verdict_line(clean) == (
+        "no unintended change (6 measured, 1 still failing, 1 inconclusive, 2 not measured)")
+    assert common.summary_sentence(clean).startswith("6 of 8 configs measured: 1 still-failing, ")
+    assert [c.verdict for c in common.ordered(clean)][0] == "still-failing"
+    nothing = make_result(configs=[], summary={"configs": 12, "measured": 0, "exit_code": 3})
+    assert common.verdict_line(nothing) == "nothing measured (0 of 12 configs ran on both sides)"
+    assert not common.passed(nothing)
 
 
 def test_cell_texts() -> None:
@@ -98,15 +112,67 @@ def test_cell_texts() -> None:
 
 
 def test_table() -> None:
-    text = table_report.render(make_result())
+    text = table_report.render(make_result(), width=240, colour=False)
     lines = text.rstrip("\n").splitlines()
     assert lines[0] == "abdiff: A: main (aaaaaaaaaa) B: pr-v1 (bbbbbbbbbb)"
     assert "note: side A is a stored baseline, not interleaved with B" in text
     assert lines[-1].endswith(SUMMARY)
+    assert lines[-1] == ("abdiff: 1 unintended change; 6 of 6 configs measured: 1 unintended, "
+                         "1 expected, 3 unchanged, 1 inconclusive")
+    assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")
     assert first < text.index("GEN-TRTLLM-bs64-q2") < text.index("GEN-DSA-bs32-q4")
     assert first < text.index("GEN-DSA-bs32-q1")
-    assert "None -> 3" in text and "+" + SDPA in text
+    assert "None -> 3" in text and SDPA in text
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_table_fits_the_terminal_width(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    """COLUMNS sets the width; long cells wrap inside their column, rows never mix."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = make_result()
+    trt = next(c for c in result.configs if c.verdict == "unintended")
+    trt.kernels_added["void cutlass::device_kernel<flash::FlashAttnFwdSm90<" + "x" * 120] = 3
+    text = table_report.render(result, colour=False)
+    lines = text.rstrip("\n").splitlines()
+    assert lines[-1].startswith("abdiff: 1 unintended change; ")  # the verdict, one line, last
+    assert all(len(line) <= columns for line in lines[:-1]), max(lines[:-1], key=len)
+    for cfg in result.configs:  # each config's verdict and id on one line, once: grep finds it
+        hits = [ln for ln in lines if cfg.id in ln and not ln.startswith("[")]
+        assert len(hits) == 1 and hits[0].split()[0].lower() == cfg.verdict, hits
+    narrow = columns < table_report.WIDE
+    assert any(line.startswith("    status ") for line in lines) == narrow
+    assert any(line.startswith("verdict ") for line in lines) == (not narrow)
+    if not narrow:  # rows of a wrapped cell stay under their own column
+        header = next(line for line in lines if line.startswith("verdict "))
+        kernels_at = header.index("kernels")
+        row = lines.index(next(ln for ln in lines if trt.id in ln))
+        block = lines[row:row + 6]
+        assert all(ln[kernels_at - 1] == " " for ln in block if len(ln) > kernels_at)
+
+
+def test_table_colour_only_when_asked() -> None:
+    result = make_result()
+    coloured = table_report.render(result, width=160, colour=True)
+    assert "\x1b[1;31mUNINTENDED" in coloured
+    assert ANSI.sub("", coloured) == table_report.render(result, width=160, colour=False)
+
+
+def test_colour_follows_the_terminal_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    with os.fdopen(follower, "w") as tty, open(os.devnull, "w") as pipe_like:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+        monkeypatch.setenv("TERM", "xterm")
+        assert table_report.use_colour(tty) and not table_report.use_colour(pipe_like)
+        monkeypatch.setenv("NO_COLOR", "1")
+        assert not table_report.use_colour(tty)
+    os.close(leader)
 
 
 def _details_split(text: str) -> tuple[str, str]:
@@ -122,6 +188,9 @@ def test_markdown_layout() -> None:
     assert lines[0] == "<!-- abdiff -->"
     assert "**abdiff: 1 unintended change**" in lines[1]
     assert SUMMARY in lines[1]
+    assert lines[1] == ":x: **abdiff: 1 unintended change**"
+    assert "6 of 6 configs measured: 1 unintended, 1 expected, 3 unchanged, 1 inconclusive" \
+        in lines[3]
     head, folded = _details_split(text)
     # The unintended table, outside <details>, has the fact change, kernels and latency.
     row = next(line for line in head.splitlines() if "GEN-TRTLLM-bs32-q4" in line)
@@ -138,12 +207,62 @@ def test_markdown_layout() -> None:
     assert text.rstrip().endswith("</details>")
 
 
-def test_markdown_clean_run_has_no_unintended_table() -> None:
-    result = make_result()
+def test_markdown_clean_run_reads_as_a_pass() -> None:
+    result = make_result(summary={"configs": 5, "exit_code": 0})
     result.configs = [c for c in result.configs if c.verdict != "unintended"]
     text = markdown.render(result)
     assert "Unintended changes" not in text
-    assert "no unintended change" in text.splitlines()[1]
+    assert text.splitlines()[1] == (
+        ":white_check_mark: **abdiff: no unintended change (5 measured, 1 inconclusive)**")
+
+
+def test_markdown_first_line_when_nothing_was_measured() -> None:
+    result = make_result(configs=[], summary={"configs": 12, "measured": 0, "exit_code": 3})
+    assert markdown.render(result).splitlines()[1] == (
+        ":warning: **abdiff: nothing measured (0 of 12 configs ran on both sides)**")
+
+
+def _same_kernel_change(result: Result, count: int) -> list[str]:
+    """Give `count` configs the unintended config's kernel diff; return their ids."""
+    source = next(c for c in result.configs if c.verdict == "unintended")
+    others = [c for c in result.configs if c is not source][: count - 1]
+    for cfg in others:
+        cfg.kernels_added, cfg.kernels_removed = dict(source.kernels_added), dict(
+            source.kernels_removed)
+    return [source.id, *(c.id for c in others)]
+
+
+def test_identical_kernel_diffs_are_shown_once() -> None:
+    result = make_result()
+    ids = _same_kernel_change(result, 4)
+    groups = common.kernel_groups(common.ordered(result))
+    assert [(g.label, sorted(g.ids)) for g in groups] == [("K1", sorted(ids))]
+    for text in (markdown.render(result), table_report.render(result, width=200, colour=False)):
+        assert text.count("-aten::bmm x4") == 1, text
+        assert "K1: same change in 4 configs" in text
+    assert "same kernel change in 4 configs" in table_report.render(result, colour=False)
+
+
+def test_absolute_times_when_present_and_absent() -> None:
+    result = make_result()
+    trt = next(c for c in result.configs if c.verdict == "unintended")
+    assert common.times_cell(trt.latency) == ""  # a result from before the fields existed
+    trt.latency.a_us, trt.latency.a_spread_us = 512.34, 4.1
+    trt.latency.b_us, trt.latency.b_spread_us = 534.0, 3.04
+    assert common.times_cell(trt.latency) == "A 512.3 µs ±4.1, B 534 µs ±3"
+    for text in (markdown.render(result), table_report.render(result, width=200, colour=False),
+                 html_report.render(result)):
+        assert "A 512.3 µs ±4.1" in text
+
+
+def test_markdown_details_url() -> None:
+    url = "https://ci.example/runs/42/artifacts?name=abdiff-report"
+    text = markdown.render(make_result(), details_url=url)
+    assert f"[Full report and run artifacts]({url})" in text.splitlines()[:8]
+    for bad in ("javascript:alert(1)", "https://x.example/a)b", "https://x.example/ a",
+                "ftp://x.example/"):
+        with pytest.raises(InputError, match="--details-url"):
+            markdown.check_url(bad)
 
 
 HOSTILE = [
@@ -275,29 +394,50 @@ def _parse(text: str) -> _Balance:
 
 
 def test_html_is_well_formed_and_self_contained() -> None:
-    text = html_report.render(make_result())
+    result = make_result()
+    text = html_report.render(result)
     parser = _parse(text)
     assert parser.errors == [] and parser.stack == []
-    assert {"svg", "table", "circle", "line", "section"} <= parser.seen
+    assert {"svg", "circle", "line", "section", "details"} <= parser.seen
     assert "script" not in parser.seen
-    assert text.count("<svg") == len(common.grouped(make_result()))
     assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in text
     body = "".join(parser.text)
     assert SUMMARY in body
     assert "attn_metadata.max_total_draft_tokens: None -> 3" in body
+    assert "6 of 6 configs measured: 1 unintended, 1 expected, 3 unchanged, 1 inconclusive" in body
+    assert "None" in body and "max_total_draft_tokens" in body
     assert "1.043x [1.021, 1.066] p=0.003 (slower)" in body
-    # Dashed threshold lines at 1 +/- min_effect.
-    assert text.count('stroke-dasharray="4 3"') == 2 * len(common.grouped(make_result()))
+    assert DG_ASSERT in body and "Latency B/A" in body  # the failure line and the legend
+    # The forest plot: one mark per decided config, coloured by direction, with the dashed
+    # threshold lines at 1 +/- min_effect on each row.
+    decided = [c for c in result.configs if c.latency.verdict in ("slower", "faster",
+                                                                  "unchanged")]
+    assert text.count('class="ratio-mark"') == len(decided) == 4
+    assert text.count('stroke-dasharray="4 3"') == 2 * len(decided)
+    assert text.count(f'fill="{html_report.DIRECTION_COLOURS["slower"]}"') == 1
     assert text.index("Unintended (1)") < text.index("Inconclusive (1)") < text.index("Expected")
+
+
+def test_html_round_distributions_and_full_kernel_diff() -> None:
+    result = make_result()
+    for i, cfg in enumerate(result.configs):
+        cfg.latency.a_rounds_us = [500.0 + i, 510.0, 505.0]
+        cfg.latency.b_rounds_us = [520.0, 515.0 + i] if i % 2 else []
+    trt = next(c for c in result.configs if c.verdict == "unintended")
+    trt.kernels_added = {f"kernel_{j}": 1 for j in range(30)}
+    text = html_report.render(result)
+    marks = sum(len(c.latency.a_rounds_us) + len(c.latency.b_rounds_us) for c in result.configs)
+    assert text.count('class="round-mark"') == marks
+    assert "kernel_29 x1" in text and "more in the JSON" not in text
+    assert "µs" in text
 
 
 def test_html_escapes_hostile_strings() -> None:
     text = html_report.render(_hostile_result())
     parser = _parse(text)
     assert parser.errors == [] and parser.stack == []
-    assert not {"script", "b", "i", "img"} & parser.seen
-    assert text.count("<svg") == len(common.grouped(make_result()))
+    assert not {"script", "b", "i", "img", "y"} & parser.seen
     assert "&lt;script&gt;" in text
 
 
@@ -305,8 +445,10 @@ def test_html_without_any_ratio() -> None:
     result = make_result()
     for cfg in result.configs:
         cfg.latency = LatencyResult("n/a")
-    parser = _parse(html_report.render(result))
-    assert parser.errors == [] and "svg" in parser.seen
+    text = html_report.render(result)
+    parser = _parse(text)
+    assert parser.errors == [] and 'class="ratio-mark"' not in text
+    assert "GEN-TRTLLM-bs32-q4-kv2049" in "".join(parser.text)
 
 
 def test_a_cut_kernel_diff_keeps_the_attention_kernels() -> None:
@@ -377,3 +519,30 @@ def test_headline_says_when_latency_was_undecided_for_most_configs() -> None:
     assert "undecided" not in common.verdict_line(half)  # 2 of 4: not most
     flagged = make_result()  # 1 of 5 timed configs undecided: the headline is unchanged
     assert common.verdict_line(flagged) == "1 unintended change"
+def test_still_failing_leads_the_table_and_markdown() -> None:
+    result = make_result()
+    cfg = next(c for c in result.configs if c.verdict == "expected")
+    cfg.status_b, cfg.status_change, cfg.verdict = "aborted", "still-failing", "still-failing"
+    cfg.error_b = cfg.error_a
+    table = table_report.render(result, width=200, colour=False)
+    rows = [ln.split()[0] for ln in table.splitlines() if ln.startswith(("STILL", "UNINT"))]
+    assert rows == ["STILL-FAILING", "UNINTENDED"]
+    assert [ln[:33] for ln in table.splitlines() if ln.startswith("[")] == [
+        "[1] GEN-DSA-bs32-q4-kv2049 A: SIG", "[2] GEN-DSA-bs32-q4-kv2049 B: SIG"]
+    md = markdown.render(result)
+    head = md.split("<details>")[0]
+    assert head.index("#### Still failing") < head.index("#### Unintended changes")
+    assert cfg.id in head
+    page = html_report.render(result)
+    assert page.index("Still-failing (1)") < page.index("Unintended (1)")
+    assert common.summary_sentence(result).startswith("6 of 6 configs measured: 1 still-failing")
+
+
+def test_identical_failure_lines_are_one_footnote() -> None:
+    result = make_result()
+    other = next(c for c in result.configs if c.id == "GEN-TRTLLM-bs64-q1-kv2049")
+    source = next(c for c in result.configs if c.error_a)
+    other.status_a, other.status_change, other.error_a = "aborted", "fixed", source.error_a
+    text = table_report.render(result, width=200, colour=False)
+    notes = [ln for ln in text.splitlines() if ln.startswith("[")]
+    assert notes == [f"[1] {source.id}, {other.id} A: SIGABRT: {DG_ASSERT}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -12,8 +13,8 @@ from abdiff.errors import InputError
 from abdiff.files import write_atomic
 from abdiff.policy import NOTHING_MEASURED_EXIT
 from abdiff.records import Result
-from abdiff.reports import FORMATS
-from abdiff.reports.common import clip
+from abdiff.reports import FORMATS, markdown, table
+from abdiff.reports.common import clip, final_line
 from abdiff.schedule import (
     Plan,
 )
@@ -102,19 +103,37 @@ def add_compare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", type=Path, metavar="FILE", help="also write the HTML report")
     parser.add_argument("--require-all", action="store_true",
                         help="exit 1 unless every config was measured on both sides")
+    parser.add_argument("--details-url", metavar="URL", type=markdown.check_url,
+                        help="link the Markdown report to this page (HTML report, CI artifacts)")
 
 
 def emit_reports(result: Result, args: argparse.Namespace) -> None:
-    """The chosen format to stdout or --output, plus the --json and --html files."""
-    text = FORMATS[args.format].render(result)
-    if args.output:
-        write_atomic(args.output, text)
+    """The chosen format to stdout or --output, the --json and --html files, then the verdict.
+
+    Whatever went to files, the run ends with one line saying what was written
+    (stderr) and the verdict (`reports.common.final_line`): last on stdout when
+    the table went there (it ends with it) or the report went to a file, on
+    stderr when stdout carries another format (so a piped report stays clean).
+    """
+    if args.format == "markdown":
+        text = markdown.render(result, details_url=args.details_url)
+    elif args.format == "table":
+        text = table.render(result, colour=False if args.output else None)
     else:
+        text = FORMATS[args.format].render(result)
+    written = []
+    for path, fmt in ((args.output, args.format), (args.json, "json"), (args.html, "html")):
+        if path:
+            write_atomic(path, text if path is args.output else FORMATS[fmt].render(result))
+            written.append(f"{path} ({fmt})")
+    if written:
+        print(f"abdiff: wrote {', '.join(written)}", file=sys.stderr, flush=True)
+    if not args.output:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if args.json:
-        write_atomic(args.json, FORMATS["json"].render(result))
-    if args.html:
-        write_atomic(args.html, FORMATS["html"].render(result))
+    if args.output or args.format != "table":
+        stream = sys.stdout if args.output else sys.stderr
+        sys.stdout.flush()
+        print(final_line(result), file=stream, flush=True)
 
 
 def finish(result: Result, args: argparse.Namespace) -> int:
@@ -132,10 +151,34 @@ def finish(result: Result, args: argparse.Namespace) -> int:
 
 
 def expect_scope(args: argparse.Namespace, suite_expect: dict[str, list[str]],
-                 keys: list[str]) -> dict[str, list[str]]:
+                 keys: list[str], params: list[dict]) -> dict[str, list[str]]:
+    """--expect (checked against the configs' own values), else the suite's scope."""
     from abdiff.policy import parse_expect
 
-    return parse_expect(args.expect, keys) if args.expect else suite_expect
+    if not args.expect:
+        return suite_expect
+    expect = parse_expect(args.expect, keys)
+    check_expect_values(expect, params)
+    return expect
+
+
+def check_expect_values(expect: dict[str, list[str]], params: list[dict]) -> None:
+    """Every --expect value must name a value some config has, compared exactly.
+
+    `--expect backend=dsa` would otherwise match nothing, and every intended
+    DSA change would be reported as unintended. A value that differs only in
+    case is offered as the likely meaning, not silently taken.
+    """
+    for key, values in expect.items():
+        known = sorted({str(p[key]) for p in params if key in p})
+        for value in values:
+            if value in known:
+                continue
+            same_case = [k for k in known if k.lower() == value.lower()]
+            guess = same_case or difflib.get_close_matches(value, known, n=1)
+            hint = f"; did you mean {key}={guess[0]}?" if guess else ""
+            raise InputError(f"--expect {key}={value}: no config has {key} {value!r} (values "
+                             f"are case-sensitive: {', '.join(known) or 'none'}){hint}")
 
 
 def check_min_effect(pct: float) -> float:

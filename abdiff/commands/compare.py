@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.commands.common import add_compare_options, check_min_effect, finish
+from abdiff.commands.common import (
+    add_compare_options,
+    check_expect_values,
+    check_min_effect,
+    finish,
+)
 from abdiff.compare import compare_runs
 from abdiff.policy import parse_expect
 from abdiff.records import load_run_file
@@ -26,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     run_a, run_b = load_run_file(args.run_a), load_run_file(args.run_b)
     keys = sorted({k for r in (run_a, run_b) for c in r.configs for k in c.params})
     expect = parse_expect(args.expect, keys)
+    check_expect_values(expect, [c.params for r in (run_a, run_b) for c in r.configs])
     if not args.expect and run_b.suite in builtin_suites():
         expect = load_suite(run_b.suite).expect  # the suite's own scope, as `abdiff A..B` uses
     notes = []

@@ -7,6 +7,7 @@ The range is the command word: `abdiff main..pr` is parsed as `abdiff diff main.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from abdiff.baselines import parse_baseline_range
@@ -48,12 +49,19 @@ def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
     repo_root = open_repo(args.repo)
     bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS))
+    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
+                          [c.params for c in bench.suite.configs])
     baseline = parse_baseline_range(args.range)
     if baseline is not None:
         result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
     else:
         spec_a, spec_b = resolve_range(repo_root, args.range)
+        notes = []
+        if spec_a.sha == spec_b.sha:
+            notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
+                         "every change reported is noise or flakiness")
+            print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
         sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
-        result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect, [])
+        result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect,
+                                     notes)
     return finish(result, args)

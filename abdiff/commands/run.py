@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from abdiff.commands.common import add_measure_options
@@ -19,5 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    write_run_file(args.out, measure_one_side(args, args.rev, "run"))
+    run_file = measure_one_side(args, args.rev, "run")
+    write_run_file(args.out, run_file)
+    rounds = sum(len(c.rounds) for c in run_file.configs)
+    print(f"abdiff: wrote {args.out} (run file of {run_file.rev} {run_file.sha[:10]}: "
+          f"{len(run_file.configs)} configs, {rounds} config-rounds; compare two with "
+          "`abdiff compare A.json B.json`)", file=sys.stderr)
     return 0

@@ -9,20 +9,22 @@ each format escapes it for its own medium.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 from abdiff import policy
 from abdiff.records import ConfigResult, LatencyResult, Result, Side
 
-# Reading order of every report: what needs a human first. `still-failing` leads: those
-# configs were not measured at all, and a reader must not take the rest for the whole suite.
-VERDICT_ORDER: tuple[str, ...] = ("still-failing", "unintended", "inconclusive", "expected",
-                                  "unchanged")
+# Reading order of every report: what needs a human first. `still-failing` (fails on both
+# sides) leads: it hides whatever else the change did to that config.
+VERDICT_ORDER: tuple[str, ...] = (
+    "still-failing", "unintended", "inconclusive", "expected", "unchanged")
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
-SUMMARY_ORDER: tuple[str, ...] = ("unintended", "expected", "unchanged", "inconclusive",
-                                  "still-failing")
+SUMMARY_ORDER: tuple[str, ...] = (
+    "still-failing", "unintended", "expected", "unchanged", "inconclusive")
 DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
 ELLIPSIS = "\u2026"
@@ -84,6 +86,24 @@ def counts(result: Result) -> dict[str, int]:
     return tally
 
 
+def _count_field(result: Result, key: str, default: int) -> int:
+    value = result.summary.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return default
+
+
+def measured_counts(result: Result) -> tuple[int, int]:
+    """(configs measured on both sides, configs the suite planned).
+
+    From the summary's `measured` and `configs` when present; a result without
+    them counts every config it holds as measured.
+    """
+    measured = _count_field(result, "measured", len(result.configs))
+    planned = max(_count_field(result, "configs", len(result.configs)), measured)
+    return measured, planned
+
+
 def measured_sentence(result: Result) -> str:
     """"9 of 12 configs measured; 3 failed on both sides": how much of the suite was checked.
 
@@ -128,7 +148,7 @@ def latency_undecided(result: Result) -> str | None:
 def verdict_line(result: Result) -> str:
     """The headline: is there anything a reviewer must look at, and was anything measured?"""
     if exit_code(result) == policy.NOTHING_MEASURED_EXIT:
-        return "nothing measured"
+        return f"nothing measured (0 of {measured_counts(result)[1]} configs ran on both sides)"
     tally = counts(result)
     n = tally["unintended"]
     undecided = latency_undecided(result)
@@ -137,11 +157,29 @@ def verdict_line(result: Result) -> str:
         return f"{line}; {undecided}" if undecided else line
     if exit_code(result) == 1 and result.summary.get("require_all") is True:
         return "not every config measured (--require-all)"
-    if undecided:
-        return f"no unintended change found, but {undecided}"
+    measured, planned = measured_counts(result)
+    if measured == 0:
+        return f"nothing measured (0 of {planned} configs ran on both sides)"
+    words = [f"{measured} measured"]
+    if tally["still-failing"]:
+        words.append(f"{tally['still-failing']} still failing")
     if tally["inconclusive"]:
-        return "no unintended change found (some configs inconclusive)"
-    return "no unintended change"
+        words.append(f"{tally['inconclusive']} inconclusive")
+    if planned > measured:
+        words.append(f"{planned - measured} not measured")
+    if undecided:  # status, facts and kernels were checked, speed mostly not
+        return f"no unintended change found, but {undecided} ({', '.join(words)})"
+    return f"no unintended change ({', '.join(words)})"
+
+
+def passed(result: Result) -> bool:
+    """Exit 0 with something measured: the run is green."""
+    return exit_code(result) == 0 and measured_counts(result)[0] > 0
+
+
+def final_line(result: Result) -> str:
+    """The one line every command ends with, whatever went to files."""
+    return f"abdiff: {verdict_line(result)}; {summary_sentence(result)}"
 
 
 def exit_code(result: Result) -> int:
@@ -237,7 +275,11 @@ def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 12
 
 
 def latency_cell(latency: LatencyResult) -> str:
-    """"1.043x [1.021, 1.066] p=0.003 (slower)"; "n/a" when not comparable."""
+    """"1.043x [1.021, 1.066] p=0.003 (slower)"; "n/a" when not comparable.
+
+    The statistics' own short note, when it has one, joins the verdict:
+    "(unchanged; below the 2% threshold)".
+    """
     if latency.ratio is None:
         return "n/a" if latency.verdict in ("n/a", "", None) else f"({latency.verdict})"
     text = f"{latency.ratio:.3f}x"
@@ -249,14 +291,10 @@ def latency_cell(latency: LatencyResult) -> str:
 
 
 def latency_details(latency: LatencyResult) -> list[str]:
-    """Absolute times, detectable effect, set-aside rounds and note, where the result has them.
-
-    ["A 41.0 ± 0.14 µs, B 41.1 ± 0.012 µs", "detects ≥ 2.2%", "set aside B r1 67.58 µs", note].
+    """Detectable effect, set-aside rounds and note, where the result has them (absolute
+    times have their own cell, `times_cell`): ["detects ≥ 2.2%", "set aside B r1 67.58 µs"].
     """
     parts = []
-    if latency.a_us is not None and latency.b_us is not None:
-        parts.append(f"A {latency.a_us:.1f} ± {latency.a_spread_us or 0:.2g} µs, "
-                     f"B {latency.b_us:.1f} ± {latency.b_spread_us or 0:.2g} µs")
     if latency.detectable is not None:
         parts.append(f"detects ≥ {latency.detectable:.1%}")
     aside = [f"{side} r{r['round']} {r['median_us']:.4g} µs"
@@ -265,12 +303,87 @@ def latency_details(latency: LatencyResult) -> list[str]:
     if aside:
         parts.append("set aside " + ", ".join(aside))
     if latency.note:
-        parts.append(latency.note)
+        parts.append(clip(latency.note, 80))
     return parts
+
+
+def us_text(value: float) -> str:
+    """A time in microseconds with four significant digits: "512.3 µs", "18430 µs"."""
+    return f"{value:.4g} µs" if value < 1e4 else f"{value:.0f} µs"
+
+
+def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
+    """{"A": (median µs, spread µs or None), "B": ...} for the sides that have a time.
+
+    The fields (`a_us`, `a_spread_us`, ...) come from the statistics; a result
+    written before they existed has none, and every report then leaves the
+    times out rather than showing zeros.
+    """
+    times = {}
+    for side in ("a", "b"):
+        median = getattr(latency, f"{side}_us", None)
+        spread = getattr(latency, f"{side}_spread_us", None)
+        if isinstance(median, int | float) and math.isfinite(median) and median > 0:
+            ok_spread = isinstance(spread, int | float) and math.isfinite(spread)
+            times[side.upper()] = (float(median), float(spread) if ok_spread else None)
+    return times
+
+
+def times_cell(latency: LatencyResult) -> str:
+    """"A 512.3 µs ±4.1, B 388 µs ±3.0" (median of the round medians ± their spread); ""."""
+    parts = []
+    for side, (median, spread) in side_times(latency).items():
+        text = f"{side} {us_text(median)}"
+        if spread is not None:
+            text += f" ±{spread:.2g}"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def _p_text(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+@dataclass
+class KernelGroup:
+    """One kernel diff shared by several configs, shown once ("K1") instead of per row."""
+
+    label: str
+    lines: list[str]
+    ids: list[str]
+
+
+def kernel_groups(configs: list[ConfigResult], min_size: int = 2) -> list[KernelGroup]:
+    """Identical, non-empty kernel diffs of at least `min_size` configs, largest first.
+
+    A harness change that switches the attention kernel of every TRTLLM MTP
+    config prints the same six lines per row otherwise; grouped, the reader
+    sees the change once and the list of configs it hit.
+    """
+    by_diff: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    for cfg in configs:
+        key = (tuple(sorted(("+" + k, n) for k, n in cfg.kernels_added.items()))
+               + tuple(sorted(("-" + k, n) for k, n in cfg.kernels_removed.items())))
+        if key:
+            by_diff.setdefault(key, []).append(cfg.id)
+    shared = sorted((ids for ids in by_diff.values() if len(ids) >= min_size),
+                    key=lambda ids: -len(ids))
+    index = {cfg.id: cfg for cfg in configs}
+    return [KernelGroup(f"K{i}", kernel_changes(index[ids[0]], limit=10**6), ids)
+            for i, ids in enumerate(shared, start=1)]
+
+
+def group_of(cfg: ConfigResult, groups: list[KernelGroup]) -> KernelGroup | None:
+    return next((g for g in groups if cfg.id in g.ids), None)
+
+
+def kernel_cell(cfg: ConfigResult, groups: list[KernelGroup], limit: int = KERNEL_LINES,
+                width: int = 120) -> list[str]:
+    """The kernel lines of a row: its own diff, or a pointer to the group that holds it."""
+    group = group_of(cfg, groups)
+    if group is not None:
+        return [f"{group.label}: same change in {len(group.ids)} configs"]
+    return kernel_changes(cfg, limit, width)
 
 
 def status_cell(cfg: ConfigResult) -> str:

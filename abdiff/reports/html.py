@@ -1,185 +1,189 @@
 """HTML report: one self-contained page (no scripts, no external assets).
 
 A page that can be attached as a CI artifact and opened offline, years later:
-the summary, then per verdict group a forest plot of the latency ratios B/A
-with their confidence intervals (inline SVG) and a table of what changed.
-All text goes through `_e` (clip, then html.escape), so benchmark output can
-never become markup.
+the verdict and counts, a legend, one forest plot of the latency ratios B/A
+coloured by direction, then per verdict group a card per config with its
+A and B round medians (a strip plot), absolute times, facts, the full kernel
+diff (collapsible) and the failure lines. Plots are inline SVG whose x
+positions are percentages, so they stretch from a phone to a wide screen
+without distorting the marks.
+
+The page is a Jinja2 template with autoescape: every benchmark-supplied string
+reaches it as plain (clipped) text and is escaped there, so it can never
+become markup.
 """
 
 from __future__ import annotations
 
 import math
-from html import escape
+import statistics
+from importlib import resources
 
-from abdiff.records import ConfigResult, Result
+from jinja2 import Environment
+
+from abdiff.records import ConfigResult, LatencyResult, Result
 from abdiff.reports import common
 
-ROW_H = 22
-LABEL_W = 300
-PLOT_W = 420
-VALUE_W = 380  # fits "1.113x [0.870, 1.425] p=1.000 (inconclusive)"
-TOP = 8
-AXIS_H = 34
-_COLORS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#546e7a",
-           "inconclusive": "#ef6c00"}
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 2em; }
-table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.5em; vertical-align: top; text-align: left; }
-th { background: #f3f3f3; }
-td.mono, .mono { font-family: ui-monospace, monospace; }
-.unintended h2 { color: #c62828; }
-dl.context { display: grid; grid-template-columns: max-content auto; gap: 0.2em 1em; }
-dl.context dt { font-weight: bold; } dl.context dd { margin: 0; }
-svg text { font-family: ui-monospace, monospace; font-size: 11px; }
-"""
+# Direction colours (forest plot, legend) and side colours (strip plots).
+DIRECTION_COLOURS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#607d8b",
+                     "inconclusive": "#ef6c00"}
+SIDE_COLOURS = {"A": "#1565c0", "B": "#8e24aa"}
+OPEN_VERDICTS = ("still-failing", "unintended", "expected")  # cards shown unfolded
 
 
-def _e(text: object, limit: int = common.TEXT_LIMIT) -> str:
-    """Untrusted text as HTML: one clipped line, every special character escaped."""
-    return escape(common.clip(text, limit), quote=True)
+# The page layout (report.html.j2, package data); autoescape is what keeps benchmark text inert.
+_PAGE = Environment(autoescape=True).from_string(
+    resources.files("abdiff.reports").joinpath("report.html.j2").read_text(encoding="utf-8"))
+PLOT_LEFT, PLOT_RIGHT = 4.0, 98.0  # percent of the plot width the data may use
 
 
-def _lines(lines: list[str]) -> str:
-    return "<br>".join(_e(line) for line in lines)
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _finite_ci(cfg: ConfigResult) -> tuple[float, float, float] | None:
+def _ratio_ci(lat: LatencyResult) -> tuple[float, float, float] | None:
     """(ratio, low, high) when the config has a plottable ratio; the CI may be absent."""
-    lat = cfg.latency
-    if not isinstance(lat.ratio, int | float) or not math.isfinite(lat.ratio):
+    if not _finite(lat.ratio):
         return None
     low = high = float(lat.ratio)
     ci = lat.ci or []
-    if len(ci) == 2 and all(isinstance(x, int | float) and math.isfinite(x) for x in ci):
+    if len(ci) == 2 and all(_finite(x) for x in ci):
         low, high = float(min(ci)), float(max(ci))
     return float(lat.ratio), low, high
 
 
-def _axis_range(result: Result, effect: float) -> tuple[float, float]:
-    """One x range for every plot of the page, so groups can be compared by eye."""
-    values = [1.0 - effect, 1.0 + effect]
-    for cfg in result.configs:
-        point = _finite_ci(cfg)
-        if point:
-            values += list(point)
-    lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.08 or 0.01
-    return lo - pad, hi + pad
-
-
-def _ticks(lo: float, hi: float) -> list[float]:
-    """About five round tick values (steps of 1, 2 or 5 times a power of ten)."""
-    raw = (hi - lo) / 5
+def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """About `count` round tick values (steps of 1, 2 or 5 times a power of ten)."""
+    raw = (hi - lo) / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     first = math.ceil(lo / step)
     return [round(i * step, 10) for i in range(first, math.floor(hi / step) + 1)]
 
 
-def forest_plot(configs: list[ConfigResult], lo: float, hi: float, effect: float) -> str:
-    """An inline SVG forest plot: per config a dot at the ratio and a line for its CI.
+class _Axis:
+    """Data values -> percent positions in [PLOT_LEFT, PLOT_RIGHT]."""
 
-    A solid vertical line marks 1.0 (no change), dashed lines 1 +/- min_effect
-    (the practical threshold the verdicts use).
-    """
-    width = LABEL_W + PLOT_W + VALUE_W
-    height = TOP + ROW_H * len(configs) + AXIS_H
+    def __init__(self, values: list[float]) -> None:
+        lo, hi = min(values), max(values)
+        pad = (hi - lo) * 0.08 or abs(hi) * 0.01 or 0.01
+        self.lo, self.hi = lo - pad, hi + pad
 
-    def x(value: float) -> float:
-        return LABEL_W + (value - lo) / (hi - lo) * PLOT_W
+    def pos(self, value: float) -> str:
+        share = (value - self.lo) / (self.hi - self.lo)
+        return f"{PLOT_LEFT + share * (PLOT_RIGHT - PLOT_LEFT):.2f}"
 
-    bottom = TOP + ROW_H * len(configs)
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="latency ratio B/A with CI">'
-    ]
-    for tick in _ticks(lo, hi):
-        out.append(f'<line x1="{x(tick):.1f}" y1="{bottom}" x2="{x(tick):.1f}" y2="{bottom + 4}" '
-                   'stroke="#333" />')
-        out.append(f'<text x="{x(tick):.1f}" y="{bottom + 16}" text-anchor="middle">'
-                   f"{tick:g}</text>")
-    out.append(f'<line x1="{LABEL_W}" y1="{bottom}" x2="{LABEL_W + PLOT_W}" y2="{bottom}" '
-               'stroke="#333" />')
-    out.append(f'<text x="{LABEL_W + PLOT_W / 2}" y="{bottom + 30}" text-anchor="middle">'
-               "latency ratio B/A</text>")
-    out.append(f'<line x1="{x(1.0):.1f}" y1="{TOP}" x2="{x(1.0):.1f}" y2="{bottom}" '
-               'stroke="#333" />')
-    for edge in (1.0 - effect, 1.0 + effect):
-        out.append(f'<line x1="{x(edge):.1f}" y1="{TOP}" x2="{x(edge):.1f}" y2="{bottom}" '
-                   'stroke="#888" stroke-dasharray="4 3" />')
-    for i, cfg in enumerate(configs):
-        y = TOP + ROW_H * i + ROW_H / 2
-        cell = common.latency_cell(cfg.latency)
-        out.append(f"<g><title>{_e(cfg.id, 120)}: {_e(cell)}</title>")
-        out.append(f'<text x="{LABEL_W - 8}" y="{y + 4:.1f}" text-anchor="end">'
-                   f"{_e(cfg.id, 40)}</text>")
-        point = _finite_ci(cfg)
-        if point:
-            ratio, low, high = point
-            color = _COLORS.get(cfg.latency.verdict, "#333")
-            out.append(f'<line x1="{x(low):.1f}" y1="{y:.1f}" x2="{x(high):.1f}" y2="{y:.1f}" '
-                       f'stroke="{color}" stroke-width="2" />')
-            out.append(f'<circle cx="{x(ratio):.1f}" cy="{y:.1f}" r="4" fill="{color}" />')
-        out.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 4:.1f}">{_e(cell, 60)}</text>')
-        out.append("</g>")
-    out.append("</svg>")
-    return "\n".join(out)
+    def ticks(self, fmt: str, count: int = 5) -> list[dict]:
+        return [{"pos": self.pos(t), "text": format(t, fmt)}
+                for t in ticks(self.lo, self.hi, count)]
 
 
-def _table(configs: list[ConfigResult]) -> str:
-    head = ("Config", "Parameters", "Status", "Facts changed", "Kernels (B vs A)", "Latency B/A")
-    rows = ["<table>", "<thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>",
-            "<tbody>"]
-    for cfg in configs:
-        cells = [
-            f'<td class="mono">{_e(cfg.id, 120)}</td>',
-            f"<td>{_e(common.params_text(cfg))}</td>",
-            f"<td>{_lines([common.status_cell(cfg), *common.error_lines(cfg, limit=500)])}</td>",
-            f'<td class="mono">{_lines(common.fact_changes(cfg))}</td>',
-            f'<td class="mono">{_lines(common.kernel_changes(cfg))}</td>',
-            f"<td>{_e(common.latency_cell(cfg.latency))}</td>",
-        ]
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    rows += ["</tbody>", "</table>"]
-    return "\n".join(rows)
+def _decided(cfg: ConfigResult) -> bool:
+    return cfg.latency.verdict in ("slower", "faster", "unchanged") and bool(
+        _ratio_ci(cfg.latency))
+
+
+def _forest(configs: list[ConfigResult], effect: float) -> tuple[list[dict], list, list]:
+    """Rows, grid lines and ticks of the forest plot of the decided configs."""
+    rows = [c for c in configs if _decided(c)]
+    if not rows:
+        return [], [], []
+    points = [v for c in rows for v in _ratio_ci(c.latency)]  # type: ignore[union-attr]
+    axis = _Axis([*points, 1.0 - effect, 1.0 + effect])
+    grid = [{"pos": axis.pos(1.0), "stroke": "#333", "dash": False}]
+    grid += [{"pos": axis.pos(e), "stroke": "#999", "dash": True}
+             for e in (1.0 - effect, 1.0 + effect)]
+    out = []
+    for cfg in rows:
+        ratio, low, high = _ratio_ci(cfg.latency)  # type: ignore[misc]
+        out.append({"id": common.clip(cfg.id, 120), "value": common.latency_cell(cfg.latency),
+                    "ratio": axis.pos(ratio), "low": axis.pos(low), "high": axis.pos(high),
+                    "colour": DIRECTION_COLOURS.get(cfg.latency.verdict, "#333")})
+    return out, grid, axis.ticks("g")
+
+
+def _strip(lat: LatencyResult) -> dict | None:
+    """The strip plot of one config's round medians, A above B, on one µs axis."""
+    sides = [("A", lat.a_rounds_us), ("B", lat.b_rounds_us)]
+    values = [v for _, vs in sides for v in vs if _finite(v)]
+    if not values:
+        return None
+    axis = _Axis(values)
+    rows = []
+    for i, (name, medians) in enumerate(sides):
+        finite = [v for v in medians if _finite(v)]
+        rows.append({
+            "name": name, "y": 14 + 22 * i, "colour": SIDE_COLOURS[name],
+            "marks": [{"pos": axis.pos(v), "n": n, "text": common.us_text(v)}
+                      for n, v in enumerate(medians, start=1) if _finite(v)],
+            "median": axis.pos(statistics.median(finite)) if finite else None,
+        })
+    return {"height": 76, "sides": rows, "ticks": [
+        {**t, "text": f"{t['text']} µs"} for t in axis.ticks("g", 4)]}
+
+
+def _extras(lat: LatencyResult) -> list[tuple[str, str]]:
+    """Statistics worth a line when present: detectable change, rounds set aside."""
+    out = []
+    detectable = getattr(lat, "detectable", None)
+    if _finite(detectable):
+        out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"))
+    for side in ("a", "b"):
+        aside = getattr(lat, f"set_aside_{side}", None) or []
+        rounds = [f"round {r.get('round')} ({common.us_text(r['median_us'])})" for r in aside
+                  if isinstance(r, dict) and _finite(r.get("median_us"))]
+        if rounds:
+            out.append((f"set aside ({side.upper()})", ", ".join(rounds)))
+    out.append(("rounds", f"A {lat.rounds_a}, B {lat.rounds_b}"))
+    return out
+
+
+def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
+    group = common.group_of(cfg, groups)
+    facts = []
+    for name in sorted(cfg.facts_changed):
+        pair = cfg.facts_changed[name]
+        a, b = (list(pair) + [None, None])[:2]
+        facts.append((common.clip(name, 120), common.value_text(a, 200),
+                      common.value_text(b, 200)))
+    return {
+        "id": common.clip(cfg.id, 120),
+        "anchor": "cfg-" + "".join(ch if ch.isalnum() or ch in "-_" else "_"
+                                   for ch in common.clip(cfg.id, 120)),
+        "params": common.params_text(cfg),
+        "status": common.status_cell(cfg),
+        "errors": common.error_lines(cfg, limit=2000),
+        "times": common.times_cell(cfg.latency),
+        "latency": common.latency_cell(cfg.latency),
+        "method": common.clip(cfg.latency.method or "", 160),
+        "extras": _extras(cfg.latency),
+        "facts": facts,
+        "kernels": common.kernel_changes(cfg, limit=10**6, width=2000),
+        "kernel_group": f"{len(group.ids)} configs ({group.label})" if group else "",
+        "strip": _strip(cfg.latency),
+    }
 
 
 def render(result: Result) -> str:
     """The whole page for `result`, self-contained."""
     effect = common.min_effect(result)
-    lo, hi = _axis_range(result, effect)
-    title = f"abdiff: {common.sides_line(result)}"
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        f"<title>{_e(title)}</title>",
-        f"<style>{_STYLE}</style>",
-        "</head>",
-        "<body>",
-        f"<h1>abdiff: {_e(common.verdict_line(result))}</h1>",
-        f'<p class="summary">{_e(common.summary_sentence(result))}.</p>',
-        '<dl class="context">',
-    ]
-    for key, value in common.context_items(result):
-        parts.append(f"<dt>{_e(key)}</dt><dd>{_e(value)}</dd>")
-    parts.append(f"<dt>min effect</dt><dd>{effect:.1%}</dd>")
-    parts.append("</dl>")
-    notes = [*common.notes(result), *common.only_in_lines(result)]
-    if notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n, 400)}</li>" for n in notes)
-                     + "</ul>")
-    for verdict, configs in common.grouped(result).items():
-        parts += [
-            f'<section class="{_e(verdict, 40)}">',
-            f"<h2>{_e(verdict.capitalize(), 40)} ({len(configs)})</h2>",
-            forest_plot(configs, lo, hi, effect),
-            _table(configs),
-            "</section>",
-        ]
-    parts += ["</body>", "</html>"]
-    return "\n".join(parts) + "\n"
+    configs = common.ordered(result)
+    forest, grid, forest_ticks = _forest(configs, effect)
+    kernel_groups = common.kernel_groups(configs)
+    tally = common.counts(result)
+    tone = "fail" if tally["unintended"] else "pass" if common.passed(result) else "warn"
+    return _PAGE.render(
+        headline=common.verdict_line(result),
+        tone=tone,
+        summary=common.summary_sentence(result),
+        context=[*common.context_items(result), ("min effect", f"{effect:.1%}")],
+        notes=[*common.notes(result), *common.only_in_lines(result)],
+        directions=list(DIRECTION_COLOURS.items()),
+        sides=list(SIDE_COLOURS.items()),
+        effect=f"{effect:.1%}",
+        forest=forest, grid=grid, ticks=forest_ticks,
+        groups=[{"verdict": verdict, "title": verdict.capitalize(),
+                 "open": verdict in OPEN_VERDICTS,
+                 "cards": [_card(cfg, kernel_groups) for cfg in cfgs]}
+                for verdict, cfgs in common.grouped(result).items()],
+    )

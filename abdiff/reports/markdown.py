@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from abdiff.errors import InputError
 from abdiff.records import ConfigResult, Result
 from abdiff.reports import common
 
@@ -24,6 +25,7 @@ MARKER = "<!-- abdiff -->"
 # GitHub rejects comment bodies over 65536 characters; stay well below.
 MAX_CHARS = 60000
 NOTES_CHARS = 8000  # the notes section; the rest goes to the tables
+MAX_KERNEL_GROUPS = 12  # shared kernel diffs listed once; configs beyond keep their own cell
 ZWJ = "\u200d"
 # GitHub turns these into links or cross-references even as plain text.
 _AUTOLINK_RE = re.compile(r"(?i)(?<![a-z0-9])(https?|www|gh)(?=://|\.|-\d)")
@@ -64,27 +66,36 @@ def _cell(lines: Iterable[str]) -> str:
     return "<br>".join(escape(line) for line in lines)
 
 
-def _row(cfg: ConfigResult, with_verdict: bool) -> str:
+def _row(cfg: ConfigResult, groups: list[common.KernelGroup], with_verdict: bool,
+         with_times: bool) -> str:
     cells = [escape(cfg.verdict)] if with_verdict else []
     cells += [
         escape(cfg.id, 120),
         _cell([common.status_cell(cfg), *common.error_lines(cfg)]),
         _cell(common.fact_changes(cfg)),
-        _cell(common.kernel_changes(cfg)),
-        escape(common.latency_cell(cfg.latency)),
+        _cell(common.kernel_cell(cfg, groups)),
     ]
+    if with_times:
+        cells.append(escape(common.times_cell(cfg.latency)))
+    cells.append(escape(common.latency_cell(cfg.latency)))
     return "| " + " | ".join(cells) + " |"
 
 
-def _table(configs: list[ConfigResult], with_verdict: bool, budget: int) -> list[str]:
-    """A Markdown table; rows past `budget` characters are counted, not shown."""
-    header = ["Config", "Status", "Facts changed", "Kernels (B vs A)", "Latency B/A"]
+def _table(configs: list[ConfigResult], groups: list[common.KernelGroup], with_verdict: bool,
+           budget: int) -> list[str]:
+    """A Markdown table; rows past `budget` characters are counted, not shown.
+
+    The time column only when the statistics gave some config its times.
+    """
+    with_times = any(common.times_cell(cfg.latency) for cfg in configs)
+    header = ["Config", "Status", "Facts changed", "Kernels (B vs A)",
+              *(["A / B time"] if with_times else []), "Latency B/A"]
     if with_verdict:
         header.insert(0, "Verdict")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     used = sum(len(x) + 1 for x in lines)
     for shown, cfg in enumerate(configs):
-        row = _row(cfg, with_verdict)
+        row = _row(cfg, groups, with_verdict, with_times)
         if used + len(row) + 1 > budget:
             lines.append("")
             lines.append(f"... {len(configs) - shown} more not shown; see the JSON result.")
@@ -94,28 +105,48 @@ def _table(configs: list[ConfigResult], with_verdict: bool, budget: int) -> list
     return lines
 
 
-def render(result: Result) -> str:
-    """The PR comment for `result`; the first line is exactly `<!-- abdiff -->`."""
+def _kernel_groups(groups: list[common.KernelGroup]) -> list[str]:
+    """Each shared kernel diff once, with the configs it hit."""
+    lines = []
+    for group in groups:
+        lines += ["", f"**{group.label}**: same kernel change in {len(group.ids)} configs "
+                  f"({escape(', '.join(group.ids), 600)}):", ""]
+        lines += [f"- {escape(line)}" for line in group.lines[:common.KERNEL_LINES * 3]]
+        if len(group.lines) > common.KERNEL_LINES * 3:
+            lines.append(f"- ... {len(group.lines) - common.KERNEL_LINES * 3} more in the "
+                         "JSON result")
+    return lines
+
+
+def icon(result: Result) -> str:
+    """:x: for an unintended change, :white_check_mark: for a pass, :warning: otherwise."""
+    if common.counts(result)["unintended"]:
+        return ":x:"
+    return ":white_check_mark:" if common.passed(result) else ":warning:"
+
+
+def render(result: Result, details_url: str | None = None) -> str:
+    """The PR comment for `result`; the first line is exactly `<!-- abdiff -->`.
+
+    The second line is the verdict a reviewer reads first; `details_url` (the
+    HTML report or the CI run's artifacts, checked by `check_url`) becomes a
+    link under it.
+    """
     groups = common.grouped(result)
-    still_failing = groups.pop("still-failing", [])
+    kernel_groups = common.kernel_groups(common.ordered(result))[:MAX_KERNEL_GROUPS]
+    failing = groups.pop("still-failing", [])
     unintended = groups.pop("unintended", [])
     rest = [cfg for cfgs in groups.values() for cfg in cfgs]
-    code = common.exit_code(result)
-    if code == 1 or unintended:
-        icon = ":x:"
-    elif code != 0:
-        icon = ":warning:"  # nothing measured: no green mark for a run that checked nothing
-    elif still_failing or "inconclusive" in groups:
-        icon = ":grey_question:"
-    else:
-        icon = ":white_check_mark:"
     lines = [
         MARKER,
-        f"{icon} **abdiff: {escape(common.verdict_line(result))}** "
-        f"({escape(common.summary_sentence(result))}).",
+        f"{icon(result)} **abdiff: {escape(common.verdict_line(result))}**",
+        "",
+        f"{escape(common.summary_sentence(result))}.",
         "",
         " · ".join(f"{escape(k)}: {escape(v)}" for k, v in common.context_items(result)),
     ]
+    if details_url:
+        lines += ["", f"[Full report and run artifacts]({check_url(details_url)})"]
     notes = [*common.notes(result), *common.only_in_lines(result)]
     used = 0
     for shown, note in enumerate(notes):
@@ -126,15 +157,17 @@ def render(result: Result) -> str:
         lines += ["", line]
         used += len(line) + 2
 
-    if still_failing:  # never folded away: these configs were not measured at all
-        lines += ["", "#### Still failing (the same failure on both sides: not measured)", ""]
-        lines += _table(still_failing, with_verdict=False, budget=MAX_CHARS // 4)
-    if unintended:
-        lines += ["", "#### Unintended changes", ""]
-        lines += _table(unintended, with_verdict=False, budget=MAX_CHARS // 2)
+    # still failing is never folded away: those configs were not measured at all
+    for title, configs in (("Still failing (the same failure on both sides: not measured)",
+                            failing), ("Unintended changes", unintended)):
+        if configs:
+            lines += ["", f"#### {title}", ""]
+            lines += _table(configs, kernel_groups, with_verdict=False, budget=MAX_CHARS // 3)
+    if kernel_groups:
+        lines += _kernel_groups(kernel_groups)
     if rest:
         tally = common.counts(result)
-        parts = [f"{tally[v]} {v}" for v in groups if v in common.VERDICT_ORDER]
+        parts = [f"{tally[v]} {v}" for v in common.VERDICT_ORDER[2:] if tally.get(v)]
         other = {c.verdict for c in rest} - set(common.VERDICT_ORDER)
         parts += [f"{tally[v]} {escape(v)}" for v in sorted(other)]
         used = sum(len(x) + 1 for x in lines)
@@ -142,8 +175,20 @@ def render(result: Result) -> str:
             "",
             f"<details><summary>Other configs: {', '.join(parts)}</summary>",
             "",
-            *_table(rest, with_verdict=True, budget=MAX_CHARS - used - 200),
+            *_table(rest, kernel_groups, with_verdict=True, budget=MAX_CHARS - used - 4000),
             "",
             "</details>",
         ]
     return "\n".join(lines) + "\n"
+
+
+_URL = re.compile(r"https?://[^\s<>()\[\]\"'`\\]+")
+
+
+def check_url(url: str) -> str:
+    """`--details-url`: an http(s) URL with nothing that could end the Markdown link."""
+    if not _URL.fullmatch(url) or len(url) > 2000:
+        raise InputError(f"--details-url {common.clip(url, 80)!r}: expected an http(s) URL without "
+                         "spaces, quotes, brackets or parentheses (percent-encode them)")
+    return url
+

@@ -1,51 +1,212 @@
-"""Terminal report: one tabulate table, unintended changes first, summary last.
+"""Terminal report: a table that fits the terminal, unintended changes first, verdict last.
 
-Read in a terminal or a CI log, so the summary sentence is the last line
-(what a truncated log still shows), and benchmark text is clipped to one
+Read in a terminal or a CI log, so the verdict is the last line (what a
+truncated log still shows), and benchmark text is clipped to one
 control-character-free line (an ANSI escape in an error line must not repaint
 the reader's terminal).
+
+Layout follows the width (COLUMNS, else the terminal's, else 160 off a
+terminal, so a CI log is the same on every run): from WIDE columns on, one
+row per config whose long cells wrap inside their column; below that, one
+block per config with a line per field. A row never spills into the next, so
+each config's verdict and id stay on one line for grep, and the text is plain
+(no box drawing) for diff. Colour only on a terminal, and never with NO_COLOR.
 """
 
 from __future__ import annotations
 
-from abdiff.records import Result
+import os
+import re
+import shutil
+import sys
+import textwrap
+from typing import TextIO
+
+from abdiff.records import ConfigResult, Result
 from abdiff.reports import common
 
-HEADERS = ("verdict", "config", "status", "facts changed", "kernels", "latency B/A")
+WIDE = 120  # below this many columns, the per-config block layout
+DEFAULT_WIDTH = 160  # off a terminal without COLUMNS
+MIN_WIDTH = 40
+HEADERS = ("verdict", "config", "status", "facts changed", "kernels", "A / B time",
+           "latency B/A")
+# The narrowest each column may get, and how readily it gives way (0: never).
+MIN_COLS = (12, 16, 10, 16, 16, 12, 16)
+SHRINK = (0, 0, 3, 2, 1, 1, 2)  # the config id never wraps: grep finds it
+OPTIONAL = (3, 4, 5)  # facts, kernels, times: left out when no config has any
+SEP = "  "
+_COLOURS = {"unintended": "1;31", "still-failing": "1;35", "inconclusive": "33",
+            "expected": "36", "unchanged": "32"}
 
 
-def render(result: Result) -> str:
-    """The terminal table for `result`, ending with a newline."""
-    from tabulate import tabulate  # here: `abdiff comment` imports the formats, stdlib only
+def terminal_width() -> int:
+    """COLUMNS when set, else the terminal's width, else DEFAULT_WIDTH (pipes, CI logs)."""
+    return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
 
-    lines = [f"abdiff: {common.sides_line(result)}"]
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour on a terminal unless NO_COLOR is set (no-color.org) or TERM is dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return stream.isatty()
+
+
+def _paint(text: str, verdict: str, colour: bool) -> str:
+    code = _COLOURS.get(verdict)
+    return f"\x1b[{code}m{text}\x1b[0m" if colour and code and text else text
+
+
+def _fit_kernels(lines: list[str], width: int) -> list[str]:
+    """Kernel lines cut to `width` with their count kept ("-void cutlass::Kern… x1").
+
+    CUDA kernel names run to hundreds of characters; wrapped, one name fills a
+    screen. The HTML report and the JSON result have them whole.
+    """
+    out = []
+    for line in lines:
+        name, sep, count = line.rpartition(" x")
+        if len(line) > width and sep and count.isdigit():
+            line = f"{common.clip(name, max(width - len(count) - 2, 4))} x{count}"
+        out.append(line)
+    return out
+
+
+class _Wrapper(textwrap.TextWrapper):
+    """Breaks at spaces, and inside long names after '.', '/' or '_'
+    (`attn_metadata.` / `max_total_draft_tokens`), never in the middle of a word part."""
+
+    wordsep_re = re.compile(r"(\s+|(?<=[./_])(?=[^\s./_0-9]))")  # not inside 1.370
+
+
+def _wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
+    wrapper = _Wrapper(width, subsequent_indent=indent)
+    out: list[str] = []
+    for line in lines:
+        out += wrapper.wrap(line) or [""]
+    return out
+
+
+def _verdict_word(cfg: ConfigResult) -> str:
+    return cfg.verdict.upper() if cfg.verdict in ("unintended", "still-failing") else cfg.verdict
+
+
+def _cells(cfg: ConfigResult, groups: list[common.KernelGroup], marks: list[str]
+           ) -> list[list[str]]:
+    """A config's fields as lists of lines, in HEADERS order."""
+    return [
+        [_verdict_word(cfg)],
+        [common.clip(cfg.id, 80)],
+        [" ".join([common.status_cell(cfg), *marks])],
+        common.fact_changes(cfg),
+        common.kernel_cell(cfg, groups, limit=5, width=100),
+        [t for t in common.times_cell(cfg.latency).split(", ") if t],
+        [common.latency_cell(cfg.latency)],
+    ]
+
+
+def _column_widths(keep: list[int], rows: list[list[list[str]]], width: int) -> list[int]:
+    """Each kept column's natural width, shrunk (widest excess first) until the row fits."""
+    widths = [max([len(HEADERS[k])] + [len(line) for row in rows for line in row[i]])
+              for i, k in enumerate(keep)]
+    least = [min(MIN_COLS[k], w) for k, w in zip(keep, widths, strict=True)]
+    budget = width - len(SEP) * (len(keep) - 1)
+    while sum(widths) > budget:
+        over = [i for i, w in enumerate(widths) if w > least[i] and SHRINK[keep[i]]]
+        if not over:
+            break
+        i = max(over, key=lambda j: (widths[j] - least[j]) * SHRINK[keep[j]])
+        widths[i] -= 1
+    return widths
+
+
+def _wide(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour: bool) -> list[str]:
+    keep = [i for i in range(len(HEADERS))
+            if i not in OPTIONAL or any(cells[i] for _, cells in rows)]
+    rows = [(cfg, [cells[i] for i in keep]) for cfg, cells in rows]
+    headers = [HEADERS[i] for i in keep]
+    widths = _column_widths(keep, [cells for _, cells in rows], width)
+    header = SEP.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+    out = [header, SEP.join("-" * w for w in widths)]
+    kernels = keep.index(HEADERS.index("kernels")) if HEADERS.index("kernels") in keep else -1
+    for cfg, cells in rows:
+        if kernels >= 0:
+            cells[kernels] = _fit_kernels(cells[kernels], widths[kernels])
+        wrapped = [_wrap(cell, w, "  ") if cell else [""] for cell, w in zip(cells, widths,
+                                                                           strict=True)]
+        for n in range(max(len(c) for c in wrapped)):
+            parts = [(c[n] if n < len(c) else "").ljust(w) for c, w in zip(wrapped, widths,
+                                                                           strict=True)]
+            if n == 0:
+                parts[0] = _paint(parts[0], cfg.verdict, colour)
+            out.append(SEP.join(parts).rstrip())
+    return out
+
+
+def _narrow(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour: bool
+            ) -> list[str]:
+    labels = ("status", "facts", "kernels", "times", "latency")
+    pad = 4 + max(len(x) for x in labels) + 2
+    out: list[str] = []
+    for cfg, cells in rows:
+        verdict = cells[0][0]
+        out.append(_paint(verdict, cfg.verdict, colour) + " " * max(14 - len(verdict), 1)
+                   + cells[1][0])
+        for label, lines in zip(labels, cells[2:], strict=True):
+            if label == "kernels":
+                lines = _fit_kernels(lines, width - pad)
+            for n, line in enumerate(_wrap(lines, width - pad, "  ")):
+                out.append(("    " + label if n == 0 else "").ljust(pad) + line)
+    return out
+
+
+def render(result: Result, *, width: int | None = None, colour: bool | None = None) -> str:
+    """The terminal table for `result`, ending with the one-line verdict and a newline.
+
+    `width` and `colour` default to what stdout is (terminal_width, use_colour).
+    """
+    width = max(width or terminal_width(), MIN_WIDTH)
+    colour = use_colour(sys.stdout) if colour is None else colour
+    head = [f"abdiff: {common.sides_line(result)}"]
     details = [f"{k}: {v}" for k, v in common.context_items(result)[2:]]
     if details:
-        lines.append("  ".join(details))
-    lines += [f"note: {n}" for n in common.notes(result)]
-    lines += [f"note: {line}" for line in common.only_in_lines(result)]
+        head.append("  ".join(details))
+    head += [f"note: {n}" for n in common.notes(result)]
+    head += [f"note: {line}" for line in common.only_in_lines(result)]
+    lines = _wrap(head, width, "  ")
+    configs = common.ordered(result)
+    groups = common.kernel_groups(configs)
     rows = []
-    errors: list[str] = []  # failure lines go under the table, so the columns stay narrow
-    for cfg in common.ordered(result):
+    # Failure lines go under the table, so the columns stay narrow; the same line from
+    # several configs (one assert hit by four shapes) is one footnote naming them all.
+    errors: dict[str, list[str]] = {}
+    for cfg in configs:
         marks = []
         for line in common.error_lines(cfg, limit=160):
-            errors.append(f"[{len(errors) + 1}] {cfg.id} {line}")
-            marks.append(f"[{len(errors)}]")
-        status = " ".join([common.status_cell(cfg), *marks])
-        rows.append(
-            (
-                cfg.verdict.upper() if cfg.verdict == "unintended" else cfg.verdict,
-                common.clip(cfg.id, 80),
-                status,
-                "\n".join(common.fact_changes(cfg)),
-                "\n".join(common.kernel_changes(cfg, limit=6, width=52)),
-                common.latency_cell(cfg.latency),
-            )
-        )
+            ids = errors.setdefault(line, [])
+            ids.append(cfg.id)
+            marks.append(f"[{list(errors).index(line) + 1}]")
+        rows.append((cfg, _cells(cfg, groups, marks)))
     lines.append("")
-    lines.append(tabulate(rows, headers=HEADERS, tablefmt="simple") if rows else "(no configs)")
+    if not rows:
+        lines.append("(no configs)")
+    elif width >= WIDE:
+        lines += _wide(rows, width, colour)
+    else:
+        lines += _narrow(rows, width, colour)
+    for group in groups:
+        lines += ["", *_wrap([f"{group.label}: same kernel change in {len(group.ids)} configs: "
+                              + ", ".join(group.ids)], width, "  ")]
+        lines += [f"  {line}" for line in _fit_kernels(group.lines, width - 2)]
     if errors:
-        lines += ["", *errors]
-    lines.append("")
-    lines.append(f"{common.verdict_line(result)}: {common.summary_sentence(result)}")
+        notes = [f"[{n}] {', '.join(ids)} {line}"
+                 for n, (line, ids) in enumerate(errors.items(), start=1)]
+        lines += ["", *_wrap(notes, width, "    ")]
+    lines += ["", _paint(common.final_line(result), _final_tone(result), colour)]
     return "\n".join(lines) + "\n"
+
+
+def _final_tone(result: Result) -> str:
+    """The verdict whose colour the last line takes: red, green, or yellow when undecided."""
+    if common.counts(result)["unintended"]:
+        return "unintended"
+    return "unchanged" if common.passed(result) else "inconclusive"
