@@ -31,6 +31,7 @@ class RoundRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, int] = field(default_factory=dict)
     round: int | None = None  # schedule position; lets `--resume` skip finished rounds
+    session: str | None = None  # the measuring session (RunFile.sessions), for drift
 
 
 @dataclass
@@ -52,6 +53,8 @@ class RunFile:
     suite: str
     env: dict[str, Any] = field(default_factory=dict)
     configs: list[ConfigRuns] = field(default_factory=list)
+    # session id -> when and where its rounds were measured (started, host, GPU, driver)
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     schema: str = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:
@@ -74,6 +77,7 @@ class LatencyResult:
     rounds_a: int = 0
     rounds_b: int = 0
     method: str | None = None
+    note: str | None = None  # e.g. what a widened baseline margin did to the verdict
 
 
 @dataclass
@@ -207,7 +211,11 @@ def parse_round(data: Any, where: str) -> RoundRecord:
     if round_index is not None and (not isinstance(round_index, int)
                                     or isinstance(round_index, bool)):
         raise InputError(f"{where}: round must be an integer")
-    return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index)
+    session = data.get("session")
+    if session is not None and not isinstance(session, str):
+        raise InputError(f"{where}: session must be a string or null")
+    return RoundRecord(status, error, [float(x) for x in latency], facts, kernels, round_index,
+                       session)
 
 
 def _check_document(data: Any, schema: str, what: str, where: str) -> None:
@@ -240,6 +248,9 @@ def parse_run_file(data: Any, where: str) -> RunFile:
     env = data.get("env") or {}
     if not isinstance(env, dict):
         raise InputError(f"{where}: env must be an object")
+    sessions = data.get("sessions") or {}
+    if not isinstance(sessions, dict) or not all(isinstance(v, dict) for v in sessions.values()):
+        raise InputError(f"{where}: sessions must map session ids to objects")
     return RunFile(
         rev=str(data.get("rev", "")),
         sha=str(data.get("sha", "")),
@@ -247,6 +258,7 @@ def parse_run_file(data: Any, where: str) -> RunFile:
         suite=str(data.get("suite", "")),
         env=env,
         configs=configs,
+        sessions=sessions,
     )
 
 
@@ -348,6 +360,7 @@ def _latency(data: dict, where: str) -> LatencyResult:
         rounds_a=_count(data, "rounds_a", where),
         rounds_b=_count(data, "rounds_b", where),
         method=_optional(data, "method", _STR_OR_NULL, where),
+        note=_optional(data, "note", _STR_OR_NULL, where),
     )
 
 

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from abdiff import __version__
 from abdiff.baselines import (
-    BASELINE_MARGIN_FACTOR,
     baselines_dir,
+    drift_margin,
     fingerprint,
     fingerprint_differences,
+    fingerprint_notes,
     load_baseline,
+    note_margin_effects,
 )
 from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
@@ -167,14 +169,20 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
             raise InputError(f"baseline {name!r} was recorded on another environment ("
                              + "; ".join(differences) + "); pass --allow-env-mismatch to compare")
         notes.append("environment differs from the baseline's: " + "; ".join(differences))
-    wide = min_effect * BASELINE_MARGIN_FACTOR
+    what = f"baseline {name!r}"
+    margin = drift_margin(run_a, min_effect, what)
     notes.insert(0, f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
                  f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-                 f"interleaved with B, so latency uses a {wide:.1%} margin "
-                 f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
-                 f"they would run fewer configs per process than the baseline's rounds did, "
-                 f"and a config's place in its process moves its latency")
-    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False)
+                 f"interleaved with B: {margin.why}. B gets no adaptive rounds: they would run "
+                 "fewer configs per process than the baseline's rounds did, and a config's place "
+                 "in its process moves its latency")
+    result = measure_and_compare(args, bench, sides, run_a, expect, margin.value, notes,
+                                 adaptive=False)
+    note_margin_effects(result, min_effect, margin.value, what)
+    machine = fingerprint_notes(run_a.env, sides["B"].run.env)
+    if machine:
+        result.notes.append("measured on another machine than the baseline (latency is "
+                            "comparable, but check): " + "; ".join(machine))
     result.a.baseline = name
     return result
 

@@ -199,7 +199,8 @@ def latency_cell(latency: LatencyResult) -> str:
         text += f" [{latency.ci[0]:.3f}, {latency.ci[1]:.3f}]"
     if latency.p is not None:
         text += f" p={_p_text(latency.p)}"
-    return f"{text} ({latency.verdict})"
+    text += f" ({latency.verdict})"
+    return f"{text}; {latency.note}" if latency.note else text
 
 
 def _p_text(p: float) -> str:
