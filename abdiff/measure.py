@@ -270,18 +270,26 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpu_driver_version() -> str | None:
-    """The NVIDIA driver version from nvidia-smi, where it exists."""
+def gpu_identity(gpu: str) -> dict[str, str]:
+    """Driver version, UUID and clock policy of one GPU (`GPU-<uuid>` or an nvidia-smi index)
+    from nvidia-smi, where it exists: the clock policy is the application clock against the
+    maximum (equal values with `nvidia-smi -lgc`/`-ac` set mean locked clocks)."""
     import shutil
     import subprocess
 
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return None
-    done = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True, timeout=30, check=False)
-    lines = done.stdout.strip().splitlines()
-    return lines[0].strip() if done.returncode == 0 and lines else None
+        return {}
+    query = "driver_version,uuid,clocks.applications.graphics,clocks.max.sm"
+    done = subprocess.run([smi, f"--query-gpu={query}", "--format=csv,noheader,nounits",
+                           f"--id={gpu}"], capture_output=True, text=True, timeout=30,
+                          check=False)
+    fields = [f.strip() for f in done.stdout.strip().split(",")]
+    if done.returncode != 0 or len(fields) != 4:
+        return {}
+    driver, uuid, app_clock, max_clock = fields
+    return {"driver": driver, "gpu_uuid": uuid,
+            "clock_policy": f"application clock {app_clock} MHz of max {max_clock} MHz"}
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -295,12 +303,14 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
+        "host": platform.node(),
     }
     if device == "cuda":
         env.update(
             device_name=torch.cuda.get_device_name(),
             device_count=torch.cuda.device_count(),
             cuda=torch.version.cuda,
-            driver=gpu_driver_version(),
+            # by UUID: CUDA_VISIBLE_DEVICES renumbers torch's devices, not nvidia-smi's
+            **gpu_identity(f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"),
         )
     return env

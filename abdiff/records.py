@@ -47,6 +47,7 @@ class RoundRecord:
     rank_differences: dict[str, list[Any]] | None = None
     # how the warm-up before the timed iterations ended: {"calls", "seconds", "settled", "batches"}
     warmup: dict[str, Any] = field(default_factory=dict)
+    session: str | None = None  # the measuring session (RunFile.sessions), for drift
 
 
 @dataclass
@@ -71,6 +72,8 @@ class RunFile:
     # the order each worker timed its configs in: {"round", "worker", "seed", "ids"}; with
     # the seed, `random.Random(seed).shuffle` of the job's configs gives the same order
     orders: list[dict[str, Any]] = field(default_factory=list)
+    # session id -> when and where its rounds were measured (started, host, GPU, driver)
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     schema: Literal["abdiff.run/1"] = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:

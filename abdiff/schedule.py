@@ -15,12 +15,15 @@ folder) is discarded and measured anew, unless `--resume` asks to continue it.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
+import platform
 import random
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -44,6 +47,9 @@ from abdiff.suites import Config
 from abdiff.targets.base import Target
 
 FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
+# What a session records of the benchmark's machine, from the worker's env event: enough to
+# tell later whether two sessions ran on the same host, GPU, driver and clock policy.
+SESSION_ENV_KEYS = ("host", "device_name", "gpu_uuid", "driver", "clock_policy")
 
 
 @dataclass
@@ -88,6 +94,12 @@ class Measurement:
         self.sides = sides
         self.seed = seed
         self.processes = 0
+        # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
+        # were measured at another time than the ones it found (baselines.drift_margin).
+        self.session = uuid.uuid4().hex[:12]
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        for side in sides.values():
+            side.run.sessions[self.session] = {"started": started, "host": platform.node()}
 
     @classmethod
     def open(cls, state_dir: Path, sides: dict[str, SideRun], resume: bool,
@@ -121,6 +133,7 @@ class Measurement:
                                 config.rounds = kept.rounds
                         side.run.env = old.env or side.run.env
                         side.run.orders = old.orders
+                        side.run.sessions = {**old.sessions, **side.run.sessions}
                 return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
@@ -153,6 +166,7 @@ class Measurement:
     def add(self, side: str, config_id: str, record: RoundRecord) -> None:
         config = self.sides[side].run.config(config_id)
         assert config is not None, config_id
+        record.session = self.session
         config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
 
@@ -250,6 +264,11 @@ def run_slots(
         measurement.processes += output.processes
         if output.env and not side_run.run.env.get("device"):
             side_run.run.env.update(output.env)
+            measurement.save(complete=False)
+        session = side_run.run.sessions[measurement.session]
+        machine = {k: output.env[k] for k in SESSION_ENV_KEYS if output.env.get(k)}
+        if any(session.get(k) != v for k, v in machine.items()):
+            session.update(machine)
             measurement.save(complete=False)
         progress.step(f"{side} round {round_index + 1}", len(configs),
                       time.monotonic() - started)

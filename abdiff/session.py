@@ -14,11 +14,13 @@ from pathlib import Path
 
 from abdiff import __version__
 from abdiff.baselines import (
-    BASELINE_MARGIN_FACTOR,
     baselines_dir,
+    drift_margin,
     fingerprint,
     fingerprint_differences,
+    fingerprint_notes,
     load_baseline,
+    note_margin_effects,
 )
 from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
@@ -220,13 +222,13 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
                     args.allow_env_mismatch)
     sides = {"B": side_run(bench, spec_b)}
-    wide = min_effect * BASELINE_MARGIN_FACTOR
+    what = f"baseline {name!r}"
+    margin = drift_margin(run_a, min_effect, what)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
              f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             f"interleaved with B, so latency uses a {wide:.1%} margin "
-             f"({BASELINE_MARGIN_FACTOR:g}x --min-effect), and B gets no adaptive rounds: "
-             f"they would run fewer configs per process than the baseline's rounds did, "
-             f"and a config's place in its process moves its latency"]
+             f"interleaved with B: {margin.why}. B gets no adaptive rounds: they would run "
+             "fewer configs per process than the baseline's rounds did, and a config's place "
+             "in its process moves its latency"]
 
     def machine_matches() -> list[str]:
         here = {**sides["B"].run.env, **chosen}
@@ -234,11 +236,17 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
             return []
         differences = env_differences(name, baseline_env, here, args.allow_env_mismatch,
                                       " --resume")
-        return ["environment differs from the baseline's: " + "; ".join(differences)] \
+        notes = ["environment differs from the baseline's: " + "; ".join(differences)] \
             if differences else []
+        machine = fingerprint_notes(run_a.env, sides["B"].run.env)
+        if machine:
+            notes.append("measured on another machine than the baseline (latency is "
+                         "comparable, but check): " + "; ".join(machine))
+        return notes
 
-    result = measure_and_compare(args, bench, sides, run_a, expect, wide, notes, adaptive=False,
-                                 check_measured=machine_matches)
+    result = measure_and_compare(args, bench, sides, run_a, expect, margin.value, notes,
+                                 adaptive=False, check_measured=machine_matches)
+    note_margin_effects(result, min_effect, margin.value, what)
     result.a.baseline = name
     return result
 

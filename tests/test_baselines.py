@@ -1,4 +1,5 @@
 """Stored baselines: refresh, list, show, append, compare against, fingerprint checks,
+the margin measured from a baseline's sessions (on H200 rounds recorded in results/h200/),
 and the committed baselines/reference-cpu.json against a fresh run of the demo's `pr`."""
 
 from __future__ import annotations
@@ -9,12 +10,45 @@ from pathlib import Path
 import pytest
 from conftest import run_abdiff, write_suite
 
+from abdiff.baselines import (
+    append_rounds,
+    drift_margin,
+    fingerprint_notes,
+    interleaved,
+    session_drift,
+)
 from abdiff.demo import build_demo_repo
-from abdiff.records import load_run_file
+from abdiff.records import RunFile, load_run_file, write_run_file
 
 pytestmark = pytest.mark.slow  # baselines measured in worker processes
 
 ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "results" / "h200"
+# Graph-replay runs of the demo's `pr` on one H200 (2026-12-02), each its own abdiff
+# invocation minutes apart: the baseline refresh, then side A of the A/A run, then side B
+# of main..pr. They predate session records, so each file is given its session here.
+H200_SESSIONS = {"refresh": "baseline-graph/reference-h200.json", "aa": "graph-pr..pr/a.json",
+                 "main-pr": "graph-main..pr/b.json"}
+H200_FRESH = "baseline-graph..pr/b.json"  # `pr` measured against the baseline, later
+
+
+def recorded(path: str, session: str, scale: float = 1.0) -> RunFile:
+    """A recorded H200 run file whose rounds all belong to `session`, latencies x `scale`."""
+    run = load_run_file(H200 / path)
+    run.sessions = {session: {"started": run.env.get("recorded_at") or "2026-12-02"}}
+    for config in run.configs:
+        for record in config.rounds:
+            record.session = session
+            record.latency_us = [x * scale for x in record.latency_us]
+    return run
+
+
+def three_session_baseline() -> RunFile:
+    runs = [recorded(path, name) for name, path in H200_SESSIONS.items()]
+    baseline = runs[0]
+    for run in runs[1:]:
+        baseline = append_rounds(baseline, run)
+    return baseline
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +68,26 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert stored.rev == "main" and stored.env["cpu_model"] and stored.env["torch"]
     assert stored.env["recorded_at"] and all(len(c.rounds) == 2 for c in stored.configs)
 
+    assert len(stored.sessions) == 1
+    shown = run_abdiff("baseline", "show", "rel-1", "--repo", demo, "--baselines-dir", folder)
+    assert "session drift: unknown (one measuring session" in shown.stdout
+
     done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "main", "--rounds", 1, "--append",
                       "--seed", 5, *common)
     assert done.returncode == 0, done.stderr
     appended = load_run_file(folder / "rel-1.json")
     assert all(sorted(r.round for r in c.rounds) == [0, 1, 2] for c in appended.configs)
+    # each refresh is a session of its own, with the host it ran on
+    assert len(appended.sessions) == 2
+    assert all(where["host"] for where in appended.sessions.values())
+    assert {r.session for c in appended.configs for r in c.rounds} == set(appended.sessions)
 
     listed = run_abdiff("baseline", "list", "--repo", demo, "--baselines-dir", folder)
     assert listed.returncode == 0 and "rel-1" in listed.stdout and "main" in listed.stdout
     shown = run_abdiff("baseline", "show", "rel-1", "--repo", demo, "--baselines-dir", folder)
     assert shown.returncode == 0 and "DG_HOST_ASSERT" in shown.stdout
     assert "max_total_draft_tokens=None" in shown.stdout
+    assert "session drift: between-session SD" in shown.stdout and "over 2 sessions" in shown.stdout
 
     # 2 rounds leave latency inconclusive; B still gets no adaptive rounds (max-rounds 15)
     done = run_abdiff("baseline:rel-1..pr", "--expect", "backend=DSA", "--rounds", 2,
@@ -52,10 +95,12 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r.json").read_text())
     assert result["a"]["baseline"] == "rel-1"
-    assert "not interleaved" in result["notes"][0] and "4.0% margin" in result["notes"][0]
+    # two sessions: the margin comes from their measured drift, not the fixed factor
+    assert "not interleaved" in result["notes"][0] and "session drift measured in baseline " \
+        "'rel-1' (2 sessions" in result["notes"][0]
     assert "no adaptive rounds" in result["notes"][0]
     assert {c["latency"]["rounds_b"] for c in result["configs"]} <= {0, 2}
-    assert result["summary"]["min_effect"] == pytest.approx(0.04)
+    assert result["summary"]["min_effect"] > 0.02
     fixed = [c for c in result["configs"] if c["status_change"] == "fixed"]
     assert [c["id"] for c in fixed] == ["GEN-DSA-bs2-q4-kv64"]
 
@@ -99,3 +144,93 @@ def test_committed_reference_baseline_matches_a_fresh_run(demo: Path, tmp_path: 
         assert config["status_change"] == "same", config["id"]
         assert not config["facts_changed"], config["id"]
         assert not config["kernels_added"] and not config["kernels_removed"], config["id"]
+
+
+def test_drift_margin_from_recorded_h200_sessions() -> None:
+    """Three graph-replay sessions of one commit: a measured margin between --min-effect and
+    the fixed fallback; one session: the fallback, saying why."""
+    baseline = three_session_baseline()
+    drift = session_drift(baseline)
+    assert drift is not None and drift.sessions == 3 and drift.df == 2 * 12
+    assert 0 <= drift.sigma < 0.005  # graph replays: sessions within a fraction of a percent
+    assert set(drift.spread) == {c.id for c in baseline.configs}
+    margin = drift_margin(baseline, 0.02, "baseline 'h200'")
+    assert 0.02 <= margin.value < 0.025
+    assert "3 sessions" in margin.why and "95% prediction bound" in margin.why
+
+    single = recorded(H200_SESSIONS["refresh"], "refresh")
+    assert session_drift(single) is None
+    fallback = drift_margin(single, 0.02, "baseline 'h200'")
+    assert fallback.value == pytest.approx(0.04)
+    assert "one measuring session" in fallback.why and "--append" in fallback.why
+
+
+@pytest.mark.parametrize(("scale", "exit_code"), [(1.0, 0), (1.03, 1)])
+def test_compare_of_separate_sessions_uses_the_measured_margin(
+    tmp_path: Path, scale: float, exit_code: int
+) -> None:
+    """`abdiff compare` sees that the files were not measured interleaved and widens the
+    margin by the measured drift: a fresh run of the same commit flags nothing, the same run
+    3% slower is flagged in every config that has no odd process."""
+    write_run_file(tmp_path / "a.json", three_session_baseline())
+    write_run_file(tmp_path / "b.json", recorded(H200_FRESH, "fresh", scale))
+    done = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json",
+                      "--json", tmp_path / "r.json")
+    assert done.returncode == exit_code, done.stdout + done.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert any("measured in different sessions, not interleaved" in n and "3 sessions" in n
+               for n in result["notes"])
+    verdicts = [c["latency"]["verdict"] for c in result["configs"]]
+    if scale == 1.0:
+        assert "slower" not in verdicts and "faster" not in verdicts
+    else:
+        assert verdicts.count("slower") >= 10, verdicts
+
+
+def test_compare_tells_interleaved_from_separate_and_unknown(tmp_path: Path) -> None:
+    a, b = recorded(H200_SESSIONS["aa"], "s1"), recorded("graph-pr..pr/b.json", "s1")
+    assert interleaved(a, b) is True
+    assert interleaved(a, recorded(H200_FRESH, "s2")) is False
+    legacy = load_run_file(H200 / H200_FRESH)
+    assert interleaved(a, legacy) is None
+    write_run_file(tmp_path / "a.json", a)
+    write_run_file(tmp_path / "b.json", b)
+    together = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json",
+                          "--json", tmp_path / "r.json")
+    assert together.returncode == 0, together.stderr
+    notes = json.loads((tmp_path / "r.json").read_text())["notes"]
+    assert not any("session" in n for n in notes)
+    write_run_file(tmp_path / "legacy.json", legacy)
+    unknown = run_abdiff("compare", tmp_path / "a.json", tmp_path / "legacy.json",
+                         "--json", tmp_path / "r.json")
+    assert unknown.returncode == 0, unknown.stderr
+    notes = json.loads((tmp_path / "r.json").read_text())["notes"]
+    assert any("predates session records" in n for n in notes)
+
+
+def test_a_change_beyond_min_effect_inside_the_margin_is_said(tmp_path: Path) -> None:
+    """One session of baseline: the fixed 4% margin; B 3% slower lies beyond 2% but inside
+    4%, and the report says so instead of a bare `unchanged`."""
+    write_run_file(tmp_path / "a.json", recorded(H200_SESSIONS["refresh"], "refresh"))
+    write_run_file(tmp_path / "b.json", recorded(H200_FRESH, "fresh", 1.03))
+    done = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json",
+                      "--json", tmp_path / "r.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    noted = [c for c in result["configs"] if c["latency"].get("note")]
+    assert len(noted) >= 10
+    for config in noted:
+        assert config["latency"]["verdict"] in ("unchanged", "inconclusive")
+        assert "beyond 2%, within run file A (a.json)'s 4.0% margin" in config["latency"]["note"]
+        assert config["latency"]["note"].startswith("+")
+    table = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json")
+    assert "within run file A (a.json)'s 4.0% margin" in table.stdout
+
+
+def test_another_host_or_gpu_is_a_note_not_a_refusal() -> None:
+    here = {"host": "node-2", "gpu_uuid": "GPU-b", "clock_policy": "x", "device_name": "H200"}
+    there = {"host": "node-1", "gpu_uuid": "GPU-a", "clock_policy": "x", "device_name": "H200"}
+    notes = fingerprint_notes(there, here)
+    assert notes == ["host: 'node-1' in the baseline, 'node-2' here",
+                     "gpu_uuid: 'GPU-a' in the baseline, 'GPU-b' here"]
+    assert fingerprint_notes(there, {}) == []  # nothing known here: nothing to say

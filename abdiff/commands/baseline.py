@@ -16,9 +16,11 @@ from abdiff.baselines import (
     append_rounds,
     baseline_path,
     baselines_dir,
+    drift_margin,
     fingerprint,
     list_baselines,
     load_baseline,
+    session_drift,
 )
 from abdiff.commands.common import add_measure_options
 from abdiff.compare import side_facts, side_kernels, side_status
@@ -26,6 +28,7 @@ from abdiff.records import write_run_file
 from abdiff.reports.common import clip, headline_first, value_text
 from abdiff.revs import open_repo
 from abdiff.session import measure_one_side
+from abdiff.stats import DEFAULT_MIN_EFFECT
 
 KERNEL_WIDTH = 100  # CUDA kernel names run to thousands of characters
 
@@ -79,19 +82,33 @@ def show(args: argparse.Namespace) -> int:
     run = load_baseline(folder, args.name)
     print(f"{args.name}: {run.rev} ({run.sha}) suite {run.suite}, target {run.target}")
     print("fingerprint: " + ", ".join(f"{k}={v}" for k, v in fingerprint(run).items()))
+    for session_id, where in sorted(run.sessions.items(), key=lambda s: s[1].get("started", "")):
+        print(f"session {session_id}: " + ", ".join(f"{k}={v}" for k, v in where.items()))
+    drift = session_drift(run)
+    if drift is None:
+        print("session drift: unknown (one measuring session; refresh with --append in another "
+              "session to measure it)")
+    else:
+        margin = drift_margin(run, DEFAULT_MIN_EFFECT, f"baseline {args.name!r}")
+        print(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
+              f"sessions (df {drift.df}); at --min-effect {DEFAULT_MIN_EFFECT:.0%} a comparison "
+              f"uses a {margin.value:.1%} margin")
     rows = []
     for config in run.configs:
         status, error = side_status(config.rounds)
         facts = side_facts(config.rounds) or {}
         kernels = side_kernels(config.rounds) or {}
         names = sorted(kernels, key=headline_first)
+        spread = drift.spread.get(config.id) if drift else None
         rows.append([
-            config.id, len(config.rounds), status if error is None else clip(f"{status}: {error}"),
+            config.id, len(config.rounds), "" if spread is None else f"{spread:.2%}",
+            status if error is None else clip(f"{status}: {error}"),
             "\n".join(f"{k.split('.')[-1]}={value_text(v)}" for k, v in facts.items()),
             "\n".join(f"{clip(k, KERNEL_WIDTH)} x{kernels[k]}" for k in names[:8])
             + (f"\n(+{len(kernels) - 8} more)" if len(kernels) > 8 else ""),
         ])
-    print(tabulate(rows, headers=["config", "rounds", "status", "facts", "kernels"]))
+    print(tabulate(rows, headers=["config", "rounds", "session spread", "status", "facts",
+                                  "kernels"]))
     return 0
 
 

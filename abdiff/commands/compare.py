@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from abdiff.baselines import drift_margin, interleaved, note_margin_effects
 from abdiff.commands.common import (
     add_compare_options,
     check_expect_values,
@@ -39,6 +40,19 @@ def run(args: argparse.Namespace) -> int:
     if mismatched:
         notes.append(f"compared on the configs both files hold; {len(mismatched)} "
                      "config(s) are in one file only")
-    result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,
+    margin = min_effect
+    together = interleaved(run_a, run_b)
+    if together is False:
+        widened = drift_margin(run_a, min_effect, f"run file A ({args.run_a.name})")
+        margin = widened.value
+        notes.append(f"the two run files were measured in different sessions, not interleaved: "
+                     f"{widened.why}")
+    elif together is None:
+        notes.append("a run file predates session records, so whether A and B were measured "
+                     f"interleaved is unknown; latency uses the interleaved {min_effect:.1%} "
+                     "margin")
+    result = compare_runs(run_a, run_b, expect, margin, DEFAULT_ALPHA, notes,
                           args.require_all)
+    if margin != min_effect:
+        note_margin_effects(result, min_effect, margin, f"run file A ({args.run_a.name})")
     return finish(result, args)
