@@ -191,8 +191,9 @@ def search(path: list[Commit], configs: list[str], test: Tester) -> tuple[
         if not candidates:
             for c in open_configs():
                 if all(i in skipped for i in range(low[c] + 1, high[c])):
-                    unresolved[c] = (f"every commit between {path[low[c]].sha[:12]} and "
-                                     f"{path[high[c]].sha[:12]} was skipped (could not run)")
+                    unresolved[c] = (f"first changed in one of {path[low[c] + 1].sha[:12]}.."
+                                     f"{path[high[c]].sha[:12]}: the commits before the last "
+                                     "could not run the benchmark (skipped)")
             continue
         middle = (low[widest] + high[widest]) / 2
         index = min(candidates, key=lambda i: (abs(i - middle), i))
@@ -212,6 +213,12 @@ def search(path: list[Commit], configs: list[str], test: Tester) -> tuple[
                                       "after --max-rounds rounds")
     first_new = {c: high[c] for c in configs if c not in unresolved}
     return first_new, unresolved, steps, skipped
+
+
+def outcome_at(steps: list[Step], commit: Commit, config: str) -> Outcome | None:
+    """What `config` was at `commit` in the search (None: not tested there)."""
+    return next((s.outcomes[config] for s in steps
+                 if s.commit.sha == commit.sha and config in s.outcomes), None)
 
 
 def last_unchanged(steps: list[Step], path: list[Commit], config: str, before: int) -> Commit:

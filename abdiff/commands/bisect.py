@@ -21,6 +21,7 @@ from abdiff.bisect import (
     classify,
     culprits_of,
     last_unchanged,
+    outcome_at,
     result_signatures,
     search,
 )
@@ -138,9 +139,14 @@ def run(args: argparse.Namespace) -> int:
             index = path.index(culprit.commit)
             say(f"abdiff bisect: sandwich check {path[index - 1].sha[:12]}.."
                 f"{culprit.commit.sha[:12]}")
-            culprit.evidence = steps.compare(path[index - 1], culprit.commit, culprit.configs)
+            parent = path[index - 1]
+            culprit.evidence = steps.compare(parent, culprit.commit, culprit.configs)
             shown = {c.id: c for c in culprit.evidence.configs}
-            culprit.confirmed = all(signatures[i].shown_by(shown[i]) for i in culprit.configs)
+            # the whole change in one commit: its parent had none of it (A, or tested `old`;
+            # `partial` means part of it came earlier) and parent..culprit shows all of it
+            culprit.confirmed = all(
+                (index == 1 or outcome_at(result.steps, parent, i) == "old")
+                and signatures[i].shown_by(shown[i]) for i in culprit.configs)
             if not culprit.confirmed:
                 culprit.spread_from = min(
                     (last_unchanged(result.steps, path, i, index) for i in culprit.configs),

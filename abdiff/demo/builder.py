@@ -107,7 +107,7 @@ TRACED_CONFIG = "GEN-TRTLLM-bs8-q1-kv2049"  # the config whose latency the histo
 TRACE_DELAY_S = 0.002  # about 2x the config's step on the CPU: decidable despite CPU noise
 
 
-def _slowed_runner(source: str) -> str:
+def slowed_runner(source: str) -> str:
     """runner.py with host-side work in the TRACED_CONFIG run pack only."""
     if source.count(_STEP_LINE) != 1 or "        def run_pack()" not in source:
         raise InfrastructureError(f"{RUNNER_PATH} in abdiff's package data changed shape: the "
@@ -129,7 +129,7 @@ def _history_commits(template: str) -> list[tuple[str, dict[str, str | None]]]:
          {RUNNER_PATH: every_backend}),
         ("docs: mention the DSA indexer", {README_PATH: None}),
         ("runner: trace TRTLLM bs8 decode steps on the host", {RUNNER_PATH:
-                                                             _slowed_runner(every_backend)}),
+                                                             slowed_runner(every_backend)}),
         ("docs: changelog", {README_PATH: None}),
     ]
 
