@@ -97,7 +97,9 @@ def test_classification_against_both_ends() -> None:
     assert classify(slower, result(verdict="unchanged"), result(verdict="slower")) == "old"
     assert classify(slower, result(verdict="slower"), result(verdict="slower")) == "partial"
     assert classify(slower, result(verdict="inconclusive"),
-                    result(verdict="slower")) == "inconclusive"
+                    result(verdict="slower")) == "old"
+    assert classify(slower, result(verdict="inconclusive"),
+                    result(verdict="inconclusive")) == "inconclusive"
 
 
 @pytest.fixture(scope="module")
