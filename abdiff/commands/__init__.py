@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-NAMES = ["diff", "run", "compare", "baseline", "demo", "suites", "comment", "cache", "doctor"]
+NAMES = ["diff", "run", "compare", "baseline", "bisect", "demo", "suites", "comment", "cache",
+         "doctor"]
 
 
 def commands(first_word: str | None = None) -> list[ModuleType]:

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="first rounds per side")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
     parser.add_argument("--format", default="table", help="report format (table, markdown, ...)")
+    parser.add_argument("--history", action="store_true",
+                        help="with init: also write the branch `history` (seven commits after "
+                        "main, two of which change something) for `abdiff bisect main..history`")
     parser.set_defaults(run=run)
 
 
@@ -55,11 +58,13 @@ def run(args: argparse.Namespace) -> int:
     if len(words) > 1:
         raise InputError("usage: abdiff demo [PATH] or abdiff demo init PATH")
     path = Path(words[0] if words else "abdiff-demo").resolve()
+    if args.history and not init_only:
+        raise InputError("--history goes with `abdiff demo init PATH --history`")
     if init_only or not is_demo_repo(path):
-        shas = build_demo_repo(path)
+        shas = build_demo_repo(path, history=args.history)
         print(f"demo repository written to {path}", file=sys.stderr)
-        for branch in DEMO_BRANCHES:
-            print(f"  {branch:6} {shas[branch]}", file=sys.stderr)
+        for branch, sha in shas.items():
+            print(f"  {branch:7} {sha}", file=sys.stderr)
     if init_only:
         return 0
     as_told = True

@@ -12,8 +12,14 @@ those lines only, as the pull request's two revisions did:
   which every backend passes, so TRTLLM's kernel selection changes too;
 - `pr`: guarded by `hasattr(attn_metadata, "kv_lens_cuda_2d")`, DSA only.
 
+With `history=True` a branch `history` follows `main` with seven commits, so
+`abdiff bisect main..history` has something real to find: unrelated edits, the
+`pr` fix (DSA only, expected), the `pr-v1` guard (TRTLLM's facts and kernels
+change: the first culprit) and host-side work in one config's run pack (its
+latency changes, nothing else: the second culprit).
+
 Author, committer, dates and messages are fixed and the user's git
-configuration is kept out, so the three SHAs are the same on every machine and
+configuration is kept out, so the SHAs are the same on every machine and
 `abdiff main..pr` means the same comparison everywhere.
 """
 
@@ -84,6 +90,49 @@ _COMMITS: dict[str, tuple[str, str]] = {
 }
 
 _IDENTITY = {"name": "abdiff demo", "email": "demo@abdiff.invalid"}
+
+README_PATH = "README.md"
+CONFIG_PATH = "examples/layer_wise_benchmarks/config_gen.yaml"
+# The run pack's step, as the harness writes it; the slowing commit wraps it.
+_STEP_LINE = "                return attention.forward(metadata=attn_metadata, **inputs)\n"
+_TRACED_STEP = """\
+                out = attention.forward(metadata=attn_metadata, **inputs)
+                if traced:  # host-side tracing of one decode shape
+                    time.sleep({delay})
+                return out
+"""
+_TRACE_SETUP = """\
+        traced = self.backend == "TRTLLM" and batch_size == 8 and seq_len_q == 1
+"""
+TRACED_CONFIG = "GEN-TRTLLM-bs8-q1-kv2049"  # the config whose latency the history changes
+TRACE_DELAY_S = 0.002  # about 2x the config's step on the CPU: decidable despite CPU noise
+
+
+def slowed_runner(source: str) -> str:
+    """runner.py with host-side work in the TRACED_CONFIG run pack only."""
+    if source.count(_STEP_LINE) != 1 or "        def run_pack()" not in source:
+        raise InfrastructureError(f"{RUNNER_PATH} in abdiff's package data changed shape: the "
+                                  "demo history's slowing commit cannot be applied")
+    source = source.replace(_STEP_LINE, _TRACED_STEP.format(delay=TRACE_DELAY_S))
+    source = source.replace("        def run_pack()", _TRACE_SETUP + "\n        def run_pack()", 1)
+    return source.replace("import torch\n", "import time\n\nimport torch\n", 1)
+
+
+def _history_commits(template: str) -> list[tuple[str, dict[str, str | None]]]:
+    """(message, {path: new text, or None to append a line}) for the `history` branch."""
+    fixed = runner_source(template, ANNOUNCEMENT_GUARDS["pr"])
+    every_backend = runner_source(template, ANNOUNCEMENT_GUARDS["pr-v1"])
+    return [
+        ("docs: say where the run pack comes from", {README_PATH: None}),
+        (_COMMITS["pr"][0], {RUNNER_PATH: fixed}),
+        ("examples: note the kv-cache length of the GEN config", {CONFIG_PATH: None}),
+        ("runner: announce MTP shapes to every backend that has update_spec_dec_param",
+         {RUNNER_PATH: every_backend}),
+        ("docs: mention the DSA indexer", {README_PATH: None}),
+        ("runner: trace TRTLLM bs8 decode steps on the host", {RUNNER_PATH:
+                                                             slowed_runner(every_backend)}),
+        ("docs: changelog", {README_PATH: None}),
+    ]
 
 # Written by the builder (hidden files are not reliably shipped as package data).
 _GITIGNORE = "__pycache__/\n*.pyc\n"
@@ -183,12 +232,33 @@ def _check_target(path: Path) -> None:
             raise InputError(f"demo path {path} exists and is not empty")
 
 
-def build_demo_repo(path: Path) -> dict[str, str]:
+def _build_history(path: Path, files: dict[str, bytes], template: str) -> str:
+    """The `history` branch on top of `main`; returns its head SHA."""
+    start = int(_COMMITS["pr"][1].split()[0]) + 86400
+    _git(path, "checkout", "-q", "-b", "history", "main")
+    tree = {rel: data.decode("utf-8") for rel, data in files.items()
+            if rel in (README_PATH, CONFIG_PATH)}
+    tree[RUNNER_PATH] = runner_source(template, None)
+    for number, (message, changes) in enumerate(_history_commits(template), 1):
+        date = f"{start + 3600 * number} +0000"
+        for rel, text in changes.items():
+            if text is None:  # an unrelated edit: one more line
+                comment = "# " if rel.endswith(".yaml") else ""
+                text = tree[rel] + f"\n{comment}History edit {number}: {message}.\n"
+            tree[rel] = text
+            _write_tree(path, {rel: text.encode("utf-8")})
+        _git(path, "add", "-A", date=date)
+        _git(path, "commit", "-q", "--no-verify", "-m", message, date=date)
+    return _git(path, "rev-parse", "HEAD")
+
+
+def build_demo_repo(path: Path, history: bool = False) -> dict[str, str]:
     """Create the demo repository at `path`; return {branch: commit SHA}.
 
     `path` must not exist or be an empty directory (InputError otherwise).
-    `main` is one commit; `pr-v1` and `pr` are each one commit on top of it.
-    The working tree is left on `main`.
+    `main` is one commit; `pr-v1` and `pr` are each one commit on top of it;
+    with `history`, the branch `history` too (module docstring). The working
+    tree is left on `main`.
     """
     path = Path(path)
     _check_target(path)
@@ -213,5 +283,7 @@ def build_demo_repo(path: Path) -> dict[str, str]:
         _git(path, "add", "-A", date=date)
         _git(path, "commit", "-q", "--no-verify", "-m", message, date=date)
         shas[branch] = _git(path, "rev-parse", "HEAD", date=date)
+    if history:
+        shas["history"] = _build_history(path, files, template)
     _git(path, "checkout", "-q", "main")
     return shas

@@ -1,0 +1,165 @@
+"""`abdiff bisect A..B --configs SUITE [--config ID ...]`: the commit that made the change.
+
+Measures A..B, takes the change of each config to find (the given ones, or
+every unintended one), and binary-searches the first-parent path from A to B
+(abdiff/bisect.py). Each step is an ordinary interleaved comparison kept in
+the state cache, so an interrupted bisect re-run with the same arguments
+reuses every comparison already finished and continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from abdiff.bisect import (
+    BisectResult,
+    Commit,
+    Outcome,
+    classify,
+    culprits_of,
+    last_unchanged,
+    outcome_at,
+    result_signatures,
+    search,
+)
+from abdiff.commands.common import (
+    add_compare_options,
+    add_measure_options,
+    check_min_effect,
+    expect_scope,
+)
+from abdiff.errors import InputError
+from abdiff.files import write_atomic
+from abdiff.records import Result
+from abdiff.reports import bisect as bisect_report
+from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
+from abdiff.schedule import Plan
+from abdiff.session import Bench, measure_and_compare, prepare_bench, side_run
+from abdiff.targets.layerwise import MATRIX_KEYS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("bisect", help="find the commit between A and B that made a change",
+                            description="Measure A..B, then binary-search the first-parent "
+                            "path from A to B for the first commit that shows the same change "
+                            "(status, facts, kernels, latency) in the given configs, or in "
+                            "every config A..B calls unintended.")
+    parser.add_argument("range", metavar="A..B")
+    parser.add_argument("--config", action="append", default=[], metavar="ID",
+                        help="a config whose change to find (repeatable; default: every "
+                        "unintended one)")
+    add_measure_options(parser)
+    add_compare_options(parser)
+    parser.add_argument("--max-rounds", type=int, default=Plan.max_rounds,
+                        help="adaptive ceiling of rounds per side in each step "
+                        f"(default {Plan.max_rounds})")
+    parser.set_defaults(run=run)
+
+
+def first_parent_path(repo_root: Path, a: SideSpec, b: SideSpec) -> list[Commit]:
+    """[A, each first-parent commit after A, ..., B], with author, date and subject."""
+    if a.sha == b.sha:
+        raise InputError(f"{a.rev} and {b.rev} are the same commit: nothing to bisect")
+    if run_git(repo_root, "merge-base", "--is-ancestor", a.sha, b.sha,
+               check=False).returncode != 0:
+        raise InputError(f"{a.rev} is not an ancestor of {b.rev}: bisect needs A..B along "
+                         "B's history (try A...B's merge base as A)")
+    shas = run_git(repo_root, "rev-list", "--first-parent", "--reverse",
+                   f"{a.sha}..{b.sha}").stdout.split()
+    if a.sha not in (run_git(repo_root, "rev-list", "--first-parent", b.sha).stdout.split()):
+        raise InputError(f"{a.rev} is not on {b.rev}'s first-parent path: pass a commit of "
+                         "that path as A")
+    commits = []
+    for sha in [a.sha, *shas]:
+        fields = run_git(repo_root, "show", "-s", "--format=%H%x00%an%x00%aI%x00%s",
+                         sha).stdout.rstrip("\n").split("\0")
+        commits.append(Commit(sha=fields[0], author=fields[1], date=fields[2], subject=fields[3]))
+    return commits
+
+
+class StepRunner:
+    """Interleaved comparisons of two commits on some configs, kept in the state cache."""
+
+    def __init__(self, args: argparse.Namespace, bench: Bench, expect: dict,
+                 min_effect: float) -> None:
+        # every finished comparison is reused: that is how a bisect resumes
+        self.args = argparse.Namespace(**{**vars(args), "resume": True})
+        self.bench, self.expect, self.min_effect = bench, expect, min_effect
+
+    def compare(self, older: Commit, newer: Commit, ids: list[str] | None = None) -> Result:
+        suite = self.bench.suite
+        if ids is not None:
+            suite = dataclasses.replace(suite, configs=[c for c in suite.configs if c.id in ids])
+        bench = dataclasses.replace(self.bench, suite=suite)
+        sides = {"A": side_run(bench, SideSpec(older.sha[:12], older.sha)),
+                 "B": side_run(bench, SideSpec(newer.sha[:12], newer.sha))}
+        return measure_and_compare(self.args, bench, sides, sides["A"].run, self.expect,
+                                   self.min_effect, [])
+
+
+def run(args: argparse.Namespace) -> int:
+    min_effect = check_min_effect(args.min_effect)
+    repo_root = open_repo(args.repo)
+    bench = prepare_bench(args, repo_root)
+    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
+                          [c.params for c in bench.suite.configs])
+    spec_a, spec_b = resolve_range(repo_root, args.range)
+    if spec_b.sha == "WORKTREE":
+        raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
+    known = {c.id for c in bench.suite.configs}
+    unknown = [c for c in args.config if c not in known]
+    if unknown:
+        raise InputError(f"--config {unknown[0]!r} is not in suite {bench.suite.name!r} "
+                         f"(its configs: {', '.join(sorted(known))})")
+    path = first_parent_path(repo_root, spec_a, spec_b)
+    steps = StepRunner(args, bench, expect, min_effect)
+
+    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
+        f"measuring {spec_a.rev}..{spec_b.rev}")
+    ends = steps.compare(path[0], path[-1], args.config or None)
+    signatures = result_signatures(ends, args.config)
+    result = BisectResult(a=path[0], b=path[-1], configs=sorted(signatures))
+    if signatures:
+
+        def test(commit: Commit, ids: list[str]) -> dict[str, Outcome]:
+            say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} configs)")
+            against_a = {c.id: c for c in steps.compare(path[0], commit, ids).configs}
+            moving = [i for i in ids if signatures[i].latency]
+            against_b = {c.id: c for c in steps.compare(commit, path[-1], moving).configs} \
+                if moving else {}
+            return {i: classify(signatures[i], against_a[i], against_b.get(i)) for i in ids}
+
+        first_new, result.unresolved, result.steps, skipped = search(
+            path, list(signatures), test)
+        result.skipped = [path[i] for i in sorted(skipped)]
+        result.culprits = culprits_of(first_new, path)
+        for culprit in result.culprits:
+            index = path.index(culprit.commit)
+            say(f"abdiff bisect: sandwich check {path[index - 1].sha[:12]}.."
+                f"{culprit.commit.sha[:12]}")
+            parent = path[index - 1]
+            culprit.evidence = steps.compare(parent, culprit.commit, culprit.configs)
+            shown = {c.id: c for c in culprit.evidence.configs}
+            # the whole change in one commit: its parent had none of it (A, or tested `old`;
+            # `partial` means part of it came earlier) and parent..culprit shows all of it
+            culprit.confirmed = all(
+                (index == 1 or outcome_at(result.steps, parent, i) == "old")
+                and signatures[i].shown_by(shown[i]) for i in culprit.configs)
+            if not culprit.confirmed:
+                culprit.spread_from = min(
+                    (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
+                    key=path.index)
+    text = bisect_report.render(result, ends, args.format)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if args.json:
+        write_atomic(args.json, bisect_report.render(result, ends, "json"))
+    if args.html:
+        write_atomic(args.html, bisect_report.render(result, ends, "html"))
+    return result.exit_code
