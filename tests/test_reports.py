@@ -85,16 +85,14 @@ def test_ordering_and_summary_sentence() -> None:
     assert verdicts == ["unintended", "inconclusive", "expected",
                         "unchanged", "unchanged", "unchanged"]
     assert common.summary_sentence(result) == SUMMARY
-    assert common.summary_sentence(result) == (
-        "6 of 6 configs measured: 1 unintended, 1 expected, 3 unchanged, 1 inconclusive"
-    )
     assert common.verdict_line(result) == "1 unintended change"
     clean = make_result(summary={"configs": 8, "measured": 6, "exit_code": 0})
     clean.configs = [c for c in clean.configs if c.verdict != "unintended"]
     clean.configs[0].verdict = "still-failing"
     assert common.verdict_line(clean) == (
         "no unintended change (6 measured, 1 still failing, 1 inconclusive, 2 not measured)")
-    assert common.summary_sentence(clean).startswith("6 of 8 configs measured: 1 still-failing, ")
+    assert common.summary_sentence(clean).endswith(
+        "0 unintended, 1 expected, 2 unchanged, 1 inconclusive, 1 still-failing")
     assert [c.verdict for c in common.ordered(clean)][0] == "still-failing"
     nothing = make_result(configs=[], summary={"configs": 12, "measured": 0, "exit_code": 3})
     assert common.verdict_line(nothing) == "nothing measured (0 of 12 configs ran on both sides)"
@@ -116,9 +114,8 @@ def test_table() -> None:
     lines = text.rstrip("\n").splitlines()
     assert lines[0] == "abdiff: A: main (aaaaaaaaaa) B: pr-v1 (bbbbbbbbbb)"
     assert "note: side A is a stored baseline, not interleaved with B" in text
-    assert lines[-1].endswith(SUMMARY)
-    assert lines[-1] == ("abdiff: 1 unintended change; 6 of 6 configs measured: 1 unintended, "
-                         "1 expected, 3 unchanged, 1 inconclusive")
+    assert lines[-1] == f"abdiff: 1 unintended change; {SUMMARY}"
+    assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")
     assert first < text.index("GEN-TRTLLM-bs64-q2") < text.index("GEN-DSA-bs32-q4")
@@ -186,11 +183,8 @@ def test_markdown_layout() -> None:
     text = markdown.render(make_result())
     lines = text.splitlines()
     assert lines[0] == "<!-- abdiff -->"
-    assert "**abdiff: 1 unintended change**" in lines[1]
-    assert SUMMARY in lines[1]
     assert lines[1] == ":x: **abdiff: 1 unintended change**"
-    assert "6 of 6 configs measured: 1 unintended, 1 expected, 3 unchanged, 1 inconclusive" \
-        in lines[3]
+    assert lines[3] == f"{SUMMARY}."
     head, folded = _details_split(text)
     # The unintended table, outside <details>, has the fact change, kernels and latency.
     row = next(line for line in head.splitlines() if "GEN-TRTLLM-bs32-q4" in line)
@@ -404,9 +398,9 @@ def test_html_is_well_formed_and_self_contained() -> None:
     assert "https://" not in text
     body = "".join(parser.text)
     assert SUMMARY in body
-    assert "attn_metadata.max_total_draft_tokens: None -> 3" in body
-    assert "6 of 6 configs measured: 1 unintended, 1 expected, 3 unchanged, 1 inconclusive" in body
-    assert "None" in body and "max_total_draft_tokens" in body
+    # facts changed: a fact | A | B table, not the "name: A -> B" text of the other formats
+    assert ('<td class="mono">attn_metadata.max_total_draft_tokens</td>'
+            '<td class="mono">None</td><td class="mono">3</td>') in text
     assert "1.043x [1.021, 1.066] p=0.003 (slower)" in body
     assert DG_ASSERT in body and "Latency B/A" in body  # the failure line and the legend
     # The forest plot: one mark per decided config, coloured by direction, with the dashed
@@ -480,24 +474,27 @@ def test_still_failing_leads_every_format_and_is_never_folded() -> None:
     assert common.summary_sentence(result).startswith(measured)
     assert common.summary_sentence(result).endswith("1 inconclusive, 1 still-failing")
     md = markdown.render(result)
-    assert measured in md.splitlines()[1]
+    assert md.splitlines()[3].startswith(measured)
     visible = md.split("<details>")[0]
     assert visible.index("Still failing") < visible.index("Unintended changes")
     assert "still-failing" not in md.split("<details>")[1].split("</summary>")[0]
     lines = table_report.render(result).splitlines()
     assert lines[lines.index(next(ln for ln in lines if ln.startswith("---"))) + 1].startswith(
-        "still-failing")
+        "STILL-FAILING")
     html = html_report.render(result)
     assert html.index('<section class="still-failing">') < html.index('<section class="unint')
 
 
 def test_nothing_measured_is_never_a_green_headline() -> None:
     result = make_result(configs=[_still_failing()], summary={"exit_code": 3})
-    assert common.verdict_line(result) == "nothing measured"
-    assert markdown.render(result).splitlines()[1].startswith(
-        ":warning: **abdiff: nothing measured** (0 of 1 config measured; 1 failed on both sides")
+    assert common.verdict_line(result) == "nothing measured (0 of 1 configs ran on both sides)"
+    md = markdown.render(result).splitlines()
+    assert md[1] == ":warning: **abdiff: nothing measured (0 of 1 configs ran on both sides)**"
+    assert md[3].startswith("0 of 1 config measured; 1 failed on both sides; ")
     # a hand-built result without an exit code gets the policy's rule
     assert common.exit_code(make_result(configs=[_still_failing()], summary={})) == 3
+
+
 def test_every_format_says_which_timing_was_used() -> None:
     result = make_result(summary={**make_result().summary, "timing": "graph replay"})
     assert "timing: graph replay" in table_report.render(result)
@@ -511,14 +508,17 @@ def test_headline_says_when_latency_was_undecided_for_most_configs() -> None:
     configs = [_config("TRTLLM", bs, 1, "inconclusive", latency=undecided) for bs in (8, 16, 32)]
     configs.append(_config("TRTLLM", 64, 1, "unchanged"))
     result = make_result(configs=configs, summary={"exit_code": 0})
-    headline = "no unintended change found, but latency undecided for 3 of 4 configs"
+    headline = ("no unintended change found, but latency undecided for 3 of 4 configs "
+                "(4 measured, 3 inconclusive)")
     assert common.verdict_line(result) == headline
     assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
-    assert table_report.render(result).splitlines()[-1].startswith(headline)
+    assert table_report.render(result).splitlines()[-1].startswith(f"abdiff: {headline}; ")
     half = make_result(configs=configs[1:] + [_config("DSA", 8, 1, "unchanged")])
     assert "undecided" not in common.verdict_line(half)  # 2 of 4: not most
     flagged = make_result()  # 1 of 5 timed configs undecided: the headline is unchanged
     assert common.verdict_line(flagged) == "1 unintended change"
+
+
 def test_still_failing_leads_the_table_and_markdown() -> None:
     result = make_result()
     cfg = next(c for c in result.configs if c.verdict == "expected")
@@ -535,7 +535,9 @@ def test_still_failing_leads_the_table_and_markdown() -> None:
     assert cfg.id in head
     page = html_report.render(result)
     assert page.index("Still-failing (1)") < page.index("Unintended (1)")
-    assert common.summary_sentence(result).startswith("6 of 6 configs measured: 1 still-failing")
+    assert common.summary_sentence(result) == (
+        "5 of 6 configs measured; 1 failed on both sides; "
+        "1 unintended, 0 expected, 3 unchanged, 1 inconclusive, 1 still-failing")
 
 
 def test_identical_failure_lines_are_one_footnote() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_abdiff
+from conftest import git_env, run_abdiff
 from scipy import stats as sps
 
 from abdiff import stats
@@ -434,9 +434,14 @@ def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
 @pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
 def test_every_format_shows_times_detectable_effect_and_set_aside_rounds(fmt: str):
     run = ROOT / "results" / "h200" / "graph-pr..pr"
-    done = run_abdiff("compare", run / "a.json", run / "b.json", "--format", fmt)
+    # wide enough that the table does not wrap the note inside its latency cell
+    done = run_abdiff("compare", run / "a.json", run / "b.json", "--format", fmt,
+                      env={**git_env(), "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
-    assert "A 41.0 ± 0.14 µs, B 41.1 ± 0.012 µs" in done.stdout
+    # absolute times have their own column (the table puts each side on its own line)
+    times = ["A 40.99 µs ±0.14", "B 41.14 µs ±0.012"]
+    for text in times if fmt == "table" else [", ".join(times)]:
+        assert text in done.stdout
     assert "detects ≥ 2.2%" in done.stdout
     assert "set aside B r1 67.58 µs" in done.stdout
     assert "1 of 5 B rounds 65% slow, 0 of 5 A rounds" in done.stdout

@@ -24,7 +24,7 @@ VERDICT_ORDER: tuple[str, ...] = (
     "still-failing", "unintended", "inconclusive", "expected", "unchanged")
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
 SUMMARY_ORDER: tuple[str, ...] = (
-    "still-failing", "unintended", "expected", "unchanged", "inconclusive")
+    "unintended", "expected", "unchanged", "inconclusive", "still-failing")
 DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
 ELLIPSIS = "\u2026"
