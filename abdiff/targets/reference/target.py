@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+import abdiff
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, run_pack_hooks
 
+ABDIFF_ROOT = Path(abdiff.__file__).resolve().parents[1]
 HARNESS_PACKAGE = "tinyllm"
 RUNNER_MODULE = "tinyllm.tools.layer_wise_benchmarks.runner"
 RUNNER_FILE = "tinyllm/tools/layer_wise_benchmarks/runner.py"
@@ -44,4 +46,6 @@ class ReferenceTarget(Target):
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
         argv = [sys.executable, "-m", "abdiff.targets.reference.worker", str(job_path)]
-        return LaunchSpec(argv, Path(checkout))
+        # abdiff's own folder, so the worker imports this abdiff also where it is not
+        # installed (run from a source tree): the allow-listed environment drops PYTHONPATH
+        return LaunchSpec(argv, Path(checkout), {"PYTHONPATH": str(ABDIFF_ROOT)})
