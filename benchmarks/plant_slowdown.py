@@ -25,12 +25,13 @@ from abdiff.demo.builder import RUNNER_PATH
 from abdiff.measure import resolve_device, time_iterations
 from abdiff.suites import load_suite
 
-STEP_LINE = "                return attention.forward(metadata=attn_metadata, **inputs)\n"
-PLANTED_STEP = """\
-                out = attention.forward(metadata=attn_metadata, **inputs)
-            if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED:
-                _planted_work(self.device)
-            return out
+# the one-rank run pack's step, a whole line (the tensor-parallel pack has its own)
+STEP_LINE = "\n                    return attention.forward(metadata=attn_metadata, **inputs)\n"
+PLANTED_STEP = """
+                    out = attention.forward(metadata=attn_metadata, **inputs)
+                if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED:
+                    _planted_work(self.device)
+                return out
 """
 PLANTED_BLOCK = """\
 # Planted by abdiff's benchmarks/plant_slowdown.py: {percent}% more work for {config} only.

@@ -94,15 +94,16 @@ _IDENTITY = {"name": "abdiff demo", "email": "demo@abdiff.invalid"}
 README_PATH = "README.md"
 CONFIG_PATH = "examples/layer_wise_benchmarks/config_gen.yaml"
 # The run pack's step, as the harness writes it; the slowing commit wraps it.
-_STEP_LINE = "                return attention.forward(metadata=attn_metadata, **inputs)\n"
-_TRACED_STEP = """\
-                out = attention.forward(metadata=attn_metadata, **inputs)
-                if traced:  # host-side tracing of one decode shape
-                    time.sleep({delay})
-                return out
+# the one-rank run pack's step, a whole line (the tensor-parallel pack has its own)
+_STEP_LINE = "\n                    return attention.forward(metadata=attn_metadata, **inputs)\n"
+_TRACED_STEP = """
+                    out = attention.forward(metadata=attn_metadata, **inputs)
+                    if traced:  # host-side tracing of one decode shape
+                        time.sleep({delay})
+                    return out
 """
 _TRACE_SETUP = """\
-        traced = self.backend == "TRTLLM" and batch_size == 8 and seq_len_q == 1
+            traced = self.backend == "TRTLLM" and batch_size == 8 and seq_len_q == 1
 """
 TRACED_CONFIG = "GEN-TRTLLM-bs8-q1-kv2049"  # the config whose latency the history changes
 TRACE_DELAY_S = 0.002  # about 2x the config's step on the CPU: decidable despite CPU noise
@@ -110,11 +111,12 @@ TRACE_DELAY_S = 0.002  # about 2x the config's step on the CPU: decidable despit
 
 def slowed_runner(source: str) -> str:
     """runner.py with host-side work in the TRACED_CONFIG run pack only."""
-    if source.count(_STEP_LINE) != 1 or "        def run_pack()" not in source:
+    if source.count(_STEP_LINE) != 1 or "            def run_pack()" not in source:
         raise InfrastructureError(f"{RUNNER_PATH} in abdiff's package data changed shape: the "
                                   "demo history's slowing commit cannot be applied")
     source = source.replace(_STEP_LINE, _TRACED_STEP.format(delay=TRACE_DELAY_S))
-    source = source.replace("        def run_pack()", _TRACE_SETUP + "\n        def run_pack()", 1)
+    source = source.replace("            def run_pack()", _TRACE_SETUP + "\n            def run_pack()",
+                            1)
     return source.replace("import torch\n", "import time\n\nimport torch\n", 1)
 
 
