@@ -237,7 +237,10 @@ def run_round(
                 captured.add(cid)
         # a worker given only captures gets no second try: a capture that kills its
         # process would kill every retry too
-        uncaptured = [c for c in configs if profile and remaining and c.id in records
+        # only a target whose worker captures in a pass of its own gets capture-only workers
+        # (the trtllm probe captures right after each config's timed calls, in run.py's flow)
+        uncaptured = [c for c in configs if profile and target.capture_pass and remaining
+                      and c.id in records
                       and records[c.id].status == "ok" and c.id not in captured]
         culprit = log.in_progress
         if culprit is not None and culprit not in records:

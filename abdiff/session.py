@@ -65,10 +65,6 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
-    if args.cuda_graph and not getattr(target, "cuda_on_ranks", False) and (
-            args.device == "cpu" or resolve_device("auto") != "cuda"):
-        raise InputError("--cuda-graph needs a CUDA device and torch sees none here (or --device "
-                         "cpu was given); drop --cuda-graph to time eager calls")
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)

@@ -32,6 +32,7 @@ SIGABRT_EXIT = -6
 
 class FakeTarget(Target):
     name: ClassVar[str] = "fake"
+    capture_pass: ClassVar[bool] = True
 
     @classmethod
     def detect(cls, root: Path) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import abdiff_argv, config_id, git, git_env, run_abdiff, write_suite
 
-from abdiff.bisect import (
+from abdiff.bisection import (
     ChangeSignature,
     Commit,
     Outcome,

@@ -88,8 +88,12 @@ def test_dsa_block_becomes_upstream_options(checkouts: dict[str, Path]) -> None:
     checkout = checkouts["main"]
     _, base = base_config(checkout, "GEN")
     block = [cfg("DSA", bs, q, 2049) for bs in (8, 32) for q in (1, 2, 4)]
+    # cuda_graph True is the default: run.py's YAML decides; --eager (False) forces it off
     argv = translate_configs(block, TrtllmOptions(), [], warmup_times=3, run_times=20,
-                             cuda_graph=False, known=known(checkout), base=base)
+                             cuda_graph=True, known=known(checkout), base=base)
+    eager = translate_configs(block, TrtllmOptions(), [], warmup_times=3, run_times=20,
+                              cuda_graph=False, known=known(checkout), base=base)
+    assert "--no-use-cuda-graph" in eager and "--no-use-cuda-graph" not in argv
     assert argv == [
         "--run-type", "GEN", "--batch-size", "8,32", "--seq-len-q", "1,2,4",
         "--seq-len-kv-cache", "2049", "--load-format", "DUMMY",
@@ -113,7 +117,7 @@ def test_trtllm_block_keeps_upstream_model_and_takes_suite_options(
     text = " ".join(argv)
     assert "--model /models/DeepSeek-R1" in text
     assert "--layer-indices 5,6 --no-enable-attention-dp --moe-backend TRTLLM" in text
-    assert "--use-cuda-graph" in argv and "--tokens-per-block" not in argv
+    assert "cuda-graph" not in text and "--tokens-per-block" not in argv
     # upstream's YAML caps (max_seq_len 9220, max_num_tokens 4096) are raised when too small
     assert argv[argv.index("--max-num-tokens") + 1] == "8192"
     assert argv[argv.index("--max-seq-len") + 1] == "9508"

@@ -2,7 +2,7 @@
 
 Measures A..B, takes the change of each config to find (the given ones, or
 every unintended one), and binary-searches the first-parent path from A to B
-(abdiff/bisect.py). Each step is an ordinary interleaved comparison kept in
+(abdiff/bisection.py). Each step is an ordinary interleaved comparison kept in
 the state cache, so an interrupted bisect re-run with the same arguments
 reuses every comparison already finished and continues.
 """
@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from abdiff.bisect import (
+from abdiff.bisection import (
     BisectResult,
     Commit,
     Outcome,

@@ -115,8 +115,8 @@ def slowed_runner(source: str) -> str:
         raise InfrastructureError(f"{RUNNER_PATH} in abdiff's package data changed shape: the "
                                   "demo history's slowing commit cannot be applied")
     source = source.replace(_STEP_LINE, _TRACED_STEP.format(delay=TRACE_DELAY_S))
-    source = source.replace("            def run_pack()", _TRACE_SETUP + "\n            def run_pack()",
-                            1)
+    pack = "            def run_pack()"
+    source = source.replace(pack, _TRACE_SETUP + "\n" + pack, 1)
     return source.replace("import torch\n", "import time\n\nimport torch\n", 1)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html as html_lib
 
-from abdiff.bisect import BisectResult, Commit, Culprit
+from abdiff.bisection import BisectResult, Commit, Culprit
 from abdiff.errors import InputError
 from abdiff.records import Result, dump_json
 from abdiff.reports import FORMATS

@@ -38,6 +38,9 @@ class Target(ABC):
     needs: ClassVar[dict[str, str]] = {}
     # the components without which this target cannot run at all
     requires: ClassVar[tuple[str, ...]] = ()
+    # the worker captures kernels in a pass after every config was timed, and can be
+    # started for captures only (RoundJob.capture_only)
+    capture_pass: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -29,6 +29,7 @@ REFERENCE_HOOKS: tuple[Hook, ...] = (
 
 class ReferenceTarget(Target):
     name: ClassVar[str] = "reference"
+    capture_pass: ClassVar[bool] = True
     hooks = REFERENCE_HOOKS
     needs: ClassVar[dict[str, str]] = {
         "GPU": "CUDA kernel names and GPU latency (it runs on the CPU instead)",

@@ -385,8 +385,8 @@ def translate_configs(
     for key, value in params.items():
         if key not in ("backend", "run_type", *SHAPES):
             settings[key] = (value, True)
-    if cuda_graph:
-        settings["use_cuda_graph"] = (True, True)
+    if not cuda_graph:  # --eager
+        settings["use_cuda_graph"] = (False, True)
     # otherwise nothing unless the suite says: run.py takes use_cuda_graph from upstream's
     # YAML of the run type (config_gen.yaml: true, config_ctx.yaml: false), as upstream runs
     lists = {k: list(dict.fromkeys(c["params"][k] for c in configs)) for k in SHAPES}
