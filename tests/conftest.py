@@ -209,9 +209,10 @@ def kill_leftovers(text: str) -> None:
 
 
 def one_line(stderr: str) -> str:
-    """The one line abdiff prints on an error; fails the test on a traceback or more lines."""
+    """The one line abdiff prints on an error (notes such as "A/A run" aside); fails the test
+    on a traceback or more lines."""
     assert "Traceback" not in stderr, stderr
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("abdiff: note:")]
     assert len(lines) == 1, stderr
     return lines[0]
 
