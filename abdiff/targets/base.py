@@ -18,6 +18,10 @@ from typing import Any, ClassVar
 from abdiff.protocol import RoundJob
 from abdiff.targets.hooks import Hook, missing_hooks
 
+# The folder holding the abdiff package: on a worker's PYTHONPATH, so it imports this
+# abdiff also where abdiff is not installed (run from a source tree)
+ABDIFF_ROOT = Path(__file__).resolve().parents[2]
+
 
 @dataclass
 class LaunchSpec:

@@ -10,11 +10,9 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-import abdiff
-from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, run_pack_hooks
 
-ABDIFF_ROOT = Path(abdiff.__file__).resolve().parents[1]
 HARNESS_PACKAGE = "tinyllm"
 RUNNER_MODULE = "tinyllm.tools.layer_wise_benchmarks.runner"
 RUNNER_FILE = "tinyllm/tools/layer_wise_benchmarks/runner.py"

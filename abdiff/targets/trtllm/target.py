@@ -54,7 +54,7 @@ import yaml
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import path_under_root
 from abdiff.revs import run_git
-from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
@@ -657,8 +657,7 @@ class TrtllmTarget(Target):
             path_entries.append(str(build_overlay(checkout, compiled, work / "trtllm-overlay")))
         else:
             path_entries.append(str(checkout))
-        abdiff_root = str(Path(__file__).resolve().parents[2])
-        path_entries.append(abdiff_root)
+        path_entries.append(str(ABDIFF_ROOT))
         rank_paths = [str(checkout), str(work), *path_entries,
                       *([str(compiled.parent)] if compiled is not None else [])]
         if os.environ.get("PYTHONPATH"):
