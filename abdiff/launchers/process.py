@@ -151,7 +151,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
     limit inside the new process before it execs `argv` (no preexec_fn: see guard.py)."""
-    return [sys.executable, str(GUARD), str(os.getpid()), str(max_memory_bytes or 0), "--",
+    # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
+    return [sys.executable, "-S", str(GUARD), str(os.getpid()), str(max_memory_bytes or 0), "--",
             *argv]
 
 
