@@ -130,7 +130,9 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
         print(f"abdiff: wrote {', '.join(written)}", file=sys.stderr, flush=True)
     if not args.output:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if args.output or args.format != "table":
+    # a run that measured nothing ends with finish()'s error line instead: one line on stderr
+    nothing = int(result.summary.get("exit_code", 0)) == NOTHING_MEASURED_EXIT
+    if (args.output or args.format != "table") and not (nothing and not args.output):
         stream = sys.stdout if args.output else sys.stderr
         sys.stdout.flush()
         print(final_line(result), file=stream, flush=True)
