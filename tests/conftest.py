@@ -287,7 +287,7 @@ FAULTS: dict[int, tuple[str, str]] = {
                              "--max-memory)")),
     11: ("failed", r"malformed record: line \d+: not JSON"),
     12: ("failed", re.escape("worker exited with code 0 before writing this config's record")),
-    13: ("failed", r"malformed record: .*status 'great' is not one of ok, .*"),
+    13: ("failed", r"malformed record: .*status must be one of 'ok', .*got 'great'"),
 }
 HEALTHY = (1, 2)
 # healthy first and last, the ValueError before silent deaths (whose reason must not borrow
