@@ -40,7 +40,7 @@ from conftest import (
     write_suite,
 )
 
-from abdiff import records
+from abdiff import files, records
 from abdiff.cli import main
 from abdiff.demo import build_demo_repo
 from abdiff.records import load_run_file
@@ -282,8 +282,8 @@ def test_reports_and_baselines_are_written_atomically(
         calls.append(("replace", f"{src} -> {dst}"))
         real_replace(src, dst)
 
-    monkeypatch.setattr(records.os, "fsync", fsync)
-    monkeypatch.setattr(records.os, "replace", replace)
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "replace", replace)
     a, b = fault_run.state_dir / "a.json", fault_run.state_dir / "b.json"
     outputs = [tmp_path / "out" / n for n in ("report.md", "result.json", "report.html")]
     assert main(["compare", str(a), str(b), "--format", "markdown", "--output", str(outputs[0]),
