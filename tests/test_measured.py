@@ -113,7 +113,7 @@ def test_one_side_that_cannot_import_breaks_every_config(demo: Path, tmp_path: P
         assert config["error_b"] == "RuntimeError: injected import failure: the harness cannot load"
     assert result["summary"]["measured"] == 0 and result["summary"]["exit_code"] == 1
     assert "0 of 2 configs measured; 2 failed on one side" in \
-        (tmp_path / "report.md").read_text().splitlines()[1]
+        (tmp_path / "report.md").read_text().splitlines()[3]  # under the headline
 
 
 @pytest.fixture(scope="module")
@@ -340,4 +340,4 @@ def test_trtllm_same_abort_is_still_failing_and_another_abort_is_a_change(
     assert other["error_b"] == "SIGABRT: DG_HOST_ASSERT(next_n <= 1)"
     assert configs["GEN-DSA-bs2-q1-kv16"]["status_change"] == "same"
     assert "1 of 3 configs measured; 2 failed on both sides" in \
-        (tmp_path / "report.md").read_text().splitlines()[1]
+        (tmp_path / "report.md").read_text().splitlines()[3]  # under the headline
