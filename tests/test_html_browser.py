@@ -145,8 +145,9 @@ def test_report_in_headless_chromium(demo_report: tuple[Path, dict], browser: Br
                if c["latency"]["verdict"] in ("slower", "faster", "unchanged")]
     assert browser.run("return document.querySelectorAll('circle.ratio-mark').length") == \
         len(decided)
-    assert browser.run("return document.querySelector('h1').textContent") == \
-        "abdiff: 1 unintended change"
+    # "; latency undecided for N of M configs" follows when most latencies were undecided
+    assert browser.run("return document.querySelector('h1').textContent").startswith(
+        "abdiff: 1 unintended change")
     wide = browser.run("return document.documentElement.scrollWidth")
     browser.screenshot(tmp_path / "report-1400.png", 1400)
     browser.open(page.as_uri(), 400, 800)
