@@ -258,7 +258,7 @@ def test_worktree_side(repo: tuple[Path, str, str], cache_dir: Path) -> None:
     assert os.access(folder / "run.sh", os.X_OK)
     assert os.readlink(folder / "link.py") == "bench/value.py"
     out = subprocess.run(
-        [sys.executable, "-c", "import bench.value, bench.extra; print(bench.value.VALUE)"],
+        [sys.executable, "-B", "-c", "import bench.value, bench.extra; print(bench.value.VALUE)"],
         cwd=folder, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "3"
     # Same content: reused. Changed content: a new folder, the old one kept.
