@@ -165,6 +165,17 @@ def _in_slow_config(state: Path, slow: int) -> Path | None:
     return None
 
 
+def seed_timing_bs1_first(slow: int) -> int:
+    """A --seed whose B worker of round 0 times bs1 before the slow config: workers time
+    their configs in a seeded shuffled order (rounds.order_seed, worker.shuffled)."""
+    from abdiff.rounds import order_seed
+    from abdiff.targets.reference.worker import shuffled
+
+    configs = [{"id": config_id(1)}, {"id": config_id(slow)}]
+    return next(seed for seed in range(1000)
+                if shuffled(configs, order_seed(seed, "B", 0, 0))[0]["id"] == config_id(1))
+
+
 def _start_and_stop_midway(args: list[object], cache: Path, sig: int, slow: int,
                            to_group: bool) -> tuple[subprocess.Popen, Path, Path, dict]:
     """Start abdiff, wait until a round is on disk and a B worker is inside the slow config
@@ -198,8 +209,9 @@ def test_stop_mid_suite_keeps_rounds_and_continues(faulty_repo: Path, tmp_path: 
     suite = write_suite(tmp_path / "s.yaml", [1, 14])  # bs14 runs 2 s with a helper process
     cache = tmp_path / "cache"
     args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
-            "--target", "reference", "--rounds", 1, "--max-rounds", 1, "--seed", 1,
-            "--timeout", 60, "--json", tmp_path / "result.json"]
+            "--target", "reference", "--rounds", 1, "--max-rounds", 1,
+            "--seed", seed_timing_bs1_first(14), "--timeout", 60, "--json",
+            tmp_path / "result.json"]
     try:
         proc, state, log, before = _start_and_stop_midway(
             args, cache, sig, 14, to_group=sig == signal.SIGINT)
@@ -250,8 +262,8 @@ def test_sigkill_leaves_valid_files_and_no_worker(faulty_repo: Path, tmp_path: P
     suite = write_suite(tmp_path / "s.yaml", [1, 15])  # bs15 runs 2 s
     cache = tmp_path / "cache"
     args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
-            "--target", "reference", "--rounds", 1, "--max-rounds", 1, "--seed", 1,
-            "--timeout", 60]
+            "--target", "reference", "--rounds", 1, "--max-rounds", 1,
+            "--seed", seed_timing_bs1_first(15), "--timeout", 60]
     try:
         proc, state, _, before = _start_and_stop_midway(args, cache, signal.SIGKILL, 15,
                                                         to_group=False)
