@@ -153,13 +153,17 @@ def preflight(target: str, device: str, launcher: str,
     None when it can run here, else doctor's line saying what is missing.
 
     Beyond what the target always needs: torch with CUDA when `--device cuda` asks
-    for it, and the launcher's command (mpirun, srun in an allocation)."""
+    for it, and the launcher's command (mpirun, srun in an allocation). Under srun the
+    ranks run on the allocation's nodes, not here (a login node without CUDA may launch
+    them), so only srun itself is checked."""
     target_cls = target_class(target)
-    needs_cuda = device == "cuda" or (device == "auto" and "GPU" in target_cls.requires)
+    ranks_run_here = launcher != "srun"
+    needs_cuda = ranks_run_here and (
+        device == "cuda" or (device == "auto" and "GPU" in target_cls.requires))
     if machine is None:
         machine = Machine() if needs_cuda else Machine(torch=_torch_located)
     checks = machine_checks([target_cls], machine)
-    missing = missing_for(checks, target)
+    missing = missing_for(checks, target) if ranks_run_here else []
     wanted = (["GPU", "torch with CUDA"] if needs_cuda else []) + \
         ([launcher] if launcher in ("mpirun", "srun") else [])
     missing += [c.name for c in checks if c.name in wanted and not c.present

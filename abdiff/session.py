@@ -68,9 +68,9 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)
-        if problem is None and "GPU" in type(target).requires:
+        if problem is None and "GPU" in type(target).requires and launcher_name != "srun":
             # the suite's models built for another GPU generation (`target.sm`) would fail on
-            # both sides: nothing measured
+            # both sides: nothing measured (under srun the ranks' GPUs are not this machine's)
             from abdiff.targets.trtllm.preflight import gpu_problem, local_gpus
 
             problem = gpu_problem(suite, local_gpus())

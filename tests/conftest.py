@@ -355,3 +355,13 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
         markdown=(tmp / "report.md").read_text(), html=(tmp / "report.html").read_text(),
         env_seen=json.loads((tmp / "env-seen.json").read_text()), home=home, orphans=orphans,
     )
+
+
+def launcher_env(cluster_env: dict[str, str] | None = None) -> dict[str, str]:
+    """git_env (or a Slurm cluster's) for real mpirun/srun ranks on a CI machine."""
+    env = dict(cluster_env or git_env())
+    env["ABDIFF_MPIRUN_ARGS"] = "--oversubscribe"  # CI machines may have fewer cores than ranks
+    env["ABDIFF_SRUN_MPI"] = "none"  # gloo needs no MPI plugin; Debian's PMIx may not load
+    for name in ("CONTAINER_NAME", "ABDIFF_SRUN_CONTAINER"):  # no pyxis on the test cluster
+        env.pop(name, None)
+    return env

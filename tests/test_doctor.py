@@ -93,6 +93,10 @@ def test_the_launcher_and_tensorrt_llm_are_checked() -> None:
     assert "needs mpirun (mpirun: not on PATH)" in preflight("trtllm", "auto", "mpirun", no_mpirun)
     assert "needs srun (srun: /usr/bin/srun, but SLURM_JOB_ID is not set" in preflight(
         "trtllm", "auto", "srun", gpu_machine())
+    login_node = gpu_machine(gpus=lambda: [], torch=lambda: ("2.13.0", None),
+                             find_spec=lambda name: None, environ={"SLURM_JOB_ID": "7"})
+    assert preflight("trtllm", "auto", "srun", login_node) is None  # the ranks run elsewhere
+    assert preflight("trtllm", "auto", "local", login_node) is not None
     no_trtllm = gpu_machine(find_spec=lambda name: None)
     assert "needs tensorrt_llm (tensorrt_llm: not installed)" in preflight(
         "trtllm", "auto", "local", no_trtllm)

@@ -20,6 +20,7 @@ from conftest import (
     git,
     git_env,
     kill_leftovers,
+    launcher_env,
     one_line,
     run_abdiff,
     state_dir_of,
@@ -86,15 +87,6 @@ def rank_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(path, "commit", "-q", "--no-verify", "-am", "rank 1 misbehaves")
     git(path, "checkout", "-q", "main")
     return path
-
-
-def launcher_env(launcher: str, cluster_env: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(cluster_env or git_env())
-    env["ABDIFF_MPIRUN_ARGS"] = "--oversubscribe"  # CI machines may have fewer cores than ranks
-    env["ABDIFF_SRUN_MPI"] = "none"  # gloo needs no MPI plugin; Debian's PMIx may not load
-    for name in ("CONTAINER_NAME", "ABDIFF_SRUN_CONTAINER"):  # no pyxis on the test cluster
-        env.pop(name, None)
-    return env
 
 
 def abdiff_ranks(launcher: str, env: dict[str, str],
@@ -247,7 +239,7 @@ def cluster_env(request: pytest.FixtureRequest) -> dict[str, str] | None:
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_seed_story_holds_on_every_rank(launcher: str, rank_repo: Path, tmp_path: Path,
                                         cluster_env: dict[str, str] | None) -> None:
-    env = launcher_env(launcher, cluster_env)
+    env = launcher_env(cluster_env)
     suite = write_story_suite(tmp_path / "suite.yaml")
     common = ("--configs", suite, "--repo", rank_repo, "--cache-dir", tmp_path / "cache",
               "--rounds", "2", "--max-rounds", "2", "--json", tmp_path / "r.json")
@@ -280,7 +272,7 @@ def test_seed_story_holds_on_every_rank(launcher: str, rank_repo: Path, tmp_path
 def test_abort_in_one_rank_is_named_and_the_other_configs_still_run(
         launcher: str, rank_repo: Path, tmp_path: Path,
         cluster_env: dict[str, str] | None) -> None:
-    env = launcher_env(launcher, cluster_env)
+    env = launcher_env(cluster_env)
     suite = write_fault_suite(tmp_path / "suite.yaml", [3, 4])
     done = abdiff_ranks(launcher, env, "main..rankfault", "--configs", suite, "--repo",
                         rank_repo, "--cache-dir", tmp_path / "cache", "--rounds", "1",
@@ -298,7 +290,7 @@ def test_abort_in_one_rank_is_named_and_the_other_configs_still_run(
 def test_hang_in_one_rank_times_out_and_ends_every_rank(
         launcher: str, rank_repo: Path, tmp_path: Path,
         cluster_env: dict[str, str] | None) -> None:
-    env = launcher_env(launcher, cluster_env)
+    env = launcher_env(cluster_env)
     suite = write_fault_suite(tmp_path / "suite.yaml", [9])
     cache = tmp_path / "cache"
     try:
@@ -317,7 +309,7 @@ def test_hang_in_one_rank_times_out_and_ends_every_rank(
 @pytest.mark.slow
 def test_srun_job_that_slurm_refuses_is_exit_3_with_slurms_line(
         rank_repo: Path, tmp_path: Path, slurm) -> None:  # noqa: F811 - the fixture
-    env = launcher_env("srun", slurm.env)
+    env = launcher_env(slurm.env)
     suite = write_fault_suite(tmp_path / "suite.yaml", [4])
     done = subprocess.run(
         ["salloc", "-Q", "-n", "2", *abdiff_argv(
@@ -337,7 +329,7 @@ def test_srun_job_that_slurm_refuses_is_exit_3_with_slurms_line(
 
 @mpirun_missing
 def test_doctor_starts_a_two_rank_hello_through_mpirun(tmp_path: Path) -> None:
-    done = run_abdiff("doctor", "--launcher", "mpirun", env=launcher_env("mpirun"))
+    done = run_abdiff("doctor", "--launcher", "mpirun", env=launcher_env())
     assert done.stdout.startswith("mpirun: 2 ranks started and said hello"), done.stdout
     assert done.returncode != 3, done.stderr
 

@@ -9,11 +9,13 @@ LaunchSpec says: upstream-like run.py, probe site folder first on PYTHONPATH.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import git_env, run_abdiff
+from conftest import abdiff_argv, git_env, launcher_env, run_abdiff
+from slurm import slurm  # noqa: F401 - the session fixture
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
@@ -220,20 +222,27 @@ def test_use_cuda_graph_is_upstreams_yaml_decided_on_the_ranks(checkouts: dict[s
 
 
 @pytest.mark.slow
-def test_a_machine_without_cuda_can_ask_the_ranks_for_graphs(repo: Path, tmp_path: Path) -> None:
-    """`abdiff run --cuda-graph` where abdiff's own process sees no CUDA (a login node that
-    launches srun): not refused; the ranks get --use-cuda-graph. (This machine's ranks have
-    no CUDA either, so the config then fails there, visibly.)"""
+def test_a_login_node_without_cuda_can_ask_srun_ranks_for_graphs(
+        repo: Path, tmp_path: Path, slurm) -> None:  # noqa: F811 - the fixture
+    """`abdiff run --launcher srun` inside an allocation, for a suite that asks for CUDA
+    graphs, where abdiff's own process sees no CUDA (a login node): not refused, since the
+    ranks run on the allocation's nodes; the ranks get --use-cuda-graph. (This cluster's
+    ranks have no CUDA either, so the config then fails there, visibly: exit 3.)"""
     suite = tmp_path / "one.yaml"
-    suite.write_text("warmup_times: 1\nrun_times: 2\nmatrix: {run_type: [GEN], backend: "
-                     "[TRTLLM], batch_size: [2], seq_len_q: [1], seq_len_kv_cache: [16]}\n")
-    env = {**git_env(), "CUDA_VISIBLE_DEVICES": ""}
-    done = run_abdiff("run", "pr", "--repo", repo, "--target", "trtllm", "--launcher", "local",
-                      "--configs", suite, "--rounds", "1", "--cuda-graph", "--out",
-                      tmp_path / "pr.json", "--cache-dir", tmp_path / "cache", env=env)
-    assert "needs a CUDA device" not in done.stderr, done.stderr
-    stdout = next((tmp_path / "cache").rglob("worker0/stdout.txt")).read_text()
-    assert "use_cuda_graph=True" in stdout
+    suite.write_text("warmup_times: 1\nrun_times: 2\ntarget: {use_cuda_graph: true}\n"
+                     "matrix: {run_type: [GEN], backend: [TRTLLM], batch_size: [2], "
+                     "seq_len_q: [1], seq_len_kv_cache: [16]}\n")
+    env = {**launcher_env(slurm.env), "CUDA_VISIBLE_DEVICES": ""}
+    argv = abdiff_argv("run", "pr", "--repo", repo, "--target", "trtllm", "--launcher", "srun",
+                       "--np", "1", "--configs", suite, "--rounds", "1",
+                       "--out", tmp_path / "pr.json", "--cache-dir", tmp_path / "cache")
+    done = subprocess.run(["salloc", "-Q", "-n", "1", *argv], capture_output=True, text=True,
+                          timeout=300, env=env, stdin=subprocess.DEVNULL, check=False)
+    assert "cannot run here" not in done.stderr, done.stderr
+    logs = list((tmp_path / "cache").rglob("worker0/stdout.txt"))
+    assert logs, (done.returncode, done.stderr)
+    assert "use_cuda_graph=True" in logs[0].read_text()
+    assert done.returncode == 3, done.stderr  # nothing measured is never green
 
 
 def test_detection_and_env_info(checkouts: dict[str, Path], tmp_path: Path) -> None:
