@@ -51,12 +51,14 @@ def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
 
     from abdiff.errors import InfrastructureError
     from abdiff.launchers.process import last_meaningful_line, run_process
-    from abdiff.targets.base import LaunchSpec
+    from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
 
     launcher = make_launcher(name, np)
     with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:
         logs = Path(tmp)
-        spec = launcher.wrap(LaunchSpec([sys.executable, "-c", HELLO, tmp], logs))
+        # the ranks import abdiff as the workers do: from this tree, installed or not
+        spec = launcher.wrap(LaunchSpec([sys.executable, "-c", HELLO, tmp], logs,
+                                        {"PYTHONPATH": str(ABDIFF_ROOT)}))
         outcome = run_process(spec, logs, logs / "progress", timeout_s)
         said = {int(p.name.removeprefix("hello.rank")) for p in logs.glob("hello.rank*")}
         if outcome.returncode == 0 and said == set(range(np)):
