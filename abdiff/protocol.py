@@ -49,6 +49,15 @@ def rank_stderr_path(record_path: Path | str, rank: int) -> Path:
     return Path(record_path).with_name(f"stderr.rank{rank}.txt")
 
 
+def redirect_rank_stderr(record_path: Path | str, rank: int) -> None:
+    """Send this rank's stderr, C-level messages (aborts) included, to its own file
+    (`rank_stderr_path`); called by every rank of a multi-rank launch."""
+    own = os.open(rank_stderr_path(record_path, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                  0o644)
+    os.dup2(own, sys.stderr.fileno())
+    os.close(own)
+
+
 def rank_record_path(record_path: Path | str, rank: int) -> Path:
     """Where rank `rank` writes its events: rank 0 the job's record log (the one the
     parent watches for progress), every other rank a file of its own beside it."""

@@ -50,7 +50,7 @@ from abdiff.protocol import (
     RoundJob,
     rank_from_env,
     rank_record_path,
-    rank_stderr_path,
+    redirect_rank_stderr,
 )
 from abdiff.records import RoundRecord
 from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
@@ -176,9 +176,7 @@ def main(job_path: str) -> int:
     rank, local_rank = rank_from_env() if job.ranks > 1 else (0, 0)
     tensor_parallel: dict[str, Any] = {}
     if job.ranks > 1:
-        own_stderr = os.open(rank_stderr_path(job.record_path, rank),
-                             os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(own_stderr, sys.stderr.fileno())  # C-level messages (aborts) too
+        redirect_rank_stderr(job.record_path, rank)
         join_ranks(job, device, rank, local_rank)
         tensor_parallel = {"tp_size": job.ranks, "tp_rank": rank}
     writer = RecordWriter(rank_record_path(job.record_path, rank))

@@ -507,6 +507,10 @@ def activate() -> Probe:
     """Install the probe described by the plan in ABDIFF_PROBE_JOB (called by sitecustomize)."""
     plan = ProbePlan.read(os.environ[PLAN_ENV])
     probe = Probe(plan, rank_from_env())
+    if _env_int(SIZE_VARS, 1) > 1:  # the launcher mixes the ranks' lines
+        from abdiff.protocol import redirect_rank_stderr
+
+        redirect_rank_stderr(plan.record_path, probe.rank)
     sys.meta_path.insert(0, _ImportWatcher(probe))
     previous = sys.excepthook
 
