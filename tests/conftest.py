@@ -31,6 +31,11 @@ import pytest
 
 from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
+from abdiff.reports.table import DEFAULT_WIDTH
+
+# The table report follows the terminal's width: tests read it at the width it has off a
+# terminal (CI logs), whatever terminal pytest runs in; a test of the layout sets its own.
+os.environ["COLUMNS"] = str(DEFAULT_WIDTH)
 
 FAULTS_MODULE = "tinyllm/tools/layer_wise_benchmarks/faults.py"
 HOSTILE = ("<script>alert(1)</script> | **bold** [x](http://evil.invalid) `tick` <b> "

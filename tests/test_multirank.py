@@ -3,7 +3,8 @@
 Each launcher starts two ranks of the reference worker on this CPU (gloo).
 The seed story must hold per rank, a rank that dies must be named with its
 signal, a hang in one rank must end every rank, and a launcher that cannot
-start must be exit 3 with its own line.
+start must be exit 3 with its own line. Last, the trtllm target under srun from
+a "login node" without CUDA (this file owns the session's Slurm cluster).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from conftest import (
     wait_for_no_processes,
 )
 from slurm import slurm  # noqa: F401 - the session fixture
+from test_hooks import make_upstream_repo
 
 from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
@@ -296,7 +298,7 @@ def test_hang_in_one_rank_times_out_and_ends_every_rank(
     try:
         done = abdiff_ranks(launcher, env, "main..rankfault", "--configs", suite, "--repo",
                             rank_repo, "--cache-dir", cache, "--rounds", "1", "--max-rounds", "1",
-                            "--timeout", "30", "--json", tmp_path / "r.json")
+                            "--timeout", "20", "--json", tmp_path / "r.json")
         assert done.returncode == 1, done.stdout + done.stderr
         config = json.loads((tmp_path / "r.json").read_text())["configs"][0]
         assert config["status_b"] == "timeout"
@@ -339,3 +341,31 @@ def test_doctor_says_what_srun_is_missing(tmp_path: Path) -> None:
     done = run_abdiff("doctor", "--launcher", "srun", env=env)
     assert done.returncode == 3
     assert "srun" in one_line(done.stderr)
+
+
+# ---------------------------------------------------------------- trtllm under srun
+
+
+@pytest.mark.slow
+def test_a_login_node_without_cuda_can_ask_srun_ranks_for_graphs(
+        tmp_path: Path, slurm) -> None:  # noqa: F811 - the fixture
+    """`abdiff run --launcher srun` inside an allocation, for a suite that asks for CUDA
+    graphs, where abdiff's own process sees no CUDA (a login node): not refused, since the
+    ranks run on the allocation's nodes; the ranks get --use-cuda-graph. (This cluster's
+    ranks have no CUDA either, so the config then fails there, visibly: exit 3.)"""
+    repo = make_upstream_repo(tmp_path / "TensorRT-LLM")
+    suite = tmp_path / "one.yaml"
+    suite.write_text("warmup_times: 1\nrun_times: 2\ntarget: {use_cuda_graph: true}\n"
+                     "matrix: {run_type: [GEN], backend: [TRTLLM], batch_size: [2], "
+                     "seq_len_q: [1], seq_len_kv_cache: [16]}\n")
+    env = {**launcher_env(slurm.env), "CUDA_VISIBLE_DEVICES": ""}
+    argv = abdiff_argv("run", "pr", "--repo", repo, "--target", "trtllm", "--launcher", "srun",
+                       "--np", "1", "--configs", suite, "--rounds", "1",
+                       "--out", tmp_path / "pr.json", "--cache-dir", tmp_path / "cache")
+    done = subprocess.run(["salloc", "-Q", "-n", "1", *argv], capture_output=True, text=True,
+                          timeout=300, env=env, stdin=subprocess.DEVNULL, check=False)
+    assert "cannot run here" not in done.stderr, done.stderr
+    logs = list((tmp_path / "cache").rglob("worker0/stdout.txt"))
+    assert logs, (done.returncode, done.stderr)
+    assert "use_cuda_graph=True" in logs[0].read_text()
+    assert done.returncode == 3, done.stderr  # nothing measured is never green

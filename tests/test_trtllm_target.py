@@ -9,13 +9,11 @@ LaunchSpec says: upstream-like run.py, probe site folder first on PYTHONPATH.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import abdiff_argv, git_env, launcher_env, run_abdiff
-from slurm import slurm  # noqa: F401 - the session fixture
+from conftest import git_env, run_abdiff
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
@@ -219,30 +217,6 @@ def test_use_cuda_graph_is_upstreams_yaml_decided_on_the_ranks(checkouts: dict[s
     _, _, eager = run_worker(checkout, tmp_path / "eager", configs,
                              target_options={"use_cuda_graph": False})
     assert "--no-use-cuda-graph" in eager.argv
-
-
-@pytest.mark.slow
-def test_a_login_node_without_cuda_can_ask_srun_ranks_for_graphs(
-        repo: Path, tmp_path: Path, slurm) -> None:  # noqa: F811 - the fixture
-    """`abdiff run --launcher srun` inside an allocation, for a suite that asks for CUDA
-    graphs, where abdiff's own process sees no CUDA (a login node): not refused, since the
-    ranks run on the allocation's nodes; the ranks get --use-cuda-graph. (This cluster's
-    ranks have no CUDA either, so the config then fails there, visibly: exit 3.)"""
-    suite = tmp_path / "one.yaml"
-    suite.write_text("warmup_times: 1\nrun_times: 2\ntarget: {use_cuda_graph: true}\n"
-                     "matrix: {run_type: [GEN], backend: [TRTLLM], batch_size: [2], "
-                     "seq_len_q: [1], seq_len_kv_cache: [16]}\n")
-    env = {**launcher_env(slurm.env), "CUDA_VISIBLE_DEVICES": ""}
-    argv = abdiff_argv("run", "pr", "--repo", repo, "--target", "trtllm", "--launcher", "srun",
-                       "--np", "1", "--configs", suite, "--rounds", "1",
-                       "--out", tmp_path / "pr.json", "--cache-dir", tmp_path / "cache")
-    done = subprocess.run(["salloc", "-Q", "-n", "1", *argv], capture_output=True, text=True,
-                          timeout=300, env=env, stdin=subprocess.DEVNULL, check=False)
-    assert "cannot run here" not in done.stderr, done.stderr
-    logs = list((tmp_path / "cache").rglob("worker0/stdout.txt"))
-    assert logs, (done.returncode, done.stderr)
-    assert "use_cuda_graph=True" in logs[0].read_text()
-    assert done.returncode == 3, done.stderr  # nothing measured is never green
 
 
 def test_detection_and_env_info(checkouts: dict[str, Path], tmp_path: Path) -> None:
@@ -476,7 +450,7 @@ def test_a_hung_phase_is_named(checkouts: dict[str, Path], tmp_path: Path) -> No
                           '            if AutoTuner.get().is_tuning_mode:\n'
                           '                __import__("time").sleep(600)\n')
     configs = [Config(c["id"], c["params"]) for c in [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 2, 2)]]
-    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=30)
+    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=20)
     records: dict = {}
     run_round(TrtllmTarget(), LocalLauncher(), checkout, configs, settings, 0, tmp_path / "work",
               lambda cid, rec: records.__setitem__(cid, rec))
