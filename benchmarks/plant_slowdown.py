@@ -12,10 +12,10 @@ on a GPU, eager calls on the CPU). Two kinds of work:
   CUDA one `torch.cuda._sleep` kernel (its cycles per microsecond measured here
   too), so graph replays include it; on the CPU a spin on the clock. The kernel
   list gains `spin_kernel`, so abdiff also flags the config for its kernels.
-- `kv`: a pure latency change: the config's KV cache is made longer by the factor
-  that costs PERCENT here (fitted to timings at +10%, +20% and +40% KV, then
-  timed once more and printed). The same kernels run the same number of times and
-  no recorded fact changes: only the latency can show it.
+- `kv`: a pure latency change: the config's KV cache is made longer, in steps of
+  KV_STEP tokens, by what costs closest to PERCENT here (each length timed, and
+  checked to run the same kernels the same number of times; no recorded fact
+  changes): only the latency can show it.
 
 Prints what it planted.
 """
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from abdiff.demo.builder import RUNNER_PATH
-from abdiff.measure import resolve_device, time_iterations
+from abdiff.measure import profile_kernels, resolve_device, time_iterations
 from abdiff.suites import load_suite
 
 # the one-rank run pack's step, a whole line (the tensor-parallel pack has its own)
@@ -41,11 +41,12 @@ PLANTED_STEP = """
                     _planted_work(self.device)
                 return out
 """
+KV_STEP = 64  # tokens: keeps the KV length's alignment
 # the line of create_run_pack before the KV cache is built
 KV_LINE = "\n        s = self.local_shapes\n        kv_cache_manager = KVCacheManager(\n"
 PLANTED_KV = """
         if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED:
-            seq_len_kv_cache = round(seq_len_kv_cache * _PLANTED_KV_FACTOR)
+            seq_len_kv_cache += _PLANTED_KV_EXTRA
         s = self.local_shapes
         kv_cache_manager = KVCacheManager(
 """
@@ -54,7 +55,7 @@ PLANTED_BLOCK = """\
 _PLANTED = {key!r}
 _PLANTED_CUDA_CYCLES = {cycles}
 _PLANTED_CPU_S = {seconds!r}
-_PLANTED_KV_FACTOR = {kv_factor!r}
+_PLANTED_KV_EXTRA = {kv_extra!r}
 
 
 def _planted_work(device: torch.device) -> None:
@@ -77,32 +78,45 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def median_us(checkout: Path, params: dict, device: str, kv_factor: float = 1.0) -> float:
-    """The config's median latency at `checkout` (its KV cache `kv_factor` times as long),
-    timed as abdiff's worker times it."""
+def run_pack_of(checkout: Path, params: dict, device: str, kv_extra: int = 0):
+    """The config's run pack at `checkout`, its KV cache `kv_extra` tokens longer."""
     if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     from tinyllm.tools.layer_wise_benchmarks import Runner
 
-    run_pack = Runner(params["backend"], device=device).create_run_pack(
+    return Runner(params["backend"], device=device).create_run_pack(
         params["run_type"], batch_size=params["batch_size"], seq_len_q=params["seq_len_q"],
-        seq_len_kv_cache=round(params["seq_len_kv_cache"] * kv_factor))
+        seq_len_kv_cache=params["seq_len_kv_cache"] + kv_extra)
+
+
+def median_us(checkout: Path, params: dict, device: str, kv_extra: int = 0) -> float:
+    """The config's median latency at `checkout`, timed as abdiff's worker times it."""
+    run_pack = run_pack_of(checkout, params, device, kv_extra)
     return statistics.median(time_iterations(run_pack, 3, 200, device).latency_us)
 
 
-def kv_factor_for(checkout: Path, params: dict, device: str, base_us: float,
-                  percent: float) -> tuple[float, float]:
-    """(KV length factor that costs `percent` here, the percent it cost when timed).
+def kv_extra_for(checkout: Path, params: dict, device: str, base_us: float,
+                 percent: float) -> tuple[int, float]:
+    """(extra KV tokens that cost about `percent` here, the percent they cost).
 
-    The cost of extra KV length x = factor - 1 is fitted as slope * x through the origin
-    (least squares over x = 0.1, 0.2, 0.4)."""
-    xs = (0.1, 0.2, 0.4)
-    costs = [median_us(checkout, params, device, 1 + x) / base_us - 1 for x in xs]
-    slope = sum(x * c for x, c in zip(xs, costs, strict=True)) / sum(x * x for x in xs)
-    if slope <= 0:
-        raise SystemExit(f"a longer KV cache does not cost time here ({costs}): use --work spin")
-    factor = 1 + percent / 100 / slope
-    return factor, 100 * (median_us(checkout, params, device, factor) / base_us - 1)
+    Lengths grow in steps of KV_STEP tokens, so the KV length keeps its alignment
+    (a length of another alignment made cuBLAS pick other kernels on an H200, 2.2x
+    slower), and a length whose kernels differ from the base's is passed over: the
+    change must show in the latency alone. The step count closest to `percent` wins.
+    """
+    base_kernels = profile_kernels(run_pack_of(checkout, params, device), device)
+    tried: list[tuple[int, float]] = []
+    for steps in range(1, 65):
+        extra = steps * KV_STEP
+        if profile_kernels(run_pack_of(checkout, params, device, extra), device) != base_kernels:
+            continue
+        cost = 100 * (median_us(checkout, params, device, extra) / base_us - 1)
+        tried.append((extra, cost))
+        if cost >= percent:
+            break
+    if not tried:
+        raise SystemExit("every longer KV cache ran other kernels here: use --work spin")
+    return min(tried, key=lambda t: abs(t[1] - percent))
 
 
 def sleep_cycles_per_us() -> float:
@@ -141,12 +155,13 @@ def main() -> int:
         extra_us = base_us * args.percent / 100
         p = config.params
         if args.work == "kv":
-            kv_factor, measured = kv_factor_for(checkout, p, device, base_us, args.percent)
+            kv_extra, measured = kv_extra_for(checkout, p, device, base_us, args.percent)
             cycles, seconds = 0, 0.0
-            what = f"KV cache x{kv_factor:.3f}, timed here at {measured:+.2f}%"
+            what = (f"KV cache {kv_extra} tokens longer (same kernels), timed here at "
+                    f"{measured:+.2f}%")
         else:
             cycles = round(extra_us * sleep_cycles_per_us()) if device == "cuda" else 0
-            kv_factor, seconds = 1.0, extra_us / 1e6
+            kv_extra, seconds = 0, extra_us / 1e6
             what = (f"{cycles} cycles of torch.cuda._sleep" if device == "cuda"
                     else "spinning")
         runner = checkout / RUNNER_PATH
@@ -156,7 +171,7 @@ def main() -> int:
             raise SystemExit(f"{runner}: the line the planted work goes on was not found; "
                              "the demo harness changed, update plant_slowdown.py")
         block = PLANTED_BLOCK.format(percent=args.percent, config=args.config, cycles=cycles,
-                                     seconds=seconds, kv_factor=kv_factor,
+                                     seconds=seconds, kv_extra=kv_extra,
                                      key=(p["backend"], p["run_type"], p["batch_size"],
                                           p["seq_len_q"]))
         text = text.replace(anchor, PLANTED_KV if args.work == "kv" else PLANTED_STEP)
