@@ -34,6 +34,7 @@ from filelock import FileLock, Timeout
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.standby import standing_by
 from abdiff.progress import Progress
 from abdiff.records import (
     ConfigRuns,
@@ -94,6 +95,7 @@ class Measurement:
         self.sides = sides
         self.seed = seed
         self.processes = 0
+        self.prestarted = 0  # of those, started ahead of their job (--prestart)
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
         # were measured at another time than the ones it found (baselines.drift_margin).
         self.session = uuid.uuid4().hex[:12]
@@ -298,24 +300,28 @@ def measure(
     progress = Progress(quiet)
     progress.plan("first rounds", len(slots) * len(configs))
     try:
-        first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
-        run_slots(measurement, first, configs, target, launcher, settings, progress)
-        if after_first_round is not None:
-            after_first_round()
-        run_slots(measurement, slots[len(first):], configs, target, launcher, settings,
-                  progress)
-        done = plan.rounds
-        while undecided is not None and done < plan.max_rounds:
-            ids = set(undecided())
-            if not ids:
-                break
-            extra = min(2, plan.max_rounds - done)
-            block_slots = [s for s in schedule(extra, rng, start=done) if s[0] in measurement.sides]
-            block = [c for c in configs if c.id in ids]
-            progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided configs",
-                          len(block_slots) * len(block))
-            run_slots(measurement, block_slots, block, target, launcher, settings, progress)
-            done += extra
+        with standing_by(launcher, settings.prestart, measurement.state_dir / "standby",
+                         settings.device, settings.pass_env, settings.max_memory_bytes) as pool:
+            first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
+            run_slots(measurement, first, configs, target, launcher, settings, progress)
+            if after_first_round is not None:
+                after_first_round()
+            run_slots(measurement, slots[len(first):], configs, target, launcher, settings,
+                      progress)
+            done = plan.rounds
+            while undecided is not None and done < plan.max_rounds:
+                ids = set(undecided())
+                if not ids:
+                    break
+                extra = min(2, plan.max_rounds - done)
+                block_slots = [s for s in schedule(extra, rng, start=done)
+                               if s[0] in measurement.sides]
+                block = [c for c in configs if c.id in ids]
+                progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
+                              "configs", len(block_slots) * len(block))
+                run_slots(measurement, block_slots, block, target, launcher, settings, progress)
+                done += extra
+            measurement.prestarted += pool.taken if pool is not None else 0
     finally:
         progress.close()
     measurement.save(complete=True)

@@ -7,6 +7,7 @@ this module parses arguments or prints reports.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,18 @@ class Bench:
     cache_dir: Path
 
 
+# Below this many cores a starting interpreter competes with the timed worker for a core
+# (docs/performance.md measures the A/A spread with and without on 2 and 16 cores).
+PRESTART_MIN_CORES = 4
+
+
+def prestart_enabled(choice: str) -> bool:
+    """`--prestart auto|on|off`: auto starts workers ahead where the machine has the cores."""
+    if choice == "auto":
+        return (os.cpu_count() or 1) >= PRESTART_MIN_CORES
+    return choice == "on"
+
+
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
@@ -88,6 +101,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         device=args.device,
         cuda_graph=not args.eager,
         cpu_threads=args.cpu_threads,
+        prestart=prestart_enabled(args.prestart),
         target_options=suite.target_options,
         target_args=args.target_arg,
         pass_env=args.pass_env,
@@ -99,7 +113,9 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
 
 def side_run(bench: Bench, side: SideSpec) -> SideRun:
     checkout = bench.cache.checkout(side)
-    env = {"abdiff": __version__, **bench.target.env_info(checkout)}
+    # prestart: whether workers were started ahead of their job (--prestart)
+    env = {"abdiff": __version__, "prestart": bench.settings.prestart,
+           **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
                     bench.suite.configs, env)
     return SideRun(checkout, run)
@@ -197,8 +213,9 @@ def measure_and_compare(
         if check_measured is not None:
             notes = notes + check_measured()
         if not args.quiet:
-            print(f"abdiff: {measurement.processes} worker processes this run; run files in "
-                  f"{where}", file=sys.stderr)
+            ahead = f" ({measurement.prestarted} started ahead)" if measurement.prestarted else ""
+            print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
+                  f"in {where}", file=sys.stderr)
         return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,
                             args.require_all)
 

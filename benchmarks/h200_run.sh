@@ -55,9 +55,11 @@ $PY benchmarks/plant_slowdown.py --repo "$W/demo" --suite "$SUITE" --config "$CO
   --percent "$PERCENT" --device "$DEVICE" 2>&1 | tee "$R/plant.txt"
 echo "plant_slowdown wall $(elapsed "$start") s" | tee -a "$R/walltimes.txt"
 
-# measure NAME RANGE: one abdiff run; its markdown report, JSON, run files and wall-time split.
+# measure NAME RANGE [OPTION...]: one abdiff run; its markdown report, JSON, run files and
+# wall-time split.
 measure() {
   local name=$1 range=$2 start code state
+  shift 2
   if [ "$($PY -c "print(int($(date +%s.%N) - $T0 > $BUDGET_S))")" = 1 ]; then
     echo "$name skipped: past the ${BUDGET_S} s budget" | tee -a "$R/walltimes.txt"; return
   fi
@@ -65,7 +67,7 @@ measure() {
   start=$(date +%s.%N)
   $PY -m abdiff.cli "$range" --configs "$SUITE" --repo "$W/demo" --cache-dir "$W/cache" \
     --device "$DEVICE" --rounds "$ROUNDS" --max-rounds "$MAX_ROUNDS" --seed "$SEED" \
-    --format markdown --output "$R/$name/report.md" --json "$R/$name/result.json" \
+    --format markdown --output "$R/$name/report.md" --json "$R/$name/result.json" "$@" \
     2>"$R/$name/stderr.txt"
   code=$?
   local wall; wall=$(elapsed "$start")
@@ -84,6 +86,9 @@ measure() {
 measure pr..pr pr..pr
 measure pr..pr-slow pr..pr-slow
 measure main..pr main..pr
+# the same A/A with every worker started cold: does starting the next worker ahead
+# (--prestart, on by default with 4+ cores) change the spread of the rounds?
+measure pr..pr-cold pr..pr --prestart off
 if [ "$DEVICE" = cuda ] && [ "$($PY -c "print(int($(date +%s.%N) - $T0 < $BUDGET_S + 60))")" = 1 ]; then
   $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -5 >"$R/gpu-tests.txt"
 fi
@@ -94,13 +99,28 @@ $PY - "$R" "$CONFIG" >"$R/summary.txt" 2>&1 <<'EOF'
 """The short table: each run's exit, wall time, timed share, verdicts and what it flagged."""
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
+
+def round_cv(folder: Path) -> str:
+    """Median and largest CV of the round medians over the run's config-sides (3+ rounds)."""
+    cvs = []
+    for side in "ab":
+        for config in json.loads((folder / f"{side}.json").read_text())["configs"]:
+            medians = [statistics.median(r["latency_us"]) for r in config["rounds"]
+                       if r["status"] == "ok" and r["latency_us"]]
+            if len(medians) >= 3:
+                cvs.append(statistics.stdev(medians) / statistics.mean(medians))
+    return f"{statistics.median(cvs):.2%}/{max(cvs):.2%}" if cvs else "?"
+
+
 results, planted = Path(sys.argv[1]), sys.argv[2]
-expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted}}
-print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6}  {'timing':13} "
-      "verdicts; flagged; slower; check")
+expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted},
+                  "pr..pr-cold": set()}
+print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6} {'round CV':>13}  "
+      f"{'timing':13} verdicts; flagged; slower; check")
 for name, want in expected_flags.items():
     folder = results / name
     if not (folder / "result.json").exists():
@@ -119,7 +139,7 @@ for name, want in expected_flags.items():
               if c["latency"]["verdict"] == "slower"}
     check = "OK" if flagged == want and (name != "pr..pr-slow" or planted in slower) else "MISS"
     print(f"{name:12} {code:>4} {float(wall):6.1f}s {workers.group(1) if workers else '?':>7} "
-          f"{timed.group(1) if timed else '?':>6}  "
+          f"{timed.group(1) if timed else '?':>6} {round_cv(folder):>13}  "
           f"{str(summary.get('timing')):13} {counts}; flagged {sorted(flagged) or 'none'}; "
           f"slower {slower or 'none'}; {check}")
 print()

@@ -180,7 +180,8 @@ def run_abdiff(*args: object, env: dict[str, str] | None = None,
 
 
 def processes_mentioning(text: str, exclude: set[int] | None = None) -> dict[int, str]:
-    """Live processes (not zombies) whose command line contains `text`: pid -> cmdline."""
+    """Live processes (not zombies) whose command line or working folder contains `text`:
+    pid -> cmdline (a pre-started worker's command line names no run, its folder does)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in (exclude or set()):
@@ -189,9 +190,10 @@ def processes_mentioning(text: str, exclude: set[int] | None = None) -> dict[int
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
                 errors="replace")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if text in cmdline and state != "Z":
+        if (text in cmdline or text in cwd) and state != "Z":
             found[int(entry.name)] = cmdline
     return found
 
@@ -344,6 +346,7 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
             "main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir",
             tmp / "cache", "--target", "reference", "--rounds", FAULT_ROUNDS, "--max-rounds",
             FAULT_ROUNDS, "--seed", 1, "--timeout", 8, "--max-memory", "1536M",
+            "--prestart", "on",  # every fault in a worker started ahead of its job
             "--pass-env", PASSED_SECRET, "--pass-env", "ABDIFF_TEST_ENV_DUMP",
             "--format", "markdown", "--output", tmp / "report.md",
             "--html", tmp / "report.html", "--json", tmp / "result.json", env=env)

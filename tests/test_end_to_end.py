@@ -47,8 +47,10 @@ def by_id(result: dict) -> dict[str, dict]:
 def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> None:
     before = (git(demo, "status", "--porcelain"), git(demo, "rev-parse", "HEAD"),
               git(demo, "branch", "--list"))
-    code, result, _ = diff(demo, "main..pr-v1", tmp_path)
+    # workers started ahead of their job (--prestart): each must still run its own side's code
+    code, result, stderr = diff(demo, "main..pr-v1", tmp_path, "--prestart", "on")
     assert code == 1 and result["summary"]["exit_code"] == 1
+    assert re.search(r"worker processes this run \((\d+) started ahead\)", stderr), stderr
     configs = by_id(result)
     for cid, config in configs.items():
         q = config["params"]["seq_len_q"]
@@ -66,7 +68,7 @@ def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> Non
             assert not config["facts_changed"] and not config["kernels_added"], cid
     # A and B ran their own checkouts' code: the same config recorded different facts
     run_a = load_run_file(next((tmp_path / "cache" / "runs").glob("*/a.json")))
-    assert run_a.sha == git(demo, "rev-parse", "main")
+    assert run_a.sha == git(demo, "rev-parse", "main") and run_a.env["prestart"] is True
     # the user's repository is untouched
     assert before == (git(demo, "status", "--porcelain"), git(demo, "rev-parse", "HEAD"),
                       git(demo, "branch", "--list"))

@@ -211,7 +211,7 @@ def test_stop_mid_suite_keeps_rounds_and_continues(faulty_repo: Path, tmp_path: 
     args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
             "--target", "reference", "--rounds", 1, "--max-rounds", 1,
             "--seed", seed_timing_bs1_first(14), "--timeout", 60, "--json",
-            tmp_path / "result.json"]
+            tmp_path / "result.json", "--prestart", "on"]
     try:
         proc, state, log, before = _start_and_stop_midway(
             args, cache, sig, 14, to_group=sig == signal.SIGINT)
@@ -263,7 +263,7 @@ def test_sigkill_leaves_valid_files_and_no_worker(faulty_repo: Path, tmp_path: P
     cache = tmp_path / "cache"
     args = ["main..faulty", "--configs", suite, "--repo", faulty_repo, "--cache-dir", cache,
             "--target", "reference", "--rounds", 1, "--max-rounds", 1,
-            "--seed", seed_timing_bs1_first(15), "--timeout", 60]
+            "--seed", seed_timing_bs1_first(15), "--timeout", 60, "--prestart", "on"]
     try:
         proc, state, _, before = _start_and_stop_midway(args, cache, signal.SIGKILL, 15,
                                                         to_group=False)

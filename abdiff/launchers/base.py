@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from abdiff.launchers.process import ProcessOutcome, run_process
 from abdiff.targets.base import LaunchSpec
+
+if TYPE_CHECKING:
+    from abdiff.launchers.standby import StandbyPool
 
 
 class Launcher(ABC):
@@ -23,6 +26,8 @@ class Launcher(ABC):
     name: ClassVar[str]
     ranks: int = 1  # processes one launch starts (each writes its own record log)
     own_lines: re.Pattern[str] | None = None  # the launcher's report lines in the ranks' stderr
+    can_prestart: ClassVar[bool] = False  # workers may be started ahead of their job
+    standby: StandbyPool | None = None  # set for a measurement by standby.standing_by
 
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
@@ -32,7 +37,8 @@ class Launcher(ABC):
             timeout_s: float | None, pass_env: list[str] | None = None,
             max_memory_bytes: int | None = None) -> ProcessOutcome:
         """Start the wrapped command and watch it to the end (see run_process)."""
-        return run_process(spec, log_dir, progress_path, timeout_s, pass_env, max_memory_bytes)
+        return run_process(spec, log_dir, progress_path, timeout_s, pass_env, max_memory_bytes,
+                           self.standby)
 
     def launch_failure(self, stderr_text: str) -> str | None:
         """The launcher's own reason when the job never started (exit 3), else None."""

@@ -12,6 +12,7 @@ class LocalLauncher(Launcher):
     """One process on this machine: the command as the target gives it."""
 
     name: ClassVar[str] = "local"
+    can_prestart: ClassVar[bool] = True
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         return spec

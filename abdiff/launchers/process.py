@@ -23,9 +23,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.targets.base import LaunchSpec
+
+if TYPE_CHECKING:
+    from abdiff.launchers.standby import StandbyPool
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
@@ -156,6 +160,48 @@ def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
             *argv]
 
 
+@dataclass
+class StartedProcess:
+    """A worker process in its own session, with the temporary HOME it owns."""
+
+    proc: subprocess.Popen
+    home: tempfile.TemporaryDirectory
+
+    def close(self) -> None:
+        """Kill whatever is left of its process group; remove its HOME."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.home.cleanup()
+
+
+def start_process(spec: LaunchSpec, stdout: Path, stderr: Path, pass_env: list[str] | None,
+                  max_memory_bytes: int | None, stdin: int | None = subprocess.DEVNULL
+                  ) -> StartedProcess:
+    """Start `spec` through guard.py in a session of its own, output appended to the files."""
+    hide_environment(pass_env)
+    if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
+            os.access(spec.cwd / spec.argv[0], os.X_OK)):
+        # checked here, because once guard.py runs a failed exec is only an exit code
+        raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program")
+    home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
+    try:
+        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+            proc = subprocess.Popen(
+                guarded(spec.argv, max_memory_bytes),
+                cwd=spec.cwd,
+                env=worker_environment(spec.env, pass_env, Path(home.name)),
+                stdin=stdin,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+    except OSError as exc:
+        home.cleanup()
+        raise InfrastructureError(f"cannot start {spec.argv[0]}: {exc.strerror}") from None
+    return StartedProcess(proc, home)
+
+
 def run_process(
     spec: LaunchSpec,
     log_dir: Path,
@@ -163,52 +209,40 @@ def run_process(
     timeout_s: float | None,
     pass_env: list[str] | None = None,
     max_memory_bytes: int | None = None,
+    standby: StandbyPool | None = None,
 ) -> ProcessOutcome:
     """Run `spec` to completion in its own session; stdout and stderr go to files in log_dir.
 
-    The timeout is an inactivity limit: it restarts whenever `progress_path`
-    grows (the worker logs each config's start), so it bounds one config, not
-    the whole round. KeyboardInterrupt and other exceptions kill the group
-    before they propagate.
+    With `standby`, a process it started ahead (launchers/standby.py) takes the job
+    when it can, instead of a new one. The timeout is an inactivity limit: it restarts
+    whenever `progress_path` grows (the worker logs each config's start), so it bounds
+    one config, not the whole round. KeyboardInterrupt and other exceptions kill the
+    group before they propagate.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    stderr_path = log_dir / "stderr.txt"
-    hide_environment(pass_env)
-    with open(log_dir / "stdout.txt", "ab") as out, open(stderr_path, "ab") as err, \
-            tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True) as home:
-        if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
-                os.access(spec.cwd / spec.argv[0], os.X_OK)):
-            # checked here, because once guard.py runs a failed exec is only an exit code
-            raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program")
-        try:
-            proc = subprocess.Popen(
-                guarded(spec.argv, max_memory_bytes),
-                cwd=spec.cwd,
-                env=worker_environment(spec.env, pass_env, Path(home)),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise InfrastructureError(f"cannot start {spec.argv[0]}: {exc.strerror}") from None
-        last_size, deadline = -1, None
-        try:
-            while proc.poll() is None:
-                size = progress_path.stat().st_size if progress_path.exists() else 0
-                if size != last_size:
-                    last_size = size
-                    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-                if deadline is not None and time.monotonic() > deadline:
-                    _kill_group(proc)
-                    return ProcessOutcome(proc.returncode, True, stderr_path)
-                time.sleep(POLL_S)
-        except BaseException:
-            _kill_group(proc)
-            raise
-        # the leader exited; children it left behind in the group go with it
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    stdout_path, stderr_path = log_dir / "stdout.txt", log_dir / "stderr.txt"
+    started = standby.take(spec, stdout_path, stderr_path) if standby is not None else None
+    if started is None:
+        started = start_process(spec, stdout_path, stderr_path, pass_env, max_memory_bytes)
+    proc = started.proc
+    last_size, deadline = -1, None
+    try:
+        while proc.poll() is None:
+            size = progress_path.stat().st_size if progress_path.exists() else 0
+            if size != last_size:
+                last_size = size
+                deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            if deadline is not None and time.monotonic() > deadline:
+                _kill_group(proc)
+                started.close()
+                return ProcessOutcome(proc.returncode, True, stderr_path)
+            time.sleep(POLL_S)
+    except BaseException:
+        _kill_group(proc)
+        started.close()
+        raise
+    # the leader exited; children it left behind in the group go with it
+    started.close()
     return ProcessOutcome(proc.returncode, False, stderr_path)
 
 

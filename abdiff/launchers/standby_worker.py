@@ -1,0 +1,55 @@
+"""A worker process started before its job: `python -m abdiff.launchers.standby_worker DEVICE`.
+
+Python's start and the torch import (on CUDA also the context) cost a second or
+more per worker process, and a run starts dozens. The local launcher starts the
+next worker this way while the current one measures (launchers/standby.py): this
+process does that side-independent part, then waits for one line on stdin, its
+job, as JSON: {"cwd", "argv", "stdout", "stderr"}. It then becomes `argv`
+(`python -m MODULE ARGS...`) in `cwd`, as if it had been started there: the
+checkout's folder first on sys.path, its output in the job's files. Nothing of a
+checkout is imported before the job names the checkout. Standard library and
+torch only until then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+
+
+def prepare(device: str) -> None:
+    """What every worker of the run does first: import torch, and on CUDA create the context."""
+    import torch
+
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        torch.zeros(1, device="cuda")  # the first allocation creates the CUDA context
+
+
+def become(job: dict) -> None:
+    """Run the job's `python -m MODULE ARGS...` in its folder, with its output files."""
+    for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(handle, fd)
+        os.close(handle)
+    os.chdir(job["cwd"])
+    _, flag, module, *args = job["argv"]
+    if flag != "-m":
+        raise SystemExit(f"abdiff standby worker: cannot run {job['argv']!r} (only python -m)")
+    sys.path[0] = os.getcwd()  # what `python -m` puts first: the folder it was started in
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def main(device: str) -> int:
+    prepare(device)
+    line = sys.stdin.readline()
+    if not line:  # abdiff ended the run without a job for this process
+        return 0
+    become(json.loads(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

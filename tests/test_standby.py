@@ -1,0 +1,117 @@
+"""launchers/standby.py and standby_worker.py: a worker started ahead of its job becomes
+that job as if it had been started in the job's folder; whatever the pool cannot hand
+over starts cold, as without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.standby import StandbyPool
+from abdiff.session import prestart_enabled
+from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+
+REPORT = """
+import json, os, sys
+print(json.dumps({"cwd": os.getcwd(), "path0": sys.path[0], "argv": sys.argv[1:],
+                  "pid": os.getpid(), "torch": "torch" in sys.modules}))
+print("to stderr", file=sys.stderr)
+"""
+
+
+def checkout(tmp_path: Path, name: str) -> Path:
+    """A folder holding the job's module, importable only from there (sys.path[0])."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "report_job.py").write_text(REPORT)
+    return folder
+
+
+def job(folder: Path, env: dict[str, str] | None = None) -> LaunchSpec:
+    return LaunchSpec([sys.executable, "-m", "report_job", "one", "two"], folder,
+                      env if env is not None else {"PYTHONPATH": str(ABDIFF_ROOT)})
+
+
+def run(pool: StandbyPool, spec: LaunchSpec, log: Path) -> ProcessOutcome:
+    return run_process(spec, log, log / "progress", 60, standby=pool)
+
+
+def report(log: Path) -> dict:
+    return json.loads((log / "stdout.txt").read_text())
+
+
+@pytest.fixture
+def pool(tmp_path: Path):
+    pool = StandbyPool(tmp_path / "standby", "cpu")
+    yield pool
+    pool.close()
+
+
+def test_next_job_runs_in_the_process_started_ahead(tmp_path: Path, pool: StandbyPool) -> None:
+    a, b = checkout(tmp_path, "a"), checkout(tmp_path, "b")
+    assert run(pool, job(a), tmp_path / "w0").returncode == 0
+    assert (pool.started, pool.taken) == (1, 0)  # the first job starts cold; one waits now
+    waiting = pool.waiting.proc.pid
+    assert run(pool, job(b), tmp_path / "w1").returncode == 0
+    assert (pool.started, pool.taken) == (2, 1)
+    cold, ahead = report(tmp_path / "w0"), report(tmp_path / "w1")
+    assert cold == {"cwd": str(a), "path0": str(a), "argv": ["one", "two"], "pid": cold["pid"],
+                    "torch": False}
+    # the waiting process imported torch before the job, then ran it from b, as if started there
+    assert ahead == {"cwd": str(b), "path0": str(b), "argv": ["one", "two"], "pid": waiting,
+                     "torch": True}
+    assert (tmp_path / "w1" / "stderr.txt").read_text() == "to stderr\n"
+
+
+def test_a_waiting_process_that_died_is_reported_and_the_rest_start_cold(
+        tmp_path: Path, pool: StandbyPool, capsys: pytest.CaptureFixture[str]) -> None:
+    a = checkout(tmp_path, "a")
+    run(pool, job(a), tmp_path / "w0")
+    dead = pool.waiting.proc
+    os.killpg(dead.pid, signal.SIGKILL)
+    dead.wait()
+    assert run(pool, job(a), tmp_path / "w1").returncode == 0
+    assert report(tmp_path / "w1")["pid"] != dead.pid
+    assert "a pre-started worker ended before its job (exit -9" in capsys.readouterr().err
+    assert pool.broken and pool.waiting is None and pool.taken == 0
+    run(pool, job(a), tmp_path / "w2")
+    assert pool.started == 1  # no new process waits once one died
+
+
+def test_a_job_it_cannot_become_starts_cold(tmp_path: Path, pool: StandbyPool) -> None:
+    spec = LaunchSpec(["sh", "-c", "echo cold"], tmp_path)
+    assert run(pool, spec, tmp_path / "w0").returncode == 0
+    assert (tmp_path / "w0" / "stdout.txt").read_text() == "cold\n"
+    assert pool.started == 0 and pool.waiting is None
+
+
+def test_another_environment_is_not_handed_to_the_waiting_process(tmp_path: Path,
+                                                                  pool: StandbyPool) -> None:
+    a = checkout(tmp_path, "a")
+    run(pool, job(a), tmp_path / "w0")
+    first = pool.waiting.proc
+    other = {"PYTHONPATH": str(ABDIFF_ROOT), "ABDIFF_OTHER": "1"}
+    assert run(pool, job(a, other), tmp_path / "w1").returncode == 0
+    assert report(tmp_path / "w1")["pid"] != first.pid and first.poll() is not None
+    assert pool.taken == 0 and pool.waiting_env == other
+
+
+def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> None:
+    run(pool, job(checkout(tmp_path, "a")), tmp_path / "w0")
+    waiting = pool.waiting.proc
+    pool.close()
+    assert waiting.poll() is not None and pool.waiting is None
+
+
+@pytest.mark.parametrize(("choice", "cores", "enabled"), [
+    ("auto", 2, False), ("auto", 16, True), ("on", 2, True), ("off", 16, False)])
+def test_prestart_choice(monkeypatch: pytest.MonkeyPatch, choice: str, cores: int,
+                         enabled: bool) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert prestart_enabled(choice) is enabled
