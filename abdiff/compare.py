@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from abdiff import stats
+from abdiff.kernel_times import root_cause
 from abdiff.policy import apply_policy
 from abdiff.ranks import rank_notes
 from abdiff.records import (
@@ -209,6 +210,7 @@ def compare_runs(
         status_a, error_a = side_status(config_a.rounds)
         status_b, error_b = side_status(config_b.rounds)
         added, removed = kernels_diff(side_kernels(config_a.rounds), side_kernels(config_b.rounds))
+        changed = added or removed or latency.verdict in ("slower", "faster")
         configs.append(ConfigResult(
             id=config_a.id,
             params=config_b.params or config_a.params,
@@ -221,6 +223,7 @@ def compare_runs(
             kernels_added=added,
             kernels_removed=removed,
             latency=latency,
+            kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
     summary = apply_policy(configs, expect, require_all, len(not_measured))
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from abdiff.protocol import KernelProfile
+
 FACT_TEXT_LIMIT = 200
 # CPU operators that only make views, allocate or reshape: no compute runs, and
 # they would drown the operators that tell two kernel paths apart.
@@ -232,8 +234,10 @@ def time_iterations(
                  timing_kind(device, cuda_graph))
 
 
-def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
-    """Names and counts of what one call ran: CUDA kernels on a GPU, operators on the CPU.
+def profile_kernels(fn: Callable[[], Any], device: str) -> KernelProfile:
+    """Names, counts and total times of what one call ran: CUDA kernels on a GPU (each
+    kernel's device time, from CUPTI), operators on the CPU (each one's self time, so
+    that nested operators are not counted twice).
 
     On the CPU, operators that only make views or allocate are left out
     (NO_COMPUTE_OPS).
@@ -251,11 +255,15 @@ def profile_kernels(fn: Callable[[], Any], device: str) -> dict[str, int]:
         if on_gpu:
             torch.cuda.synchronize()
     counts: Counter[str] = Counter()
+    us: dict[str, float] = {}
     for event in prof.events():
         is_kernel = event.device_type == torch.autograd.DeviceType.CUDA
         if is_kernel == on_gpu and (on_gpu or event.name not in NO_COMPUTE_OPS):
             counts[event.name] += 1
-    return dict(sorted(counts.items()))
+            spent = event.time_range.elapsed_us() if on_gpu else event.self_cpu_time_total
+            us[event.name] = us.get(event.name, 0.0) + max(float(spent), 0.0)
+    return KernelProfile(dict(sorted(counts.items())),
+                         {name: round(us[name], 3) for name in sorted(us)})
 
 
 def cpu_model() -> str:

@@ -66,6 +66,16 @@ def rank_record_path(record_path: Path | str, rank: int) -> Path:
 
 
 @dataclass
+class KernelProfile:
+    """What one profiled call ran: per CUDA kernel (operator, on the CPU) name, how many
+    times, and the total time in microseconds (a kernel's device time; an operator's self
+    time on the CPU)."""
+
+    counts: dict[str, int]
+    us: dict[str, float]
+
+
+@dataclass
 class RoundJob:
     """What one worker process must do: the configs of one side's round.
 
@@ -142,9 +152,10 @@ class RecordWriter:
     def done(self, config_id: str, record: RoundRecord) -> None:
         self._write({"event": "done", "id": config_id, "record": asdict(record)})
 
-    def kernels(self, config_id: str, kernels: dict[str, int]) -> None:
+    def kernels(self, config_id: str, profile: KernelProfile) -> None:
         """A config's kernels from the capture pass, after every config was timed."""
-        self._write({"event": "kernels", "id": config_id, "kernels": kernels})
+        self._write({"event": "kernels", "id": config_id, "kernels": profile.counts,
+                     "kernel_us": profile.us})
 
     def close(self) -> None:
         self._handle.close()
@@ -161,7 +172,7 @@ class RoundLog:
     malformed: dict[str, str] = field(default_factory=dict)  # config id -> why
     phase: str | None = None  # the last phase line's stage, e.g. "autotune (GEN-DSA-bs8-...)"
     order: dict[str, Any] = field(default_factory=dict)  # {"seed": ..., "ids": [...]}
-    kernels: dict[str, dict[str, int]] = field(default_factory=dict)  # from the capture pass
+    kernels: dict[str, KernelProfile] = field(default_factory=dict)  # from the capture pass
 
     @property
     def in_progress(self) -> str | None:
@@ -213,14 +224,15 @@ def read_round_log(path: Path) -> RoundLog:
             log.order = {"seed": event.get("seed"), "ids": event["ids"]}
         elif kind == "kernels" and isinstance(cid, str) and isinstance(event.get("kernels"), dict):
             try:
-                kernels = parse_round({"status": "ok", "kernels": event["kernels"]},
-                                      f"kernels of {cid}").kernels
+                parsed = parse_round({"status": "ok", "kernels": event["kernels"],
+                                      "kernel_us": event.get("kernel_us", {})},
+                                     f"kernels of {cid}")
             except InputError as exc:
                 log.malformed[cid] = str(exc)
                 continue
-            log.kernels[cid] = kernels
+            log.kernels[cid] = KernelProfile(parsed.kernels, parsed.kernel_us)
             if cid in log.done:
-                log.done[cid].kernels = kernels
+                log.done[cid].kernels, log.done[cid].kernel_us = parsed.kernels, parsed.kernel_us
         else:
             log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: bad event"
     return log

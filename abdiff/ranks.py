@@ -54,7 +54,8 @@ def merge_records(records: list[RoundRecord]) -> RoundRecord:
         if not _same([r.facts.get(name) for r in records])
     }
     return RoundRecord(status, error, latency, first.facts, first.kernels, first.round,
-                       ranks=[asdict(r) for r in records], rank_differences=differences)
+                       ranks=[asdict(r) for r in records], rank_differences=differences,
+                       kernel_us=first.kernel_us)
 
 
 def merge_rank_logs(logs: list[RoundLog]) -> RoundLog:
@@ -81,7 +82,7 @@ def merge_rank_logs(logs: list[RoundLog]) -> RoundLog:
         for cid, facts in log.facts.items():
             merged.facts.setdefault(cid, facts)
     # kernels, order and phase are rank 0's, like facts (every rank runs the same order)
-    merged.kernels = logs[0].kernels
+    merged.kernels = logs[0].kernels  # each a KernelProfile: counts and times
     merged.order = logs[0].order
     merged.phase = logs[0].phase
     return merged

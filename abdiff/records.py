@@ -48,6 +48,8 @@ class RoundRecord:
     # how the warm-up before the timed iterations ended: {"calls", "seconds", "settled", "batches"}
     warmup: dict[str, Any] = field(default_factory=dict)
     session: str | None = None  # the measuring session (RunFile.sessions), for drift
+    # each kernel's (operator's self time, on the CPU) total time in the profiled call, us
+    kernel_us: dict[str, Annotated[float, Min(0)]] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,6 +112,17 @@ class LatencyResult:
 
 
 @dataclass
+class KernelDelta:
+    """One kernel's time in the profiled call on each side and B - A, us (kernel_times.py).
+    A renamed template instantiation reads `name<float> -> <BFloat16>`."""
+
+    kernel: str
+    a_us: float
+    b_us: float
+    delta_us: float
+
+
+@dataclass
 class ConfigResult:
     """Everything compared for one config, and what the policy makes of it."""
 
@@ -126,6 +139,8 @@ class ConfigResult:
     latency: LatencyResult
     in_scope: bool = False
     verdict: Verdict = "unchanged"
+    # where the latency or the kernels changed: the kernels that account for it, largest first
+    kernel_deltas: list[KernelDelta] = field(default_factory=list)
 
 
 @dataclass

@@ -301,7 +301,7 @@ def measure(
     progress.plan("first rounds", len(slots) * len(configs))
     try:
         with standing_by(launcher, settings.prestart, measurement.state_dir / "standby",
-                         settings.device, settings.pass_env, settings.max_memory_bytes) as pool:
+                         settings.pass_env, settings.max_memory_bytes) as pool:
             first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
             run_slots(measurement, first, configs, target, launcher, settings, progress)
             if after_first_round is not None:

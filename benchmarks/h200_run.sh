@@ -83,12 +83,15 @@ measure() {
   fi
   pack
 }
-measure pr..pr pr..pr
-measure pr..pr-slow pr..pr-slow
-measure main..pr main..pr
-# the same A/A with every worker started cold: does starting the next worker ahead
-# (--prestart, on by default with 4+ cores) change the spread of the rounds?
-measure pr..pr-cold pr..pr --prestart off
+# STEPS (environment): which runs, by name; all by default
+STEPS=${STEPS:-"pr..pr pr..pr-slow main..pr pr..pr-cold"}
+wanted() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+wanted pr..pr && measure pr..pr pr..pr
+wanted pr..pr-slow && measure pr..pr-slow pr..pr-slow
+wanted main..pr && measure main..pr main..pr
+# the same A/A with every worker started cold (benchmarks/prestart_noise.sh compares the two
+# ways with fixed rounds)
+wanted pr..pr-cold && measure pr..pr-cold pr..pr --prestart off
 if [ "$DEVICE" = cuda ] && [ "$($PY -c "print(int($(date +%s.%N) - $T0 < $BUDGET_S + 60))")" = 1 ]; then
   $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -5 >"$R/gpu-tests.txt"
 fi
@@ -99,21 +102,17 @@ $PY - "$R" "$CONFIG" >"$R/summary.txt" 2>&1 <<'EOF'
 """The short table: each run's exit, wall time, timed share, verdicts and what it flagged."""
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, "benchmarks")
+import noise  # noqa: E402 - benchmarks/ is no package
+
 
 def round_cv(folder: Path) -> str:
-    """Median and largest CV of the round medians over the run's config-sides (3+ rounds)."""
-    cvs = []
-    for side in "ab":
-        for config in json.loads((folder / f"{side}.json").read_text())["configs"]:
-            medians = [statistics.median(r["latency_us"]) for r in config["rounds"]
-                       if r["status"] == "ok" and r["latency_us"]]
-            if len(medians) >= 3:
-                cvs.append(statistics.stdev(medians) / statistics.mean(medians))
-    return f"{statistics.median(cvs):.2%}/{max(cvs):.2%}" if cvs else "?"
+    """Median and largest CV of the round medians over the run's config-sides (noise.py)."""
+    cv = noise.round_cv([str(folder / "a.json"), str(folder / "b.json")])
+    return f"{cv[1]:.2%}/{cv[2]:.2%}" if cv else "?"
 
 
 results, planted = Path(sys.argv[1]), sys.argv[2]

@@ -41,7 +41,7 @@ def main() -> int:
         captures = []
         for _ in range(3):
             start = time.perf_counter()
-            kernels = profile_kernels(run_pack, device)
+            kernels = profile_kernels(run_pack, device).counts
             captures.append((time.perf_counter() - start) * 1e6)
         after = statistics.median(time_iterations(run_pack, 0, 30, device, False).latency_us)
         rows.append([f"GEN-{backend}-bs{args.batch_size}-q{seq_len_q}", f"{before:.1f}",

@@ -2,10 +2,14 @@
 
     python benchmarks/noise.py RUNFILE [RUNFILE ...]
     python benchmarks/noise.py --by-round RUNFILE [RUNFILE ...]
+    python benchmarks/noise.py --summary RUNFILE [RUNFILE ...]
 
 Round-to-round: coefficient of variation of the round medians (between-process
 noise, what the statistics must cover). Iteration-to-iteration: the P10-P90
 spread inside a round relative to its median (median over rounds).
+
+`--summary`: one line, the median and the largest round-to-round CV over every
+config-side with 3 or more rounds (how two ways of running compare).
 
 `--by-round`: each round's median relative to the median of its config's round
 medians on that side, summarised per round over every config and side. Rounds
@@ -46,6 +50,26 @@ def variation(paths: list[str]) -> str:
                                    "round-to-round CV", "within-round P10-P90"])
 
 
+def round_cv(paths: list[str]) -> tuple[int, float, float] | None:
+    """(config-sides, median, largest) round-to-round CV over the run files' config-sides
+    with 3 or more rounds; None when there is none."""
+    cvs = []
+    for path in paths:
+        for config in load_run_file(Path(path)).configs:
+            rounds = [np.asarray(r.latency_us) for r in config.rounds
+                      if r.status == "ok" and r.latency_us]
+            if len(rounds) >= 3:
+                cvs.append(stats.round_variation(rounds))
+    return (len(cvs), float(np.median(cvs)), float(np.max(cvs))) if cvs else None
+
+
+def summary_line(paths: list[str]) -> str:
+    cv = round_cv(paths)
+    if cv is None:
+        return "no config-side with 3 or more rounds"
+    return f"{cv[0]} config-sides, round-to-round CV median {cv[1]:.2%}, max {cv[2]:.2%}"
+
+
 def round_deviations(paths: list[str]) -> dict[int, list[float]]:
     """Round index -> each config's (round median / median of its round medians - 1)."""
     by_round: dict[int, list[float]] = defaultdict(list)
@@ -76,6 +100,8 @@ def by_round_table(paths: list[str]) -> str:
 def main(args: list[str]) -> int:
     if args[:1] == ["--by-round"]:
         print(by_round_table(args[1:]))
+    elif args[:1] == ["--summary"]:
+        print(summary_line(args[1:]))
     else:
         print(variation(args))
     return 0

@@ -104,11 +104,12 @@ def kv_extra_for(checkout: Path, params: dict, device: str, base_us: float,
     slower), and a length whose kernels differ from the base's is passed over: the
     change must show in the latency alone. The step count closest to `percent` wins.
     """
-    base_kernels = profile_kernels(run_pack_of(checkout, params, device), device)
+    base_kernels = profile_kernels(run_pack_of(checkout, params, device), device).counts
     tried: list[tuple[int, float]] = []
     for steps in range(1, 65):
         extra = steps * KV_STEP
-        if profile_kernels(run_pack_of(checkout, params, device, extra), device) != base_kernels:
+        if profile_kernels(run_pack_of(checkout, params, device, extra), device).counts != \
+                base_kernels:
             continue
         cost = 100 * (median_us(checkout, params, device, extra) / base_us - 1)
         tried.append((extra, cost))

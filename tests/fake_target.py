@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome
-from abdiff.protocol import RecordWriter, RoundJob
+from abdiff.protocol import KernelProfile, RecordWriter, RoundJob
 from abdiff.records import RoundRecord
 from abdiff.rounds import RoundSettings
 from abdiff.schedule import Measurement, Plan, SideRun, empty_run, measure
@@ -75,7 +75,7 @@ class FakeLauncher(Launcher):
                 writer.done(config["id"], record)
             if job.profile_kernels:  # the capture pass, after every config was timed
                 for config in [*job.configs, *job.capture_only]:
-                    writer.kernels(config["id"], {"kernel": 1})
+                    writer.kernels(config["id"], KernelProfile({"kernel": 1}, {"kernel": 2.5}))
         finally:
             writer.close()
         return ProcessOutcome(0, False, stderr)

@@ -60,6 +60,10 @@ def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> Non
             # a different attention path: SDPA with a draft mask instead of bmm + softmax
             assert any("scaled_dot_product" in k for k in config["kernels_added"]), cid
             assert "aten::bmm" in config["kernels_removed"], cid
+            # the kernel times name what the change is made of: the new or the dropped path
+            changed = set(config["kernels_added"]) | set(config["kernels_removed"])
+            assert config["kernel_deltas"], cid
+            assert any(d["kernel"] in changed for d in config["kernel_deltas"]), cid
         elif config["params"]["backend"] == "DSA" and q > 1:
             assert (config["verdict"], config["status_change"]) == ("expected", "fixed"), cid
             assert config["facts_changed"]["attn_metadata.kv_lens_cuda_2d.shape"][1][1] == q

@@ -21,7 +21,8 @@ pack = Runner("TRTLLM", device="cuda").create_run_pack(
     "GEN", batch_size=32, seq_len_q=4, seq_len_kv_cache=2049)
 print(json.dumps({
     "max_total_draft_tokens": find_attn_metadata(pack).max_total_draft_tokens,
-    "kernels": profile_kernels(pack, "cuda"),
+    "kernels": profile_kernels(pack, "cuda").counts,
+    "kernel_us": profile_kernels(pack, "cuda").us,
     "events": time_iterations(pack, 3, 10, "cuda", cuda_graph=False).latency_us,
     "graph": time_iterations(pack, 3, 10, "cuda").latency_us,  # graph replay: the default
     "warmup": time_iterations(pack, 3, 10, "cuda").warmup_json(),
@@ -54,6 +55,9 @@ def test_trtllm_kernel_selection_changes_on_pr_v1(demo: Path) -> None:
     main, pr_v1 = probe(demo / "main"), probe(demo / "pr-v1")
     assert main["max_total_draft_tokens"] is None and pr_v1["max_total_draft_tokens"] == 3
     assert main["kernels"] and pr_v1["kernels"]
+    for result in (main, pr_v1):  # every kernel has a device time, a few us to a few ms each
+        assert set(result["kernel_us"]) == set(result["kernels"])
+        assert all(0 < us < 5e4 for us in result["kernel_us"].values()), result["kernel_us"]
     assert set(main["kernels"]) != set(pr_v1["kernels"])
     assert any("softmax" in k.lower() for k in main["kernels"])
     assert any("sdpa" in k.lower() or "flash" in k.lower() for k in pr_v1["kernels"])

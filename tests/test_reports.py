@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigResult, LatencyResult, Result, Side
+from abdiff.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 from abdiff.reports import FORMATS, common, markdown, render
 from abdiff.reports import html as html_report
 from abdiff.reports import json as json_report
@@ -548,3 +548,18 @@ def test_identical_failure_lines_are_one_footnote() -> None:
     text = table_report.render(result, width=200, colour=False)
     notes = [ln for ln in text.splitlines() if ln.startswith("[")]
     assert notes == [f"[1] {source.id}, {other.id} A: SIGABRT: {DG_ASSERT}"]
+
+
+def test_kernel_time_root_cause_in_every_format() -> None:
+    result = make_result()
+    trt = next(c for c in result.configs if c.verdict == "unintended")
+    trt.kernel_deltas = [KernelDelta(SDPA, 0.0, 21.5, 21.5),
+                         KernelDelta("aten::bmm", 14.25, 0.0, -14.25)]
+    assert common.root_cause_lines(trt) == [f"Δ +21.5 µs {SDPA}", "Δ -14.2 µs aten::bmm"]
+    for text in (markdown.render(result), table_report.render(result, width=200, colour=False),
+                 html_report.render(result)):
+        assert "+21.5 µs" in text and "-14.2 µs aten::bmm" in text
+    data = json.loads(json_report.render(result))
+    config = next(c for c in data["configs"] if c["verdict"] == "unintended")
+    assert config["kernel_deltas"][0] == {"kernel": SDPA, "a_us": 0.0, "b_us": 21.5,
+                                          "delta_us": 21.5}

@@ -48,7 +48,7 @@ def report(log: Path) -> dict:
 
 @pytest.fixture
 def pool(tmp_path: Path):
-    pool = StandbyPool(tmp_path / "standby", "cpu")
+    pool = StandbyPool(tmp_path / "standby")
     yield pool
     pool.close()
 

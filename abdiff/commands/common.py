@@ -78,7 +78,7 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-threads", type=positive_int, default=1,
                         help="torch threads per worker on the CPU (default 1)")
     parser.add_argument("--prestart", choices=["auto", "on", "off"], default="auto",
-                        help="start the next worker process (Python, torch, CUDA context) "
+                        help="start the next worker process (Python, torch import) "
                              "while the current one measures; auto: on machines with 4 or "
                              "more cores (default auto)")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")

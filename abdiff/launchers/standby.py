@@ -1,5 +1,5 @@
 """Workers started ahead of their job (`--prestart`), so that the next worker's Python
-start, torch import and CUDA context overlap the current worker's measurement.
+start and torch import overlap the current worker's measurement.
 
 A run starts dozens of worker processes one after the other, and on an H200
 their start was 44% of the wall time. The pool keeps one process waiting
@@ -29,10 +29,9 @@ STANDBY_MODULE = "abdiff.launchers.standby_worker"
 class StandbyPool:
     """At most one worker process waiting for its job, started from `folder`."""
 
-    def __init__(self, folder: Path, device: str, pass_env: list[str] | None = None,
+    def __init__(self, folder: Path, pass_env: list[str] | None = None,
                  max_memory_bytes: int | None = None) -> None:
         self.folder = Path(folder)
-        self.device = device
         self.pass_env = pass_env
         self.max_memory_bytes = max_memory_bytes
         self.waiting: StartedProcess | None = None
@@ -88,7 +87,7 @@ class StandbyPool:
     def _start_next(self, spec: LaunchSpec) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"standby{self.started}"
-        standby = LaunchSpec([sys.executable, "-m", STANDBY_MODULE, self.device], self.folder,
+        standby = LaunchSpec([sys.executable, "-m", STANDBY_MODULE], self.folder,
                              dict(spec.env))
         self.waiting = start_process(standby, self.folder / f"{name}.stdout.txt",
                                      self.folder / f"{name}.stderr.txt", self.pass_env,
@@ -98,14 +97,14 @@ class StandbyPool:
 
 
 @contextlib.contextmanager
-def standing_by(launcher: Launcher, enabled: bool, folder: Path, device: str,
+def standing_by(launcher: Launcher, enabled: bool, folder: Path,
                 pass_env: list[str] | None, max_memory_bytes: int | None
                 ) -> Iterator[StandbyPool | None]:
     """Give `launcher` a pool for the duration of a measurement (where asked and it can)."""
     if not (enabled and launcher.can_prestart):
         yield None
         return
-    pool = StandbyPool(folder, device, pass_env, max_memory_bytes)
+    pool = StandbyPool(folder, pass_env, max_memory_bytes)
     launcher.standby = pool
     try:
         yield pool

@@ -1,14 +1,13 @@
-"""A worker process started before its job: `python -m abdiff.launchers.standby_worker DEVICE`.
+"""A worker process started before its job: `python -m abdiff.launchers.standby_worker`.
 
-Python's start and the torch import (on CUDA also the context) cost a second or
-more per worker process, and a run starts dozens. The local launcher starts the
-next worker this way while the current one measures (launchers/standby.py): this
-process does that side-independent part, then waits for one line on stdin, its
-job, as JSON: {"cwd", "argv", "stdout", "stderr"}. It then becomes `argv`
-(`python -m MODULE ARGS...`) in `cwd`, as if it had been started there: the
-checkout's folder first on sys.path, its output in the job's files. Nothing of a
-checkout is imported before the job names the checkout. Standard library and
-torch only until then.
+Python's start and the torch import cost a second or more per worker process,
+and a run starts dozens. The local launcher starts the next worker this way
+while the current one measures (launchers/standby.py): this process does that
+side-independent part, then waits for one line on stdin, its job, as JSON:
+{"cwd", "argv", "stdout", "stderr"}. It then becomes `argv` (`python -m MODULE
+ARGS...`) in `cwd`, as if it had been started there: the checkout's folder first
+on sys.path, its output in the job's files. Nothing of a checkout is imported
+before the job names the checkout: standard library and torch only until then.
 """
 
 from __future__ import annotations
@@ -19,12 +18,10 @@ import runpy
 import sys
 
 
-def prepare(device: str) -> None:
-    """What every worker of the run does first: import torch, and on CUDA create the context."""
-    import torch
-
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        torch.zeros(1, device="cuda")  # the first allocation creates the CUDA context
+def prepare() -> None:
+    """What every worker of the run does first: import torch. Not the CUDA context: creating
+    one while another process times its replays is a GPU-side event; it waits for the job."""
+    import torch  # noqa: F401 - the import is the work
 
 
 def become(job: dict) -> None:
@@ -42,8 +39,8 @@ def become(job: dict) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
-def main(device: str) -> int:
-    prepare(device)
+def main() -> int:
+    prepare()
     line = sys.stdin.readline()
     if not line:  # abdiff ended the run without a job for this process
         return 0
@@ -52,4 +49,4 @@ def main(device: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())

@@ -379,11 +379,20 @@ def group_of(cfg: ConfigResult, groups: list[KernelGroup]) -> KernelGroup | None
 
 def kernel_cell(cfg: ConfigResult, groups: list[KernelGroup], limit: int = KERNEL_LINES,
                 width: int = 120) -> list[str]:
-    """The kernel lines of a row: its own diff, or a pointer to the group that holds it."""
+    """The kernel lines of a row: its own diff, or a pointer to the group that holds it;
+    then the kernels whose time accounts for the change (`root_cause_lines`)."""
     group = group_of(cfg, groups)
     if group is not None:
-        return [f"{group.label}: same change in {len(group.ids)} configs"]
-    return kernel_changes(cfg, limit, width)
+        lines = [f"{group.label}: same change in {len(group.ids)} configs"]
+    else:
+        lines = kernel_changes(cfg, limit, width)
+    return lines + root_cause_lines(cfg, width)
+
+
+def root_cause_lines(cfg: ConfigResult, width: int = 120) -> list[str]:
+    """"Δ +2.07 µs spin_kernel": per kernel, B's time minus A's in the profiled call, for
+    the kernels behind a changed config (kernel_times.py), largest first."""
+    return [clip(f"Δ {d.delta_us:+.3g} µs {d.kernel}", width) for d in cfg.kernel_deltas]
 
 
 def status_cell(cfg: ConfigResult) -> str:

@@ -146,6 +146,9 @@ def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
         a, b = (list(pair) + [None, None])[:2]
         facts.append((common.clip(name, 120), common.value_text(a, 200),
                       common.value_text(b, 200)))
+    extras = _extras(cfg.latency)
+    if cfg.kernel_deltas:
+        extras.append(("kernel time, B - A", "; ".join(common.root_cause_lines(cfg, 2000))))
     return {
         "id": common.clip(cfg.id, 120),
         "anchor": "cfg-" + "".join(ch if ch.isalnum() or ch in "-_" else "_"
@@ -156,7 +159,7 @@ def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
         "times": common.times_cell(cfg.latency),
         "latency": common.latency_cell(cfg.latency),
         "method": common.clip(cfg.latency.method or "", 160),
-        "extras": _extras(cfg.latency),
+        "extras": extras,
         "facts": facts,
         "kernels": common.kernel_changes(cfg, limit=10**6, width=2000),
         "kernel_group": f"{len(group.ids)} configs ({group.label})" if group else "",

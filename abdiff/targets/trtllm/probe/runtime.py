@@ -52,6 +52,7 @@ from typing import Any
 
 from abdiff.errors import exception_line
 from abdiff.files import path_under_root
+from abdiff.protocol import KernelProfile
 from abdiff.targets.layerwise import SHAPE_KEYS
 from abdiff.targets.trtllm.probe import PLAN_ENV
 
@@ -415,7 +416,7 @@ class Probe:
                          pack.facts)
             return
         latencies = [max(value, 1e-3) for value in latencies]  # a run file needs positive numbers
-        kernels: dict[str, int] = {}
+        kernels = KernelProfile({}, {})
         if self.plan.profile_kernels and not self.plan.nsys_pending:
             try:
                 kernels = self._capture_kernels(pack)
@@ -423,10 +424,10 @@ class Probe:
                 self._failed(pack.config, f"the kernel-capture call after the timed calls "
                                           f"raised {exception_line(exc)}", pack.facts)
                 return
-        self._done(pack.config, RoundRecord("ok", None, latencies, pack.facts, kernels,
-                                            self.plan.round))
+        self._done(pack.config, RoundRecord("ok", None, latencies, pack.facts, kernels.counts,
+                                            self.plan.round, kernel_us=kernels.us))
 
-    def _capture_kernels(self, pack: _Pack) -> dict[str, int]:
+    def _capture_kernels(self, pack: _Pack) -> KernelProfile:
         """Kernels of one extra call after the timed ones: autotuning is long over, and
         the profiler's overhead reaches no latency sample. Every rank makes this call (it
         runs the same collectives as a timed one)."""

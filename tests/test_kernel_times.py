@@ -1,0 +1,63 @@
+"""kernel_times.py: per-kernel times of the capture pass name what a change is made of."""
+
+from __future__ import annotations
+
+import pytest
+
+from abdiff.kernel_times import kernel_deltas, kernel_family, root_cause, side_kernel_us
+from abdiff.measure import profile_kernels
+from abdiff.records import KernelDelta, RoundRecord
+
+
+def rounds(*times: dict[str, float]) -> list[RoundRecord]:
+    return [RoundRecord("ok", latency_us=[1.0], kernels=dict.fromkeys(t, 1), kernel_us=t)
+            for t in times]
+
+
+def test_a_new_kernel_and_a_slower_one_are_named_largest_first() -> None:
+    a = {"gemm": 40.0, "softmax": 5.0, "copy": 1.0}
+    b = {"gemm": 40.2, "softmax": 5.0, "copy": 1.1, "spin_kernel": 2.07}
+    assert kernel_deltas(a, b) == [KernelDelta("spin_kernel", 0.0, 2.07, 2.07)]
+    slower = {"gemm": 46.0, "softmax": 5.1, "copy": 1.0}
+    assert [d.kernel for d in kernel_deltas(a, slower)] == ["gemm"]
+
+
+def test_a_changed_template_argument_is_one_line() -> None:
+    a = {"void cunn_SoftMaxForwardReg<float, float>(float*, int)": 9.0, "gemm": 40.0}
+    b = {"void cunn_SoftMaxForwardReg<c10::BFloat16, float>(c10::BFloat16*, int)": 4.8,
+         "gemm": 40.0}
+    assert kernel_family(next(iter(a))) == "void cunn_SoftMaxForwardReg<>"
+    (delta,) = kernel_deltas(a, b)
+    assert delta.kernel == ("void cunn_SoftMaxForwardReg<float, float>(float*, int) -> "
+                            "<c10::BFloat16, float>(c10::BFloat16*, int)")
+    assert (delta.a_us, delta.b_us, delta.delta_us) == (9.0, 4.8, -4.2)
+
+
+def test_at_most_five_kernels_and_only_what_accounts_for_the_change() -> None:
+    a = {f"k{i}": 10.0 for i in range(10)}
+    b = {f"k{i}": 10.0 + (10 - i) for i in range(10)}
+    deltas = kernel_deltas(a, b)
+    assert [d.kernel for d in deltas] == ["k0", "k1", "k2", "k3", "k4"]
+    assert kernel_deltas(a, dict(a)) == []  # nothing changed: nothing to name
+
+
+def test_a_side_is_the_median_of_its_rounds_and_needs_times() -> None:
+    side = side_kernel_us(rounds({"gemm": 10.0}, {"gemm": 30.0, "copy": 3.0},
+                                 {"gemm": 12.0}))
+    assert side == {"gemm": 12.0, "copy": 0.0}  # copy ran in one round of three
+    old = [RoundRecord("ok", latency_us=[1.0], kernels={"gemm": 1})]  # a run file from before
+    assert side_kernel_us(old) is None
+    assert root_cause(old, rounds({"gemm": 10.0})) == []
+
+
+def test_cpu_capture_records_each_operators_self_time() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(256, 256)
+
+    def step() -> object:
+        return torch.softmax(x @ x, dim=-1)
+
+    profile = profile_kernels(step, "cpu")
+    assert set(profile.us) == set(profile.counts) >= {"aten::mm", "aten::softmax"}
+    assert all(us >= 0 for us in profile.us.values())
+    assert profile.us["aten::mm"] > 0
