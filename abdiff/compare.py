@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from abdiff import stats
+from abdiff.clocks import clock_notes
 from abdiff.kernel_times import root_cause
 from abdiff.policy import apply_policy
 from abdiff.ranks import rank_notes
@@ -236,7 +237,7 @@ def compare_runs(
         all_notes.append(noise)
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
-    all_notes += rank_notes("A", run_a) + rank_notes("B", run_b)
+    all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
     return Result(
         a=Side(run_a.rev, run_a.sha),
         b=Side(run_b.rev, run_b.sha),

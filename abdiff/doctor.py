@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from abdiff.clocks import all_pinning
 from abdiff.targets import target_class
 from abdiff.targets.base import Target
 
@@ -55,6 +56,7 @@ class Machine:
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     gpus: Callable[[], list[str]] = field(default=lambda: _gpus())
     torch: Callable[[], tuple[str | None, str | None]] = field(default=lambda: _torch())
+    clocks: Callable[[], tuple[list[str], str | None]] = field(default=lambda: all_pinning())
 
 
 def _version(name: str) -> str | None:
@@ -109,6 +111,9 @@ def machine_checks(targets: list[type[Target]], machine: Machine | None = None) 
     found: list[tuple[str, bool, str]] = []
     gpus = m.gpus()
     found.append(("GPU", bool(gpus), "; ".join(gpus) or "nvidia-smi finds none"))
+    if gpus:  # without a GPU there are no clocks to read
+        pinning, why = m.clocks()
+        found.append(("GPU clocks", bool(pinning), "; ".join(pinning) or why or "no GPU"))
     torch_version, cuda = m.torch()
     found.append(("torch", torch_version is not None, torch_version or "not importable"))
     found.append(("torch with CUDA", cuda is not None,

@@ -15,7 +15,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,7 @@ class Timed:
     latency_us: list[float]
     warmup: Warmup
     timing: str  # "graph replay" or "eager"
+    clocks: dict[str, Any] = field(default_factory=dict)  # {"start", "end"} sensor readings
 
     def warmup_json(self) -> dict[str, Any]:
         return {**asdict(self.warmup), "seconds": round(self.warmup.seconds, 4)}
@@ -189,7 +190,7 @@ def timing_kind(device: str, cuda_graph: bool) -> str:
 
 def time_iterations(
     fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = True,
-    rule: WarmupRule | None = None,
+    rule: WarmupRule | None = None, sensor: Callable[[], dict[str, Any]] | None = None,
 ) -> Timed:
     """Per-iteration latency in microseconds after the warm-up (`warm_up`).
 
@@ -198,6 +199,8 @@ def time_iterations(
     stream. With `cuda_graph` on CUDA, the run pack is captured once and replays
     are timed, as upstream's run.py does with use_cuda_graph: eager steps of a few
     hundred microseconds time the host's kernel launches instead of the GPU.
+    `sensor` (CUDA) is read just before the first timed call and after the last one
+    has finished (abdiff/clocks.py): `Timed.clocks`.
     """
     rule = rule or warmup_rule(device)
     if device != "cuda":
@@ -225,13 +228,16 @@ def time_iterations(
     warmed = warm_up(step, warmup, rule, torch.cuda.synchronize)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(runs)]
+    clocks = {"start": sensor()} if sensor else {}
     for start, end in events:
         start.record()
         step()
         end.record()
     torch.cuda.synchronize()
+    if sensor:
+        clocks["end"] = sensor()
     return Timed([start.elapsed_time(end) * 1000.0 for start, end in events], warmed,
-                 timing_kind(device, cuda_graph))
+                 timing_kind(device, cuda_graph), clocks)
 
 
 def profile_kernels(fn: Callable[[], Any], device: str) -> KernelProfile:
@@ -300,6 +306,13 @@ def gpu_identity(gpu: str) -> dict[str, str]:
             "clock_policy": f"application clock {app_clock} MHz of max {max_clock} MHz"}
 
 
+def current_gpu_uuid() -> str:
+    """`GPU-<uuid>` of torch's current CUDA device: how nvidia-smi and NVML name it."""
+    import torch
+
+    return f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
+
+
 def environment(device: str) -> dict[str, Any]:
     """The machine a round ran on: the environment fingerprint of run files and baselines."""
     import platform
@@ -319,6 +332,6 @@ def environment(device: str) -> dict[str, Any]:
             device_count=torch.cuda.device_count(),
             cuda=torch.version.cuda,
             # by UUID: CUDA_VISIBLE_DEVICES renumbers torch's devices, not nvidia-smi's
-            **gpu_identity(f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"),
+            **gpu_identity(current_gpu_uuid()),
         )
     return env

@@ -50,6 +50,9 @@ class RoundRecord:
     session: str | None = None  # the measuring session (RunFile.sessions), for drift
     # each kernel's (operator's self time, on the CPU) total time in the profiled call, us
     kernel_us: dict[str, Annotated[float, Min(0)]] = field(default_factory=dict)
+    # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/clocks.py)
+    # {"start": {"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}, "end": {...}}
+    clocks: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

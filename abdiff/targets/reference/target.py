@@ -31,6 +31,7 @@ class ReferenceTarget(Target):
     hooks = REFERENCE_HOOKS
     needs: ClassVar[dict[str, str]] = {
         "GPU": "CUDA kernel names and GPU latency (it runs on the CPU instead)",
+        "GPU clocks": "clocks and throttling per round (NVML, nvidia-ml-py)",
         "torch": "everything",
         "torch with CUDA": "GPU runs (CPU only)",
         "deep_gemm": "the real DeepGEMM kernel (the harness's Python stand-in is used)",

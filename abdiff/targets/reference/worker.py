@@ -32,11 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from abdiff.clocks import GpuSensor, open_sensor
 from abdiff.errors import exception_line
 from abdiff.files import path_under_root
 from abdiff.launchers.guard import arm_parent_death
 from abdiff.measure import (
     WarmupRule,
+    current_gpu_uuid,
     environment,
     find_attn_metadata,
     profile_kernels,
@@ -102,18 +104,19 @@ def create_run_pack(runner_cls: type, params: dict, device: str,
 
 def run_config(
     run_pack: Callable[[], Any], config_id: str, job: RoundJob, device: str,
-    writer: RecordWriter,
+    writer: RecordWriter, sensor: GpuSensor | None = None,
 ) -> RoundRecord:
-    """Read facts from the prepared run pack, warm it up and time its iterations."""
+    """Read facts from the prepared run pack, warm it up and time its iterations (with the
+    GPU's clocks read just before and after them, where there is a `sensor`)."""
     facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
     writer.facts(config_id, facts)
     # with several ranks every call is a collective: a warm-up by time would let ranks
     # disagree on how many calls they make, and the one that makes more would wait forever
     rule = COUNT_ONLY_WARMUP if job.ranks > 1 else None
     timed = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph,
-                            rule)
+                            rule, sensor.read if sensor else None)
     return RoundRecord("ok", None, timed.latency_us, facts, round=job.round,
-                       warmup=timed.warmup_json())
+                       warmup=timed.warmup_json(), clocks=timed.clocks)
 
 
 def shuffled(configs: list[dict], seed: int | None) -> list[dict]:
@@ -181,8 +184,10 @@ def main(job_path: str) -> int:
         tensor_parallel = {"tp_size": job.ranks, "tp_rank": rank}
     writer = RecordWriter(rank_record_path(job.record_path, rank))
     timing = timing_kind(device, job.cuda_graph)
+    sensor, no_sensor = open_sensor(current_gpu_uuid()) if device == "cuda" else (None, None)
     writer.env({**environment(device), "cuda_graph": timing == "graph replay", "timing": timing,
-                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {})})
+                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {}),
+                **({"clocks": "NVML" if sensor else no_sensor} if device == "cuda" else {})})
     runner_cls = _import_runner(Path.cwd())
     order = shuffled(job.configs, job.order_seed)
     writer.order(job.order_seed, [config["id"] for config in order])
@@ -191,7 +196,7 @@ def main(job_path: str) -> int:
         writer.start(config["id"])
         try:
             run_pack = create_run_pack(runner_cls, config["params"], device, tensor_parallel)
-            record = run_config(run_pack, config["id"], job, device, writer)
+            record = run_config(run_pack, config["id"], job, device, writer, sensor)
             if job.profile_kernels:
                 timed_packs[config["id"]] = run_pack
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's

@@ -1,0 +1,66 @@
+"""clocks.py: NVML readings around the timed iterations, the notes a comparison makes of
+them, and what doctor says of the clocks. The readings here are an H200's as NVML gave
+them (results/h200/); the CPU machine has no NVML, and that path is real too."""
+
+from __future__ import annotations
+
+import copy
+
+from abdiff.clocks import clock_notes, open_sensor, pinning_text, throttled
+from abdiff.doctor import Machine, machine_checks
+from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.targets import target_class
+
+STEADY = {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 38, "power_w": 121.4, "throttle": []}
+
+
+def run(readings: list[dict]) -> RunFile:
+    rounds = [RoundRecord("ok", latency_us=[40.0], round=i,
+                          clocks={"start": reading, "end": reading})
+              for i, reading in enumerate(readings)]
+    return RunFile("pr", "a" * 40, "reference", "mtp", {"device": "cuda"},
+                   [ConfigRuns("GEN-TRTLLM-bs8-q1-kv2049", {}, rounds)])
+
+
+def test_steady_clocks_on_both_sides_say_nothing() -> None:
+    assert clock_notes(run([STEADY] * 5), run([STEADY] * 5)) == []
+    cpu = RunFile("pr", "a" * 40, "reference", "mtp", {"device": "cpu"},
+                  [ConfigRuns("c", {}, [RoundRecord("ok", latency_us=[1.0])])])
+    assert clock_notes(cpu, cpu) == []  # nothing read, nothing claimed
+
+
+def test_throttled_rounds_and_different_clocks_are_noted() -> None:
+    hot = {**STEADY, "sm_mhz": 1755, "temp_c": 86, "throttle": ["sw thermal"]}
+    assert throttled({"start": STEADY, "end": hot}) == ["sw thermal"]
+    notes = clock_notes(run([STEADY] * 5), run([hot] * 3 + [STEADY] * 2))
+    assert notes[0] == ("B: 3 of 5 config rounds were timed while the GPU throttled "
+                        "(sw thermal); their latency may be the clock's")
+    assert notes[1].startswith("A and B ran at different SM clocks (median A 1980 MHz, "
+                               "B 1755 MHz)")
+
+
+def test_a_clock_one_percent_apart_is_no_difference() -> None:
+    near = copy.deepcopy(STEADY) | {"sm_mhz": 1965}
+    assert clock_notes(run([STEADY] * 5), run([near] * 5)) == []
+
+
+def test_without_nvml_nothing_is_read_and_the_reason_is_kept() -> None:
+    sensor, why = open_sensor("GPU-00000000-0000-0000-0000-000000000000")
+    assert sensor is None and why  # no NVML on this machine: the package or the driver
+
+
+def test_doctor_says_whether_clocks_are_pinned_and_how() -> None:
+    assert pinning_text({"app_mhz": 1980, "default_mhz": 1755, "max_mhz": 1980}) == \
+        "application clock pinned at 1980 MHz (default 1755, max 1980)"
+    free = pinning_text({"app_mhz": 1755, "default_mhz": 1755, "max_mhz": 1980})
+    assert "not pinned" in free and "sudo nvidia-smi -lgc 1980,1980" in free
+    machine = Machine(gpus=lambda: ["GPU 0: NVIDIA H200"], clocks=lambda: (["GPU 0: " + free],
+                                                                           None))
+    checks = {c.name: c for c in machine_checks([target_class("reference")], machine)}
+    assert checks["GPU clocks"].present and "nvidia-smi -lgc" in checks["GPU clocks"].detail
+    blind = Machine(gpus=lambda: ["GPU 0: NVIDIA H200"], clocks=lambda: ([], "NVML: no driver"))
+    checks = {c.name: c for c in machine_checks([target_class("reference")], blind)}
+    assert not checks["GPU clocks"].present and checks["GPU clocks"].detail == "NVML: no driver"
+    no_gpu = Machine(gpus=lambda: [])
+    assert "GPU clocks" not in {c.name for c in machine_checks([target_class("reference")],
+                                                               no_gpu)}
