@@ -5,7 +5,7 @@
 # machine hits both alike; prints each run's exit, wall time and round-to-round CV
 # (benchmarks/noise.py --summary). Numbers go to docs/performance.md.
 #     bash benchmarks/prestart_noise.sh [--device auto|cpu|cuda] [--pairs 2] [--rounds 5]
-# Output: $OUT/prestart.txt (default OUT=/tmp/abdiff-prestart).
+# Output: $OUT/prestart.txt and $OUT/prestart-runs.tar.gz (default OUT=/tmp/abdiff-prestart).
 set -uo pipefail
 DEVICE=auto PAIRS=2 ROUNDS=5
 while [ $# -gt 0 ]; do
@@ -35,3 +35,5 @@ for i in $(seq 1 "$PAIRS"); do
       | tee -a "$OUT/prestart.txt"
   done
 done
+# the run files and results, for docs/performance.md and the tests' recorded data
+(cd "$W" && tar -czf "$OUT/prestart-runs.tar.gz" cache-*/runs/*/[ab].json result-*.json)
