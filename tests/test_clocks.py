@@ -1,16 +1,18 @@
 """clocks.py: NVML readings around the timed iterations, the notes a comparison makes of
-them, and what doctor says of the clocks. The readings here are an H200's as NVML gave
-them (results/h200/); the CPU machine has no NVML, and that path is real too."""
+them, and what doctor says of the clocks. Run files recorded on an H200 (results/h200/)
+give the real readings; the CPU machine has no NVML, and that path is real too."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 from abdiff.clocks import clock_notes, open_sensor, pinning_text, throttled
 from abdiff.doctor import Machine, machine_checks
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file
 from abdiff.targets import target_class
 
+H200 = Path(__file__).parent.parent / "results/h200/issue16/prestart/import-standby/pr..pr-slow"
 STEADY = {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 38, "power_w": 121.4, "throttle": []}
 
 
@@ -64,3 +66,20 @@ def test_doctor_says_whether_clocks_are_pinned_and_how() -> None:
     no_gpu = Machine(gpus=lambda: [])
     assert "GPU clocks" not in {c.name for c in machine_checks([target_class("reference")],
                                                                no_gpu)}
+
+
+def test_recorded_h200_rounds_carry_readings_and_raise_no_note() -> None:
+    run_a, run_b = load_run_file(H200 / "a.json"), load_run_file(H200 / "b.json")
+    assert run_b.env["clocks"] == "NVML"
+    readings = [r.clocks for c in run_b.configs for r in c.rounds if r.status == "ok"]
+    assert readings and all(set(r) == {"start", "end"} for r in readings)
+    assert {r["start"]["sm_mhz"] for r in readings} == {1980}  # boost clock, never throttled
+    assert clock_notes(run_a, run_b) == []
+    # the same rounds with B's GPU held at a lower clock by its power cap
+    for config in run_b.configs:
+        for record in config.rounds:
+            for reading in record.clocks.values():
+                reading.update(sm_mhz=1650, throttle=["sw power cap"])
+    notes = clock_notes(run_a, run_b)
+    assert len(notes) == 2 and "throttled (sw power cap)" in notes[0]
+    assert "median A 1980 MHz, B 1650 MHz" in notes[1]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from abdiff.kernel_times import kernel_deltas, kernel_family, root_cause, side_kernel_us
 from abdiff.measure import profile_kernels
-from abdiff.records import KernelDelta, RoundRecord
+from abdiff.records import KernelDelta, RoundRecord, load_run_file
+
+H200 = Path(__file__).parent.parent / "results/h200/issue16/prestart/import-standby/pr..pr-slow"
+PLANTED = "GEN-TRTLLM-bs32-q1-kv2049"  # benchmarks/plant_slowdown.py: +3% of torch.cuda._sleep
 
 
 def rounds(*times: dict[str, float]) -> list[RoundRecord]:
@@ -61,3 +66,16 @@ def test_cpu_capture_records_each_operators_self_time() -> None:
     assert set(profile.us) == set(profile.counts) >= {"aten::mm", "aten::softmax"}
     assert all(us >= 0 for us in profile.us.values())
     assert profile.us["aten::mm"] > 0
+
+
+def test_recorded_h200_planted_slowdown_is_named() -> None:
+    """pr..pr-slow on an H200: the planted sleep kernel is what B's extra time is made of."""
+    run_a, run_b = load_run_file(H200 / "a.json"), load_run_file(H200 / "b.json")
+    deltas = root_cause(run_a.config(PLANTED).rounds, run_b.config(PLANTED).rounds)
+    assert "spin_kernel" in deltas[0].kernel and deltas[0].a_us == 0
+    assert 1.5 < deltas[0].delta_us < 4  # the plant: 2.07 us of sleep per call
+    assert all(abs(d.delta_us) < deltas[0].delta_us for d in deltas[1:])
+    # a config nothing was planted in: its kernels' times barely move
+    other = "GEN-TRTLLM-bs8-q1-kv2049"
+    for delta in root_cause(run_a.config(other).rounds, run_b.config(other).rounds):
+        assert abs(delta.delta_us) < 1.0, delta
