@@ -58,11 +58,16 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+# workers started ahead of their job: a quarter less wall time on 2 cores
+AHEAD = ("--prestart", "on")
+
+
 def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.yaml", [2], ("DSA", "TRTLLM"), (1, 4))
     folder, cache = tmp_path / "baselines", tmp_path / "cache"
     common = ("--configs", suite, "--repo", demo, "--cache-dir", cache, "--baselines-dir", folder)
-    done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "main", "--rounds", 2, *common)
+    done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "main", *AHEAD, "--rounds", 2,
+                      *common)
     assert done.returncode == 0, done.stderr
     stored = load_run_file(folder / "rel-1.json")
     assert stored.rev == "main" and stored.env["cpu_model"] and stored.env["torch"]
@@ -72,8 +77,8 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     shown = run_abdiff("baseline", "show", "rel-1", "--repo", demo, "--baselines-dir", folder)
     assert "session drift: unknown (one measuring session" in shown.stdout
 
-    done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "main", "--rounds", 1, "--append",
-                      "--seed", 5, *common)
+    done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "main", *AHEAD, "--rounds", 1,
+                      "--append", "--seed", 5, *common)
     assert done.returncode == 0, done.stderr
     appended = load_run_file(folder / "rel-1.json")
     assert all(sorted(r.round for r in c.rounds) == [0, 1, 2] for c in appended.configs)
@@ -90,7 +95,7 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert "session drift: between-session SD" in shown.stdout and "over 2 sessions" in shown.stdout
 
     # 2 rounds leave latency inconclusive; B still gets no adaptive rounds (max-rounds 15)
-    done = run_abdiff("baseline:rel-1..pr", "--expect", "backend=DSA", "--rounds", 2,
+    done = run_abdiff("baseline:rel-1..pr", "--expect", "backend=DSA", *AHEAD, "--rounds", 2,
                       "--json", tmp_path / "r.json", *common)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r.json").read_text())
@@ -109,22 +114,22 @@ def test_other_machine_is_refused_unless_allowed(demo: Path, tmp_path: Path) -> 
     suite = write_suite(tmp_path / "s.yaml", [2])
     folder, cache = tmp_path / "baselines", tmp_path / "cache"
     common = ("--configs", suite, "--repo", demo, "--cache-dir", cache, "--baselines-dir", folder)
-    assert run_abdiff("baseline", "refresh", "b", "--rev", "pr", "--rounds", 1,
+    assert run_abdiff("baseline", "refresh", "b", "--rev", "pr", *AHEAD, "--rounds", 1,
                       *common).returncode == 0
     data = json.loads((folder / "b.json").read_text())
     data["env"].update(torch="1.0.0", cpu_model="Some Other CPU")
     (folder / "b.json").write_text(json.dumps(data))
-    refused = run_abdiff("baseline:b..pr", "--rounds", 1, "--max-rounds", 1, *common)
+    refused = run_abdiff("baseline:b..pr", *AHEAD, "--rounds", 1, "--max-rounds", 1, *common)
     assert refused.returncode == 2
     line = refused.stderr.strip()
     assert "\n" not in line and "torch: '1.0.0' in the baseline" in line
     assert "--allow-env-mismatch" in line
-    allowed = run_abdiff("baseline:b..pr", "--rounds", 1, "--max-rounds", 1,
+    allowed = run_abdiff("baseline:b..pr", *AHEAD, "--rounds", 1, "--max-rounds", 1,
                          "--allow-env-mismatch", "--format", "markdown", *common)
     assert allowed.returncode in (0, 1), allowed.stderr
     assert "environment differs from the baseline" in allowed.stdout
-    appended = run_abdiff("baseline", "refresh", "b", "--rev", "pr", "--rounds", 1, "--append",
-                          *common)
+    appended = run_abdiff("baseline", "refresh", "b", "--rev", "pr", *AHEAD, "--rounds", 1,
+                          "--append", *common)
     assert appended.returncode == 2 and "environment differs" in appended.stderr
 
 
@@ -135,7 +140,7 @@ def test_committed_reference_baseline_matches_a_fresh_run(demo: Path, tmp_path: 
     assert committed.rev == "pr" and committed.suite == "mtp"
     done = run_abdiff("baseline:reference-cpu..pr", "--configs", "mtp", "--repo", demo,
                       "--cache-dir", tmp_path / "cache", "--baselines-dir", ROOT / "baselines",
-                      "--allow-env-mismatch", "--rounds", 1, "--max-rounds", 1,
+                      "--allow-env-mismatch", *AHEAD, "--rounds", 1, "--max-rounds", 1,
                       "--json", tmp_path / "r.json", timeout=400)
     assert done.returncode in (0, 1), done.stderr
     result = json.loads((tmp_path / "r.json").read_text())

@@ -32,9 +32,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def diff(demo: Path, rev_range: str, out: Path, *extra: object) -> tuple[int, dict, str]:
+    """The mtp suite in 2 rounds, each worker started ahead of its job (--prestart): every
+    worker must still run its own side's code."""
     done = run_abdiff(rev_range, "--configs", "mtp", "--repo", demo, "--cache-dir",
-                      out / "cache", "--rounds", 2, "--max-rounds", 2, "--json",
-                      out / "result.json", "--format", "markdown", "--output",
+                      out / "cache", "--rounds", 2, "--max-rounds", 2, "--prestart", "on",
+                      "--json", out / "result.json", "--format", "markdown", "--output",
                       out / "report.md", *extra)
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads((out / "result.json").read_text()), done.stderr
@@ -47,8 +49,7 @@ def by_id(result: dict) -> dict[str, dict]:
 def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> None:
     before = (git(demo, "status", "--porcelain"), git(demo, "rev-parse", "HEAD"),
               git(demo, "branch", "--list"))
-    # workers started ahead of their job (--prestart): each must still run its own side's code
-    code, result, stderr = diff(demo, "main..pr-v1", tmp_path, "--prestart", "on")
+    code, result, stderr = diff(demo, "main..pr-v1", tmp_path)
     assert code == 1 and result["summary"]["exit_code"] == 1
     assert re.search(r"worker processes this run \((\d+) started ahead\)", stderr), stderr
     configs = by_id(result)
@@ -124,7 +125,8 @@ def test_run_then_compare_matches(demo: Path, tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s.yaml", [2], ("DSA", "TRTLLM"), (1, 4))
     for rev in ("main", "pr"):
         done = run_abdiff("run", rev, "--configs", suite, "--repo", demo, "--cache-dir",
-                          tmp_path / "cache", "--rounds", 2, "--out", tmp_path / f"{rev}.json")
+                          tmp_path / "cache", "--rounds", 2, "--prestart", "on", "--out",
+                          tmp_path / f"{rev}.json")
         assert done.returncode == 0, done.stderr
         assert done.stderr.splitlines()[-1].startswith(
             f"abdiff: wrote {tmp_path / f'{rev}.json'} (run file of {rev} ")

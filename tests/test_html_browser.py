@@ -108,8 +108,8 @@ def demo_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     build_demo_repo(repo)
     suite = write_suite(work / "suite.yaml", [8], backends=("DSA", "TRTLLM"), seq_len_q=(1, 4))
     done = run_abdiff("main..pr-v1", "--configs", suite, "--repo", repo, "--cache-dir",
-                      work / "cache", "--rounds", 3, "--max-rounds", 3, "--expect",
-                      "backend=DSA", "--html", work / "report.html", "--json",
+                      work / "cache", "--rounds", 3, "--max-rounds", 3, "--prestart", "on",
+                      "--expect", "backend=DSA", "--html", work / "report.html", "--json",
                       work / "result.json")
     assert done.returncode == 1, done.stderr  # TRTLLM q4 changed: the story's exit code
     return work / "report.html", json.loads((work / "result.json").read_text())
