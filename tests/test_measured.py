@@ -86,11 +86,15 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_nothing_importable_on_both_sides_is_exit_3_after_one_round(demo: Path,
-                                                                    tmp_path: Path) -> None:
+@pytest.mark.parametrize("prestart", ["off", "on"])
+def test_nothing_importable_on_both_sides_is_exit_3_after_one_round(demo: Path, tmp_path: Path,
+                                                                    prestart: str) -> None:
+    """Also with workers started ahead of their job: the waiting process imports torch
+    fine, then the checkout's harness fails, and that is what is reported."""
     suite = write_suite(tmp_path / "s.yaml", [1, 2])
     proc = run_abdiff("broken..broken", "--configs", suite, "--repo", demo, "--cache-dir",
-                      tmp_path / "cache", "--target", "reference", "--rounds", 3)
+                      tmp_path / "cache", "--target", "reference", "--rounds", 3,
+                      "--prestart", prestart)
     assert proc.returncode == 3, proc.stderr
     match = NOTHING_MEASURED.fullmatch(one_line(proc.stderr))
     assert match, proc.stderr

@@ -283,7 +283,7 @@ def test_abort_and_hang_in_one_rank_are_named_and_the_other_config_still_runs(
     try:
         done = abdiff_ranks(launcher, env, "main..rankfault", "--configs", suite, "--repo",
                             rank_repo, "--cache-dir", cache, "--rounds", "1", "--max-rounds", "1",
-                            "--timeout", "20", "--json", tmp_path / "r.json")
+                            "--timeout", "12", "--json", tmp_path / "r.json")
         assert done.returncode == 1, done.stdout + done.stderr
         configs = {c["id"]: c for c in json.loads((tmp_path / "r.json").read_text())["configs"]}
         aborted = configs["GEN-TRTLLM-bs3-q1-kv64"]

@@ -450,7 +450,7 @@ def test_a_hung_phase_is_named(checkouts: dict[str, Path], tmp_path: Path) -> No
                           '            if AutoTuner.get().is_tuning_mode:\n'
                           '                __import__("time").sleep(600)\n')
     configs = [Config(c["id"], c["params"]) for c in [cfg("TRTLLM", 2, 1), cfg("TRTLLM", 2, 2)]]
-    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=20)
+    settings = RoundSettings(facts=FACTS, warmup_times=1, run_times=3, timeout_s=12)
     records: dict = {}
     run_round(TrtllmTarget(), LocalLauncher(), checkout, configs, settings, 0, tmp_path / "work",
               lambda cid, rec: records.__setitem__(cid, rec))
