@@ -32,7 +32,14 @@ class GpuSensor:
         self._handle = handle
 
     def read(self) -> dict[str, Any]:
-        """SM and memory clock (MHz), temperature (C), power (W) and active slowdowns."""
+        """SM and memory clock (MHz), temperature (C), power (W) and active slowdowns; a
+        reading NVML refuses is kept as {"error": ...}: it must not fail the config."""
+        try:
+            return self._read()
+        except self._nvml.NVMLError as exc:
+            return {"error": f"NVML: {exc}"}
+
+    def _read(self) -> dict[str, Any]:
         nvml, handle = self._nvml, self._handle
         reasons = nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
         return {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from abdiff.clocks import clock_notes, open_sensor, pinning_text, throttled
+from abdiff.clocks import GpuSensor, clock_notes, open_sensor, pinning_text, throttled
 from abdiff.doctor import Machine, machine_checks
 from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file
 from abdiff.targets import target_class
@@ -83,3 +83,23 @@ def test_recorded_h200_rounds_carry_readings_and_raise_no_note() -> None:
     notes = clock_notes(run_a, run_b)
     assert len(notes) == 2 and "throttled (sw power cap)" in notes[0]
     assert "median A 1980 MHz, B 1650 MHz" in notes[1]
+
+
+class RefusingNvml:
+    """NVML's interface where the driver refuses a query (no NVML here to refuse for real)."""
+
+    NVML_CLOCK_SM = 1
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object) -> int:  # noqa: N802
+        raise self.NVMLError("Not Supported")
+
+
+def test_a_refused_reading_is_kept_and_does_not_fail_the_config() -> None:
+    reading = GpuSensor(RefusingNvml(), handle=None).read()
+    assert reading == {"error": "NVML: Not Supported"}
+    assert throttled({"start": reading, "end": reading}) == []
+    refused = run([reading] * 3)
+    assert clock_notes(refused, refused) == []  # no numbers, no claim
