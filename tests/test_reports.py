@@ -556,6 +556,8 @@ def test_kernel_time_root_cause_in_every_format() -> None:
     trt.kernel_deltas = [KernelDelta(SDPA, 0.0, 21.5, 21.5),
                          KernelDelta("aten::bmm", 14.25, 0.0, -14.25)]
     assert common.root_cause_lines(trt) == [f"Δ +21.5 µs {SDPA}", "Δ -14.2 µs aten::bmm"]
+    trt.latency.a_us, trt.latency.b_us = 157.4, 2376.0  # slower: how much the kernels make up
+    assert common.root_cause_lines(trt)[-1] == "(these: +7.25 µs of the +2219 µs change)"
     for text in (markdown.render(result), table_report.render(result, width=200, colour=False),
                  html_report.render(result)):
         assert "+21.5 µs" in text and "-14.2 µs aten::bmm" in text

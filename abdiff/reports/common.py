@@ -391,8 +391,15 @@ def kernel_cell(cfg: ConfigResult, groups: list[KernelGroup], limit: int = KERNE
 
 def root_cause_lines(cfg: ConfigResult, width: int = 120) -> list[str]:
     """"Δ +2.07 µs spin_kernel": per kernel, B's time minus A's in the profiled call, for
-    the kernels behind a changed config (kernel_times.py), largest first."""
-    return [clip(f"Δ {d.delta_us:+.3g} µs {d.kernel}", width) for d in cfg.kernel_deltas]
+    the kernels behind a changed config (kernel_times.py), largest first. Where latency
+    moved, a last line says how much of the move those kernels make up: time spent
+    outside kernels (on the host) is not in them."""
+    lines = [clip(f"Δ {d.delta_us:+.3g} µs {d.kernel}", width) for d in cfg.kernel_deltas]
+    lat = cfg.latency
+    if lines and lat.verdict in ("slower", "faster") and lat.a_us and lat.b_us:
+        named = sum(d.delta_us for d in cfg.kernel_deltas)
+        lines.append(f"(these: {named:+.3g} µs of the {lat.b_us - lat.a_us:+.4g} µs change)")
+    return lines
 
 
 def status_cell(cfg: ConfigResult) -> str:
