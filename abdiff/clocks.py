@@ -63,32 +63,42 @@ class GpuSensor:
 NO_PACKAGE = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 
 
-def open_sensor(uuid: str) -> tuple[GpuSensor | None, str | None]:
-    """(sensor, None) for the GPU named `GPU-<uuid>` (by UUID: CUDA_VISIBLE_DEVICES
-    renumbers devices, NVML does not), or (None, why not)."""
+def _nvml() -> tuple[Any, str | None]:
+    """(pynvml, None) once NVML is initialised, or (None, why not): the package missing, or NVML
+    refusing to start (no NVIDIA driver)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return GpuSensor(pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid)), None
+        return pynvml, None
     except ImportError:
         return None, NO_PACKAGE
     except Exception as exc:  # noqa: BLE001 - pynvml raises its own NVMLError classes
         return None, f"NVML: {exc}"
 
 
+def open_sensor(uuid: str) -> tuple[GpuSensor | None, str | None]:
+    """(sensor, None) for the GPU named `GPU-<uuid>` (by UUID: CUDA_VISIBLE_DEVICES
+    renumbers devices, NVML does not), or (None, why not)."""
+    nvml, why = _nvml()
+    if nvml is None:
+        return None, why
+    try:
+        return GpuSensor(nvml, nvml.nvmlDeviceGetHandleByUUID(uuid)), None
+    except nvml.NVMLError as exc:
+        return None, f"NVML: {exc}"
+
+
 def all_pinning() -> tuple[list[str], str | None]:
     """(one `pinning_text` line per GPU, None), or ([], why NVML cannot tell)."""
+    nvml, why = _nvml()
+    if nvml is None:
+        return [], why
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return [f"GPU {i}: " + pinning_text(GpuSensor(
-            pynvml, pynvml.nvmlDeviceGetHandleByIndex(i)).pinning())
-            for i in range(pynvml.nvmlDeviceGetCount())], None
-    except ImportError:
-        return [], NO_PACKAGE
-    except Exception as exc:  # noqa: BLE001 - pynvml raises its own NVMLError classes
+        return [f"GPU {i}: " + pinning_text(GpuSensor(nvml, nvml.nvmlDeviceGetHandleByIndex(i))
+                                            .pinning())
+                for i in range(nvml.nvmlDeviceGetCount())], None
+    except nvml.NVMLError as exc:
         return [], f"NVML: {exc}"
 
 
@@ -109,11 +119,12 @@ def clock_notes(run_a: RunFile, run_b: RunFile) -> list[str]:
     median SM clocks. Empty where no clocks were read."""
     notes = []
     for side, run in (("A", run_a), ("B", run_b)):
-        hit = [(config.id, r, throttled(r.clocks)) for config in run.configs
-               for r in config.rounds if r.clocks and throttled(r.clocks)]
+        read = [throttled(r.clocks) for config in run.configs for r in config.rounds
+                if r.clocks]
+        hit = [why for why in read if why]
         if hit:
-            total = sum(1 for config in run.configs for r in config.rounds if r.clocks)
-            reasons = sorted({reason for *_, why in hit for reason in why})
+            total = len(read)
+            reasons = sorted({reason for why in hit for reason in why})
             notes.append(f"{side}: {len(hit)} of {total} config rounds were timed while the GPU "
                          f"throttled ({', '.join(reasons)}); their latency may be the clock's")
     clocks_a, clocks_b = _sm_clocks(run_a), _sm_clocks(run_b)
