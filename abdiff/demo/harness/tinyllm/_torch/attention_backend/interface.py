@@ -50,10 +50,12 @@ class KVCacheManager:
         self.device = device
         self.max_blocks_per_seq = -(-max_seq_len // tokens_per_block)
 
-        gen = torch.Generator().manual_seed(seed)
+        # Filled where it lives: a seeded generator on the GPU takes milliseconds where
+        # the CPU's took most of a config's set-up, and gives every checkout the same data.
+        gen = torch.Generator(device=device).manual_seed(seed)
         shape = (max_batch_size, num_kv_heads, max_seq_len, head_dim)
-        self.k_cache = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
-        self.v_cache = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+        self.k_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
+        self.v_cache = torch.randn(shape, generator=gen, device=device).to(dtype)
 
         self.index_head_dim = index_head_dim
         self.indexer_k_cache: torch.Tensor | None = None
@@ -61,10 +63,11 @@ class KVCacheManager:
         if index_head_dim is not None:
             num_blocks = max_batch_size * self.max_blocks_per_seq
             # A fixed permutation: requests' blocks are not contiguous in the pool.
-            perm = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-            self.block_offsets = perm.view(max_batch_size, self.max_blocks_per_seq).to(device)
-            pool = torch.randn((num_blocks, tokens_per_block, index_head_dim), generator=gen)
-            self.indexer_k_cache = pool.to(device=device, dtype=dtype)
+            perm = torch.randperm(num_blocks, generator=gen, device=device).to(torch.int32)
+            self.block_offsets = perm.view(max_batch_size, self.max_blocks_per_seq)
+            pool = torch.randn((num_blocks, tokens_per_block, index_head_dim), generator=gen,
+                               device=device)
+            self.indexer_k_cache = pool.to(dtype)
 
     def get_indexer_k_cache_buffers(self) -> torch.Tensor:
         """The paged indexer K pool, `[num_blocks, tokens_per_block, index_head_dim]`."""
