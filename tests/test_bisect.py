@@ -108,12 +108,13 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     return repo, build_demo_repo(repo, history=True)
 
 
-# The planted changes are large (a 1-3 ms sleep in a step of a few hundred us): a 10%
-# practical threshold lets three rounds show "unchanged" on the 2-core CPU, where 2% needs
-# many more, without making any planted change small. Workers start cold here: started
-# ahead, they widen the spread on 2 cores, and two of four CI runs then left an unchanged
-# commit `inconclusive` after 5 rounds.
-SPEED = ("--rounds", 3, "--max-rounds", 5, "--min-effect", 10)
+# The planted changes are large (a 1-3 ms sleep in a step of a few hundred us: the
+# step gets 4-10x slower), so a 50% practical threshold keeps every planted change far
+# beyond it while three rounds call the other commits "unchanged" on the 2-core CPU,
+# whose rounds vary by up to 16%, even with workers started ahead (which widens that
+# spread on 2 cores: at a 10-20% threshold an unchanged commit then once stayed
+# `inconclusive` after five rounds).
+SPEED = ("--rounds", 3, "--max-rounds", 5, "--min-effect", 50, "--prestart", "on")
 
 
 def bisect(repo: Path, tmp_path: Path, rev_range: str, *extra: object,
@@ -194,7 +195,7 @@ def test_interrupted_bisect_resumes(history: tuple[Path, dict[str, str]], tmp_pa
     repo, _ = history
     suite = write_suite(tmp_path / "s.yaml", [8], ("TRTLLM",), (2,))
     args = ("bisect", "main..history", "--configs", suite, "--repo", repo, "--cache-dir",
-            tmp_path / "cache", "--rounds", 2, "--max-rounds", 2)
+            tmp_path / "cache", "--rounds", 1, "--max-rounds", 1)  # facts need one
     proc = subprocess.Popen(abdiff_argv(*args), stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, env=git_env())
     assert proc.stderr is not None
