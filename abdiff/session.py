@@ -30,6 +30,7 @@ from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import refuse_write_token
+from abdiff.launchers.standby import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
@@ -79,6 +80,15 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")
+    if launcher_name == "local" and not args.np and suite.tp > 1:
+        raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
+                         "or torchrun to start that many ranks (or --np 1 for one)")
+    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
+    cache_dir = (args.cache_dir or default_cache_dir()).resolve()
+    prestart = prestart_enabled(args.prestart)
+    # the first worker imports torch while the checks below run and the checkouts are made
+    prime(launcher, prestart, cache_dir / "standby",
+          target.worker_env(), args.pass_env, args.max_memory)
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)
         if problem is None and "GPU" in type(target).requires and launcher_name != "srun":
@@ -88,11 +98,8 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
 
             problem = gpu_problem(suite, local_gpus())
         if problem:
+            unprime(launcher)
             raise InfrastructureError(problem)
-    if launcher_name == "local" and not args.np and suite.tp > 1:
-        raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
-                         "or torchrun to start that many ranks (or --np 1 for one)")
-    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
@@ -101,13 +108,12 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         device=args.device,
         cuda_graph=not args.eager,
         cpu_threads=args.cpu_threads,
-        prestart=prestart_enabled(args.prestart),
+        prestart=prestart,
         target_options=suite.target_options,
         target_args=args.target_arg,
         pass_env=args.pass_env,
         max_memory_bytes=args.max_memory,
     )
-    cache_dir = (args.cache_dir or default_cache_dir()).resolve()
     return Bench(suite, target, launcher, settings, CheckoutCache(repo_root, cache_dir), cache_dir)
 
 

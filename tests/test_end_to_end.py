@@ -51,7 +51,10 @@ def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> Non
               git(demo, "branch", "--list"))
     code, result, stderr = diff(demo, "main..pr-v1", tmp_path)
     assert code == 1 and result["summary"]["exit_code"] == 1
-    assert re.search(r"worker processes this run \((\d+) started ahead\)", stderr), stderr
+    # every worker, the first too (started before the checks and checkouts), was waiting
+    started = re.search(r"(\d+) worker processes this run \((\d+) started ahead\)", stderr)
+    assert started and started.group(1) == started.group(2), stderr
+    assert not any((tmp_path / "cache" / "standby").iterdir())  # its folder went with it
     configs = by_id(result)
     for cid, config in configs.items():
         q = config["params"]["seq_len_q"]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
-from abdiff.launchers.standby import StandbyPool
+from abdiff.launchers.standby import StandbyPool, prime, standing_by, unprime
 from abdiff.session import prestart_enabled
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
 
@@ -100,6 +101,31 @@ def test_another_environment_is_not_handed_to_the_waiting_process(tmp_path: Path
     assert run(pool, job(a, other), tmp_path / "w1").returncode == 0
     assert report(tmp_path / "w1")["pid"] != first.pid and first.poll() is not None
     assert pool.taken == 0 and pool.waiting_env == other
+
+
+def test_a_primed_pool_serves_the_first_job_too(tmp_path: Path) -> None:
+    launcher = LocalLauncher()
+    prime(launcher, True, tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
+    pool = launcher.standby
+    assert pool is not None and pool.waiting is not None and pool.started == 1
+    with standing_by(launcher, True, tmp_path / "unused", None, None) as taken:
+        assert taken is pool
+        assert run(pool, job(checkout(tmp_path, "a")), tmp_path / "w0").returncode == 0
+        assert (pool.started, pool.taken) == (2, 1)
+    assert launcher.standby is None and pool.waiting is None
+    assert not (tmp_path / "unused").exists() and not any((tmp_path / "standby").iterdir())
+
+
+def test_a_primed_pool_no_run_took_is_ended(tmp_path: Path) -> None:
+    launcher = LocalLauncher()
+    prime(launcher, True, tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
+    waiting = launcher.standby.waiting.proc
+    unprime(launcher)
+    assert waiting.wait(timeout=30) is not None and launcher.standby is None
+    # off, or a target whose workers' environment differs from job to job: nothing starts
+    prime(launcher, False, tmp_path / "off", {}, None, None)
+    prime(launcher, True, tmp_path / "unknown", None, None, None)
+    assert launcher.standby is None
 
 
 def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> None:

@@ -12,10 +12,13 @@ died is reported once and the run goes on starting workers cold.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +42,7 @@ class StandbyPool:
         self.started = 0  # processes started ahead
         self.taken = 0  # of those, how many ran a job
         self.broken = False
+        self.own_folder = False  # made for this pool alone (`prime`): removed with it
 
     @staticmethod
     def fits(spec: LaunchSpec) -> bool:
@@ -59,10 +63,20 @@ class StandbyPool:
         return ready
 
     def close(self) -> None:
-        """End the waiting process (the run needs no more workers)."""
+        """End the waiting process (the run needs no more workers); a folder of its own
+        (`prime`) goes with it, unless a waiting process died (its output is there)."""
         if self.waiting is not None:
             self.waiting.close()
             self.waiting = None
+        if self.own_folder and not self.broken:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def start_waiting(self, env: dict[str, str]) -> None:
+        """Start a process waiting now, for jobs with `env`: the run's first worker can
+        then be warm too, when this is called before the run's own set-up (its checks,
+        checkouts) rather than with its first job."""
+        if self.waiting is None and not self.broken:
+            self._start_next(LaunchSpec([sys.executable], self.folder, env))
 
     def _hand_over(self, ready: StartedProcess, spec: LaunchSpec, stdout: Path,
                    stderr: Path) -> bool:
@@ -100,14 +114,38 @@ class StandbyPool:
 def standing_by(launcher: Launcher, enabled: bool, folder: Path,
                 pass_env: list[str] | None, max_memory_bytes: int | None
                 ) -> Iterator[StandbyPool | None]:
-    """Give `launcher` a pool for the duration of a measurement (where asked and it can)."""
+    """Give `launcher` a pool for the duration of a measurement (where asked and it can);
+    a pool the launcher already holds (`prime`) is used and ended with it."""
     if not (enabled and launcher.can_prestart):
         yield None
         return
-    pool = StandbyPool(folder, pass_env, max_memory_bytes)
+    pool = launcher.standby or StandbyPool(folder, pass_env, max_memory_bytes)
     launcher.standby = pool
     try:
         yield pool
     finally:
         launcher.standby = None
         pool.close()
+
+
+def prime(launcher: Launcher, enabled: bool, under: Path, env: dict[str, str] | None,
+          pass_env: list[str] | None, max_memory_bytes: int | None) -> None:
+    """Start the first waiting worker now, before the run's checks and checkouts, so that
+    its torch import overlaps them (where prestart is on and the target's worker
+    environment is known), in a folder of its own under `under`; the first
+    measurement's `standing_by` takes the pool over and ends it."""
+    if enabled and launcher.can_prestart and env is not None and launcher.standby is None:
+        under.mkdir(parents=True, exist_ok=True)
+        pool = StandbyPool(Path(tempfile.mkdtemp(prefix="standby-", dir=under)), pass_env,
+                           max_memory_bytes)
+        pool.own_folder = True
+        pool.start_waiting(env)
+        launcher.standby = pool
+        atexit.register(pool.close)  # a run that stops before measuring leaves nothing
+
+
+def unprime(launcher: Launcher) -> None:
+    """End a pool that `prime` started and no measurement took over (the run stopped)."""
+    if launcher.standby is not None:
+        launcher.standby.close()
+        launcher.standby = None

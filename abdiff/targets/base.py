@@ -55,6 +55,11 @@ class Target(ABC):
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
         """The command that runs `job` inside `checkout`, importing that checkout's code."""
 
+    def worker_env(self) -> dict[str, str] | None:
+        """The environment every worker of this target gets, where it is the same for all
+        (a worker can then be started before its job is known), else None."""
+        return None
+
     def hook_problems(self, checkout: Path) -> list[str]:
         """What the worker hooks into that is missing at `checkout` (empty when all is there)."""
         return missing_hooks(Path(checkout), self.hooks)

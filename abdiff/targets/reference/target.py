@@ -44,8 +44,11 @@ class ReferenceTarget(Target):
     def detect(cls, root: Path) -> bool:
         return (Path(root) / RUNNER_FILE).is_file()
 
-    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
-        argv = [sys.executable, "-m", "abdiff.targets.reference.worker", str(job_path)]
+    def worker_env(self) -> dict[str, str]:
         # abdiff's own folder, so the worker imports this abdiff also where it is not
         # installed (run from a source tree): the allow-listed environment drops PYTHONPATH
-        return LaunchSpec(argv, Path(checkout), {"PYTHONPATH": str(ABDIFF_ROOT)})
+        return {"PYTHONPATH": str(ABDIFF_ROOT)}
+
+    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        argv = [sys.executable, "-m", "abdiff.targets.reference.worker", str(job_path)]
+        return LaunchSpec(argv, Path(checkout), self.worker_env())
