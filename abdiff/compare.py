@@ -113,10 +113,41 @@ def round_ids(config: ConfigRuns) -> list[int]:
             if r.status == "ok" and r.latency_us]
 
 
+def process_offsets(run: RunFile) -> dict[str, dict[int, float]]:
+    """Per config and round id, how much slower the process that timed it ran
+    (`stats.process_offsets`, judged by its other configs); {} where unknown.
+
+    A round's process is the last worker of that round whose order lists the config
+    (earlier ones died before reaching it). Run files of several sessions (an appended
+    baseline renumbers their rounds) or without orders give {}: no process is known.
+    """
+    if len(run.sessions) > 1 or not run.orders:
+        return {}
+    worker = {(cid, order["round"]): (order["round"], order["worker"])
+              for order in run.orders for cid in order.get("ids", [])}
+    cells = {}
+    for config in run.configs:
+        for rid, latencies in zip(round_ids(config), latency_samples(config), strict=True):
+            if (config.id, rid) in worker:
+                cells[config.id, worker[config.id, rid]] = np.log(stats.round_summary(latencies))
+    ids = sorted({cid for cid, _ in cells})
+    processes = sorted({process for _, process in cells})
+    matrix = np.full((len(ids), len(processes)), np.nan)
+    for (cid, process), value in cells.items():
+        matrix[ids.index(cid), processes.index(process)] = value
+    offsets = stats.process_offsets(matrix) if ids else matrix
+    return {cid: {process[0]: float(offsets[i, j]) for j, process in enumerate(processes)
+                  if np.isfinite(offsets[i, j]) and (cid, process) in cells}
+            for i, cid in enumerate(ids)}
+
+
 def latency_results(
-    pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float
+    pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float,
+    offsets_a: dict[str, dict[int, float]] | None = None,
+    offsets_b: dict[str, dict[int, float]] | None = None,
 ) -> list[LatencyResult]:
-    """Per-config latency verdicts, with multiple-comparison control across the run."""
+    """Per-config latency verdicts, with multiple-comparison control across the run;
+    `offsets_a`/`_b` are the sides' `process_offsets`."""
     comparable = [
         i for i, (a, b) in enumerate(pairs)
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
@@ -125,7 +156,10 @@ def latency_results(
     computed = stats.latency_verdicts(
         [stats.compare_latency(latency_samples(pairs[i][0]), latency_samples(pairs[i][1]),
                                min_effect, alpha, a_round_ids=round_ids(pairs[i][0]),
-                               b_round_ids=round_ids(pairs[i][1])) for i in comparable],
+                               b_round_ids=round_ids(pairs[i][1]),
+                               a_offsets=(offsets_a or {}).get(pairs[i][0].id, {}),
+                               b_offsets=(offsets_b or {}).get(pairs[i][1].id, {}))
+         for i in comparable],
         min_effect, alpha,
     )
     results = [
@@ -205,7 +239,8 @@ def compare_runs(
             pairs.append((config_a, config_b))
         else:
             not_measured.append(config_a.id)
-    latencies = latency_results(pairs, min_effect, alpha)
+    latencies = latency_results(pairs, min_effect, alpha, process_offsets(run_a),
+                                process_offsets(run_b))
     configs = []
     for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
         status_a, error_a = side_status(config_a.rounds)

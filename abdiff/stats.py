@@ -20,9 +20,12 @@ are in docs/statistics.md):
 - **inconclusive**: neither; the scheduler adds rounds (`needs_more_rounds`).
 - **odd rounds** (one process far slower than the side's others) are set
   aside before the tests (`odd_rounds`) and listed; a B side with more slow
-  rounds than A is tested on its own (`odd_rate_test`, Fisher exact) and
-  joins the Holm family, so a change that makes a config sometimes slow is a
-  finding and not noise.
+  rounds than A is tested on its own and joins the Holm family, so a change
+  that makes a config sometimes slow is a finding and not noise. Where the
+  other configs of each process show how fast that process ran
+  (`process_offsets`), only rounds slow *beyond their process* count, and the
+  rate is tested against every other config's (`pooled_odd_rate_test`);
+  elsewhere against A's alone (`odd_rate_test`, Fisher exact).
 - Every result carries absolute times per side and the smallest change the
   run could have detected (`detectable_effect`).
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +117,13 @@ be "odd" and quiet configs would be over-trimmed. With the floor a round must be
 at least ODD_DISTANCE * 0.5% = 6% slower than the others to be set aside.
 """
 
+PROCESS_MIN_CONFIGS = 3
+"""Other configs a process must have run for its speed to be known (`process_offsets`).
+
+With three, one of them odd cannot move their median; with fewer the process's
+speed is unknown and its rounds do not count towards `pooled_odd_rate_test`.
+"""
+
 DETECTABLE_POWER = 0.8
 """Power at which `detectable` (the smallest change a run could see) is computed."""
 
@@ -135,6 +146,10 @@ class LatencyStats:
     the test ({"round": index, "median_us": value}); `p_odd` is the one-sided
     Fisher exact p-value that B has more slow rounds (`slow_rounds`) than A,
     `odd_note` says so in words and `odd_excess` is how much slower they are.
+    Where process speeds are known (`process_offsets`), `known_a`/`_b` count the
+    rounds whose process speed is known and `specific_a`/`_b` those among them
+    slow beyond their process; `latency_verdicts` then tests B's share against
+    the other configs' (`pooled_odd_rate_test`) and replaces `p_odd`.
     """
 
     ratio: float
@@ -155,6 +170,10 @@ class LatencyStats:
     p_odd: float = 1.0
     odd_note: str | None = None
     odd_excess: float = 0.0
+    known_a: int = 0
+    known_b: int = 0
+    specific_a: int = 0
+    specific_b: int = 0
 
 
 @dataclass(frozen=True)
@@ -257,6 +276,76 @@ def odd_rate_test(slow_b: int, rounds_b: int, slow_a: int, rounds_a: int) -> flo
     """
     table = [[slow_b, rounds_b - slow_b], [slow_a, rounds_a - slow_a]]
     return float(sps.fisher_exact(table, alternative="greater").pvalue)
+
+
+def process_offsets(log_medians: np.ndarray) -> np.ndarray:
+    """How much slower each round's process ran, judged by the process's other configs.
+
+    `log_medians` is (..., configs, processes): one side's log round medians,
+    NaN where a config did not run in that process. A config's deviation in a
+    process is its value minus its median over processes; the offset of config
+    c in process p is the median of the *other* configs' deviations in p (so an
+    odd value of c itself is not in it), NaN where fewer than
+    PROCESS_MIN_CONFIGS others ran there. A process that ran every config 25%
+    slow has offset log(1.25) for each; a config slow only in itself keeps
+    its slowness after the offset is taken off.
+    """
+    x = np.asarray(log_medians, dtype=float)
+    configs = x.shape[-2]
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the answer
+        deviation = x - np.nanmedian(x, axis=-1, keepdims=True)
+        others = np.repeat(deviation[..., None, :, :], configs, axis=-3)  # (..., c, c', p)
+        others[..., np.arange(configs), np.arange(configs), :] = np.nan
+        offsets = np.nanmedian(others, axis=-2)
+    enough = np.isfinite(others).sum(axis=-2) >= PROCESS_MIN_CONFIGS
+    return np.where(enough, offsets, np.nan)
+
+
+def pooled_odd_rate_test(slow_b: np.ndarray, rounds_b: np.ndarray, slow_a: np.ndarray,
+                         rounds_a: np.ndarray) -> np.ndarray:
+    """One-sided p-value, per config, that B's share of rounds slow beyond their process is
+    higher than this config's share would be without a change, judged by all the others.
+
+    Inputs are per config (1-D, or rows of configs): B's and A's counts of such
+    rounds (`specific_b`, `specific_a`) among those whose process speed is known.
+    For config c the reference is an empirical Bayes prior: the pooled share m of
+    every other config's A and B counts (with half a round added each way, so that
+    none in hundreds is not taken for "never"), and how much the counts of those
+    sides and c's own A side spread beyond what binomial draws give (Pearson
+    dispersion, a beta-binomial intra-class correlation rho): prior Beta(m k,
+    (1 - m) k) with k = (1 - rho) / rho, at most the pooled rounds + 1. That prior
+    is updated with c's own A rounds, and p is the chance of B's count or more
+    under the resulting beta-binomial (`scipy.stats.betabinom`). When every
+    config is quiet, three of five B rounds slow is far outside what a hundred
+    quiet rounds let happen by chance; when sides differ in how often they have
+    odd rounds (c's A side among them), the prior widens and c's A rounds weigh
+    more, so an odd-prone config is not flagged for being itself. A config with
+    none on B gets 1.
+    """
+    xb, nb, xa, na = (np.atleast_2d(np.asarray(v, dtype=float))
+                      for v in (slow_b, rounds_b, slow_a, rounds_a))
+    cell_x = np.concatenate([xa, xb], axis=0)  # (2, configs)
+    cell_n = np.concatenate([na, nb], axis=0)
+    ref_x = cell_x.sum() - cell_x.sum(axis=0)  # leave config c out, both its sides
+    ref_n = cell_n.sum() - cell_n.sum(axis=0)
+    share = (ref_x + 0.5) / (ref_n + 1)
+    configs = cell_x.shape[1]
+    p = np.ones(configs)
+    for c in range(configs):
+        others = (np.arange(configs) != c) & (cell_n > 0).all(axis=0)
+        x = np.append(cell_x[:, others].ravel(), xa[0, c])
+        n = np.append(cell_n[:, others].ravel(), na[0, c])
+        m = share[c]
+        rho = 0.0
+        if len(n) > 1 and n.mean() > 1:
+            pearson = float(np.sum((x - n * m) ** 2 / (n * m * (1 - m))))
+            rho = max(0.0, (pearson / (len(n) - 1) - 1) / (n.mean() - 1))
+        weight = min((1 - rho) / rho if rho > 0 else math.inf, ref_n[c] + 1)
+        if xb[0, c] > 0:
+            p[c] = sps.betabinom.sf(xb[0, c] - 1, nb[0, c], m * weight + xa[0, c],
+                                    (1 - m) * weight + na[0, c] - xa[0, c])
+    return p
 
 
 def detectable_effect(se: np.ndarray, df: np.ndarray, level: float, min_effect: float,
@@ -406,11 +495,12 @@ def slow_excess(log_b: np.ndarray, slow_b: int, kept_a: np.ndarray) -> float:
 
 
 def _odd_note(slow_a: int, slow_b: int, rounds_a: int, rounds_b: int,
-              excess: float) -> str | None:
+              excess: float, beyond: str = "") -> str | None:
     """'3 of 7 B rounds 25% slow, 0 of 7 A rounds' when B has more slow rounds than A."""
     if slow_b <= slow_a:
         return None
-    return f"{slow_b} of {rounds_b} B rounds {excess:.0%} slow, {slow_a} of {rounds_a} A rounds"
+    return (f"{slow_b} of {rounds_b} B rounds {excess:.0%} slow{beyond}, "
+            f"{slow_a} of {rounds_a} A rounds")
 
 
 def _check_levels(min_effect: float, alpha: float) -> None:
@@ -429,6 +519,8 @@ def compare_latency(
     equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
     a_round_ids: list[int] | None = None,
     b_round_ids: list[int] | None = None,
+    a_offsets: dict[int, float] | None = None,
+    b_offsets: dict[int, float] | None = None,
 ) -> LatencyStats:
     """Compare one config's latency, B against A, at the level of rounds.
 
@@ -441,6 +533,11 @@ def compare_latency(
     (two sided, `p_difference`) and a TOST against +-log(1 + min_effect)
     (`p_equivalence`). `p_odd` (`odd_rate_test`) asks whether B has more slow
     odd rounds than A: a change that makes a config only sometimes slow.
+    `a_offsets`/`b_offsets` map round ids to their process's offset
+    (`process_offsets`; missing or NaN: unknown); with them, slow rounds are
+    counted after the offset is taken off (`specific_a`/`_b` of `known_a`/`_b`),
+    so a process that ran every config slow is no finding of this config's, and
+    `latency_verdicts` tests the counts against the other configs'.
     Iterations are never pooled across rounds.
 
     Absolute times: `a_us`/`b_us` are the median of the side's kept round
@@ -473,10 +570,26 @@ def compare_latency(
     (log_a,), (odd_a,) = set_aside(all_a, all_b)
     (log_b,), (odd_b,) = set_aside(all_b, all_a)
     kept_a, kept_b = log_a[~odd_a], log_b[~odd_b]
-    slow_a = int(slow_rounds(all_a, kept_b)[0])
-    slow_b = int(slow_rounds(all_b, kept_a)[0])
-    odd_excess = slow_excess(all_b, slow_b, kept_a)
-    odd_note = _odd_note(slow_a, slow_b, na, nb, odd_excess)
+    process = {}
+    if a_offsets is not None and b_offsets is not None:
+        off_a = np.array([a_offsets.get(i, np.nan) for i in ids_a], dtype=float)
+        off_b = np.array([b_offsets.get(i, np.nan) for i in ids_b], dtype=float)
+        process = dict(known_a=int(np.isfinite(off_a).sum()), known_b=int(np.isfinite(off_b).sum()))
+    if process and process["known_a"] >= MIN_ROUNDS and process["known_b"] >= 1:
+        # rounds of a known process, its speed taken off: only slowness of this config counts
+        own_a, own_b = all_a - off_a, all_b - off_b
+        slow_a = int(slow_rounds(own_a, own_b)[0])
+        slow_b = int(slow_rounds(own_b, own_a)[0])
+        process.update(specific_a=slow_a, specific_b=slow_b)
+        odd_excess = slow_excess(own_b[np.isfinite(own_b)], slow_b, own_a)
+        odd_note = _odd_note(slow_a, slow_b, process["known_a"], process["known_b"], odd_excess,
+                             " beyond the rest of their process")
+    else:
+        process = {}
+        slow_a = int(slow_rounds(all_a, kept_b)[0])
+        slow_b = int(slow_rounds(all_b, kept_a)[0])
+        odd_excess = slow_excess(all_b, slow_b, kept_a)
+        odd_note = _odd_note(slow_a, slow_b, na, nb, odd_excess)
     sides = dict(
         a_us=float(np.exp(np.median(kept_a))), b_us=float(np.exp(np.median(kept_b))),
         a_spread_us=robust_spread(np.exp(kept_a)), b_spread_us=robust_spread(np.exp(kept_b)),
@@ -485,6 +598,7 @@ def compare_latency(
         set_aside_b=[{"round": ids_b[i], "median_us": float(medians_b[i])}
                      for i in np.flatnonzero(odd_b)],
         p_odd=odd_rate_test(slow_b, nb, slow_a, na), odd_note=odd_note, odd_excess=odd_excess,
+        **process,
     )
     ratio = float(np.exp(kept_b.mean() - kept_a.mean()))
     if na < 2 or nb < 2:
@@ -555,7 +669,10 @@ def latency_verdicts(
     rounds per side and a finite p-value). A config's p-value in the family
     is Welch's `p_difference`; when B has more slow odd rounds than A it is
     the Bonferroni combination 2 * min(p_difference, p_odd), so a change that
-    makes a config only sometimes slow can be flagged too. `correction`
+    makes a config only sometimes slow can be flagged too. Where process speeds
+    are known for more than PROCESS_MIN_CONFIGS configs, p_odd is
+    `pooled_odd_rate_test` of their counts, else `compare_latency`'s Fisher test.
+    `correction`
     "holm" (default) controls the family-wise error rate strongly: even when
     some configs really change (the expected scope of a PR), the chance of
     flagging any unchanged config stays below alpha; "bh" (Benjamini-Hochberg,
@@ -587,9 +704,16 @@ def latency_verdicts(
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
     family = [i for i, s in enumerate(stats) if _decidable(s)]
-    by_odd = {i for i in family if stats[i].odd_note and stats[i].p_odd < stats[i].p_difference
+    pooled = [i for i, s in enumerate(stats) if s.known_b > 0]
+    p_odd = [s.p_odd for s in stats]
+    if len(pooled) > PROCESS_MIN_CONFIGS:  # process speeds known: B's share against the others'
+        counts = np.array([[stats[i].specific_b, stats[i].known_b, stats[i].specific_a,
+                            stats[i].known_a] for i in pooled])
+        for i, p in zip(pooled, pooled_odd_rate_test(*counts.T).tolist(), strict=True):
+            p_odd[i] = p
+    by_odd = {i for i in family if stats[i].odd_note and p_odd[i] < stats[i].p_difference
               and stats[i].odd_excess > min_effect}
-    raw = np.array([min(1.0, 2 * min(stats[i].p_difference, stats[i].p_odd))
+    raw = np.array([min(1.0, 2 * min(stats[i].p_difference, p_odd[i]))
                     if stats[i].odd_note else stats[i].p_difference for i in family], dtype=float)
     if correction == "holm":
         adjusted_family = holm(raw)

@@ -230,14 +230,18 @@ def simulate(profile: Profile, shifts: np.ndarray, runs: int, budget: Budget,
 def abdiff_adaptive(
     a: np.ndarray, b: np.ndarray, budget: Budget, min_effect: float, alpha: float,
     correction: str = "holm", extra_b: int = 0, confirm_p: float | None = None,
-    odd: bool = True,
+    odd: bool = True, process: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """abdiff's verdicts with the adaptive extension, through `abdiff.stats`.
 
     Returns (verdicts after the first rounds, final verdicts, rounds per side used,
     and whether the first and the final result note more slow rounds on B than on
     A), each (runs, configs). `odd=False` is the rule before odd rounds were set
-    aside (issue 23). Round-level tests run vectorized through
+    aside (issue 23); `process=False` the odd rule before process speeds were
+    taken into account (every round of a simulated suite is one process; an
+    extension round holds only the configs still undecided, as in the tool, so
+    its process speed is known only where PROCESS_MIN_CONFIGS others ran in it).
+    Round-level tests run vectorized through
     `stats.round_level_tests` (what `compare_latency` calls); verdicts come from
     `stats.latency_verdicts` suite by suite, as compare.py calls it.
     """
@@ -253,6 +257,10 @@ def abdiff_adaptive(
     noted = np.zeros((runs, n_cfg), dtype=bool)
     first = first_noted = None
     active = np.ones((runs, n_cfg), dtype=bool)
+    ran_a = np.zeros(log_a.shape, dtype=bool)  # which configs each process (round) ran
+    ran_b = np.zeros(log_b.shape, dtype=bool)
+    ran_a[:, :, :budget.first] = True
+    ran_b[:, :, :budget.first + extra_b] = True
     n = budget.first
     while True:
         idx = np.argwhere(active)
@@ -261,8 +269,19 @@ def abdiff_adaptive(
         sub_b = log_b[idx[:, 0], idx[:, 1], :nb]
         slow_a = slow_b = np.zeros(len(idx), dtype=int)
         excess = np.zeros(len(idx))
+        counts = np.zeros((len(idx), 4), dtype=int)
         if odd:
-            sub_a, sub_b, slow_a, slow_b, excess = odd_round_inputs(sub_a, sub_b)
+            raw_a, raw_b = sub_a, sub_b
+            sub_a, sub_b, slow_a, slow_b, excess = odd_round_inputs(raw_a, raw_b)
+            if process:
+                off_a = stats.process_offsets(np.where(ran_a, log_a, np.nan)[..., :na])
+                off_b = stats.process_offsets(np.where(ran_b, log_b, np.nan)[..., :nb])
+                use, counts, own_excess = process_round_inputs(
+                    raw_a, raw_b, off_a[idx[:, 0], idx[:, 1]], off_b[idx[:, 0], idx[:, 1]])
+                slow_a = np.where(use, counts[:, 2], slow_a)
+                slow_b = np.where(use, counts[:, 3], slow_b)
+                excess = np.where(use, own_excess, excess)
+                counts[~use] = 0
         tests = stats.round_level_tests(sub_a, sub_b, min_effect, CONFIDENCE)
         for k, (r, c) in enumerate(idx):
             more_slow_b = bool(slow_b[k] > slow_a[k])
@@ -271,7 +290,9 @@ def abdiff_adaptive(
                 float(tests.p_difference[k]), float(tests.p_equivalence[k]), na, nb, odd_method,
                 p_odd=stats.odd_rate_test(int(slow_b[k]), nb, int(slow_a[k]), na),
                 odd_note="B has more slow rounds" if more_slow_b else None,
-                odd_excess=float(excess[k]))
+                odd_excess=float(excess[k]), known_a=int(counts[k, 0]),
+                known_b=int(counts[k, 1]), specific_a=int(counts[k, 2]),
+                specific_b=int(counts[k, 3]))
             used[r, c] = n
         active[:] = False
         for r in np.unique(idx[:, 0]):
@@ -286,6 +307,9 @@ def abdiff_adaptive(
             first, first_noted = verdicts.copy(), noted.copy()
         if n >= budget.max_rounds or not active.any():
             break
+        block = slice(n, min(n + budget.step, budget.max_rounds))
+        ran_a[:, :, block] = active[:, :, None]
+        ran_b[:, :, block.start + extra_b:block.stop + extra_b] = active[:, :, None]
         n = min(n + budget.step, budget.max_rounds)
     return first, verdicts, used, np.stack([first_noted, noted])
 
@@ -303,6 +327,24 @@ def odd_round_inputs(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, 
     excess = np.array([stats.slow_excess(log_b[k], int(n), kept_a[k])
                        for k, n in enumerate(slow_b)])
     return kept_a, kept_b, slow_a, slow_b, excess
+
+
+def process_round_inputs(log_a: np.ndarray, log_b: np.ndarray, off_a: np.ndarray,
+                         off_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What compare_latency does where process speeds are known, for rows of log round
+    medians and their process offsets (NaN: unknown).
+
+    Returns (rows where it applies, counts [known A, known B, slow-beyond-process A,
+    slow-beyond-process B], the excess of B's such rounds); check_equivalence checks it.
+    """
+    own_a, own_b = log_a - off_a, log_b - off_b
+    known_a, known_b = np.isfinite(own_a).sum(-1), np.isfinite(own_b).sum(-1)
+    use = (known_a >= stats.MIN_ROUNDS) & (known_b >= 1)
+    slow_a = stats.slow_rounds(own_a, own_b)
+    slow_b = stats.slow_rounds(own_b, own_a)
+    excess = np.array([stats.slow_excess(own_b[k][np.isfinite(own_b[k])], int(n), own_a[k])
+                       for k, n in enumerate(slow_b)])
+    return use, np.stack([known_a, known_b, slow_a, slow_b], axis=1), excess
 
 
 def pooled(x: np.ndarray, rounds: int) -> np.ndarray:
@@ -384,6 +426,12 @@ def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, m
                                                 extra, None)
         out[f"abdiff (adaptive {span}, no confirm)"] = tally(signed(final), shifted, used, final,
                                                              noted[1])
+        first, final, used, noted = abdiff_adaptive(a, b, budget, min_effect, alpha,
+                                                    correction, extra, confirm, process=False)
+        out[f"abdiff (fixed {budget.first}, no process speeds)"] = tally(
+            signed(first), shifted, fixed, first, noted[0])
+        out[f"abdiff (adaptive {span}, no process speeds)"] = tally(signed(final), shifted,
+                                                                   used, final, noted[1])
         first, final, used, _ = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
                                                 extra, confirm, odd=False)
         out[f"abdiff (fixed {budget.first}, no odd rule)"] = tally(signed(first), shifted, fixed,
@@ -674,17 +722,27 @@ def check_equivalence(seed: int) -> None:
     odd-round path (set aside, slow-round counts, excess) is compared too.
     """
     rng = np.random.default_rng(seed)
-    a, b = simulate(PROFILES["gpu-odd"], np.full(3, 0.03), 1, Budget(), rng)
-    b[0, :, 2] *= 1.25
-    for c in range(3):
+    a, b = simulate(PROFILES["gpu-odd"], np.full(5, 0.03), 1, Budget(), rng)
+    b[0, :, 2] *= 1.25  # one process slow in every config
+    b[0, 0, 4] *= 1.25  # and one config slow in a process of its own
+    log_a, log_b = np.log(np.median(a[0, :, :7], -1)), np.log(np.median(b[0, :, :9], -1))
+    off_a, off_b = stats.process_offsets(log_a), stats.process_offsets(log_b)
+    for c in range(5):
         ra, rb = a[0, c, :7].tolist(), b[0, c, :9].tolist()
         direct = stats.compare_latency(ra, rb)
-        kept_a, kept_b, slow_a, slow_b, excess = odd_round_inputs(
-            np.log(np.median(a[0, c, :7], -1))[None], np.log(np.median(b[0, c, :9], -1))[None])
+        kept_a, kept_b, slow_a, slow_b, excess = odd_round_inputs(log_a[c][None], log_b[c][None])
         vec = stats.round_level_tests(kept_a, kept_b, stats.DEFAULT_MIN_EFFECT, CONFIDENCE)
         assert len(direct.set_aside_b) >= 1
         assert np.isclose(direct.p_odd, stats.odd_rate_test(int(slow_b[0]), 9, int(slow_a[0]), 7))
         assert np.isclose(direct.odd_excess, excess[0])
+        by_process = stats.compare_latency(ra, rb, a_offsets=dict(enumerate(off_a[c])),
+                                           b_offsets=dict(enumerate(off_b[c])))
+        use, counts, own_excess = process_round_inputs(log_a[c][None], log_b[c][None],
+                                                       off_a[c][None], off_b[c][None])
+        assert use[0] and [by_process.known_a, by_process.known_b, by_process.specific_a,
+                           by_process.specific_b] == counts[0].tolist()
+        assert np.isclose(by_process.odd_excess, own_excess[0])
+        assert by_process.specific_b == (1 if c == 0 else 0)  # the process-wide one is no finding
         assert np.isclose(direct.p_difference, vec.p_difference[0])
         assert np.isclose(direct.p_equivalence, vec.p_equivalence[0])
         assert np.isclose(direct.ci[0], vec.ci_low[0]) and np.isclose(direct.ratio, vec.ratio[0])

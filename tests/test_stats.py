@@ -411,6 +411,65 @@ def test_odd_rate_test_is_fishers():
         sps.fisher_exact([[3, 4], [0, 7]], alternative="greater").pvalue)
 
 
+def gpu_suite(seed: int, configs: int = 12, rounds: int = 5, slow_processes: tuple[int, ...] = (),
+              own_slow: tuple[int, ...] = ()) -> tuple[list[list[list[float]]], np.ndarray]:
+    """One side of a GPU-like suite: per config its rounds (round i = process i), and the
+    processes' offsets (`stats.process_offsets`). Processes in `slow_processes` run every
+    config 25% slow; config 0 also runs 25% slow in the processes `own_slow`."""
+    rng = np.random.default_rng(seed)
+    suite = [gpu_rounds(rng, rounds, slow=slow_processes) for _ in range(configs)]
+    suite[0] = [[x * 1.25 for x in r] if i in own_slow else r for i, r in enumerate(suite[0])]
+    logs = np.log([[np.median(r) for r in config] for config in suite])
+    return suite, stats.process_offsets(logs)
+
+
+def suite_verdicts(a: tuple, b: tuple) -> list[LatencyResult]:
+    (rounds_a, off_a), (rounds_b, off_b) = a, b
+    return stats.latency_verdicts([
+        stats.compare_latency(ra, rb, a_offsets=dict(enumerate(off_a[c])),
+                              b_offsets=dict(enumerate(off_b[c])))
+        for c, (ra, rb) in enumerate(zip(rounds_a, rounds_b, strict=True))])
+
+
+def test_process_offsets_come_from_the_other_configs_of_the_process():
+    logs = np.log([[100.0, 100.2, 125.0, 99.9], [50.0, 50.1, 62.6, 50.0],
+                   [20.0, 20.0, 25.0, 30.0], [80.0, 80.1, 100.0, 80.0]])
+    offsets = stats.process_offsets(logs)
+    # process 2 ran everything 25% slow: every config's offset there says so
+    assert np.allclose(offsets[:, 2], math.log(1.25), atol=0.01)
+    # config 2 alone was 50% slow in process 3: the others' offset for it stays near 0
+    assert abs(offsets[2, 3]) < 0.01
+    # with fewer than PROCESS_MIN_CONFIGS others in a process its speed is unknown
+    logs[1:, 3] = np.nan
+    assert np.isnan(stats.process_offsets(logs)[0, 3])
+
+
+def test_a_process_slow_in_every_config_is_no_finding_of_any_config():
+    a = gpu_suite(1, slow_processes=(3,))
+    b = gpu_suite(2, slow_processes=(1, 4))  # more slow processes on B, by chance
+    results = suite_verdicts(a, b)
+    assert {r.verdict for r in results} == {"unchanged"}
+    assert all(r.note is None for r in results)
+    assert all(len(r.set_aside_b) == 2 for r in results)  # still set aside from the shift test
+
+
+def test_a_config_slow_in_two_of_five_b_processes_of_a_quiet_suite():
+    b = gpu_suite(4, slow_processes=(2,), own_slow=(0, 3, 4))
+    results = suite_verdicts(gpu_suite(3, slow_processes=(1,)), b)
+    assert results[0].verdict == "slower"
+    assert re.fullmatch(r"3 of 5 B rounds 2[4-6]% slow beyond the rest of their process, "
+                        r"0 of 5 A rounds", results[0].note)
+    assert {r.verdict for r in results[1:]} == {"unchanged"}
+    # the same counts in a suite whose other configs have odd rounds of their own are
+    # weaker evidence: the pooled share and its spread rise, and the p-value with them
+    quiet = stats.pooled_odd_rate_test([3, 0, 0, 0, 0], [5] * 5, [0] * 5, [5] * 5)
+    noisy = stats.pooled_odd_rate_test([3, 2, 0, 1, 0], [5] * 5, [0, 1, 2, 0, 0], [5] * 5)
+    assert quiet[0] < 1e-3 < 1e-2 < noisy[0] and quiet[1:].tolist() == [1.0] * 4
+    # a config whose own A rounds are often slow is not flagged for B being alike
+    prone = stats.pooled_odd_rate_test([3, 0, 0, 0, 1], [5] * 5, [3, 0, 1, 0, 0], [5] * 5)
+    assert prone[0] > 0.05
+
+
 def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
     """results/h200/graph-pr..pr: an A/A run in which one B process ran 64% slow on one config."""
     run = ROOT / "results" / "h200" / "graph-pr..pr"
