@@ -103,14 +103,20 @@ def kernels_diff(a: dict | None, b: dict | None) -> tuple[dict[str, int], dict[s
     return dict(sorted((cb - ca).items())), dict(sorted((ca - cb).items()))
 
 
+def timed_rounds(config: ConfigRuns, companions: bool = False) -> list[tuple[int, list[float]]]:
+    """(schedule position, iteration latencies) of each round with latencies (list position
+    where no position was recorded); rounds timed as a companion only with `companions`."""
+    return [(i if r.round is None else r.round, r.latency_us) for i, r in enumerate(config.rounds)
+            if r.status == "ok" and r.latency_us and (companions or not r.companion)]
+
+
 def latency_samples(config: ConfigRuns) -> list[list[float]]:
-    return [r.latency_us for r in config.rounds if r.status == "ok" and r.latency_us]
+    return [latencies for _, latencies in timed_rounds(config)]
 
 
 def round_ids(config: ConfigRuns) -> list[int]:
-    """Schedule position of each round in `latency_samples` (list position if unrecorded)."""
-    return [i if r.round is None else r.round for i, r in enumerate(config.rounds)
-            if r.status == "ok" and r.latency_us]
+    """Schedule position of each round in `latency_samples`."""
+    return [rid for rid, _ in timed_rounds(config)]
 
 
 def process_offsets(run: RunFile) -> dict[str, dict[int, float]]:
@@ -118,7 +124,8 @@ def process_offsets(run: RunFile) -> dict[str, dict[int, float]]:
     (`stats.process_offsets`, judged by its other configs); {} where unknown.
 
     A round's process is the last worker of that round whose order lists the config
-    (earlier ones died before reaching it). Run files of several sessions (an appended
+    (earlier ones died before reaching it); companion rounds (RoundRecord.companion)
+    count towards their process's speed. Run files of several sessions (an appended
     baseline renumbers their rounds) or without orders give {}: no process is known.
     """
     if len(run.sessions) > 1 or not run.orders:
@@ -127,7 +134,7 @@ def process_offsets(run: RunFile) -> dict[str, dict[int, float]]:
               for order in run.orders for cid in order.get("ids", [])}
     cells = {}
     for config in run.configs:
-        for rid, latencies in zip(round_ids(config), latency_samples(config), strict=True):
+        for rid, latencies in timed_rounds(config, companions=True):
             if (config.id, rid) in worker:
                 cells[config.id, worker[config.id, rid]] = np.log(stats.round_summary(latencies))
     ids = sorted({cid for cid, _ in cells})

@@ -53,6 +53,9 @@ class RoundRecord:
     # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/clocks.py)
     # {"start": {"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}, "end": {...}}
     clocks: dict[str, Any] = field(default_factory=dict)
+    # timed beside the undecided configs of an adaptive round only so that the round's
+    # process speed is known (stats.process_offsets); not in this config's latency test
+    companion: bool = False
 
 
 @dataclass
@@ -109,6 +112,8 @@ class LatencyResult:
     set_aside_a: list[dict[str, Any]] = field(default_factory=list)  # {"round", "median_us"}
     set_aside_b: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None  # e.g. "below the 2% threshold"
+    # raw one-sided p that B has more slow rounds than A (stats), when it has
+    p_odd: float | None = None
     # Each side's round medians (us), in round order: the HTML report's distributions.
     a_rounds_us: list[float] = field(default_factory=list)
     b_rounds_us: list[float] = field(default_factory=list)

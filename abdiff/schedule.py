@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -44,6 +44,7 @@ from abdiff.records import (
     write_run_file,
 )
 from abdiff.rounds import RoundSettings, order_seed, run_round
+from abdiff.stats import PROCESS_MIN_CONFIGS
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 
@@ -240,8 +241,10 @@ def run_slots(
     launcher: Launcher,
     settings: RoundSettings,
     progress: Progress,
+    companions: frozenset[str] = frozenset(),
 ) -> None:
-    """Run each (side, round) slot for the configs that lack that round; save after each."""
+    """Run each (side, round) slot for the configs that lack that round; save after each.
+    The rounds of `companions` are recorded as such (RoundRecord.companion)."""
     for side, round_index in slots:
         todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
                 and not measurement.settled_failure(side, c.id)]
@@ -256,7 +259,8 @@ def run_slots(
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,
-                               lambda cid, record, side=side: measurement.add(side, cid, record),
+                               lambda cid, record, side=side: measurement.add(
+                                   side, cid, replace(record, companion=cid in companions)),
                                lambda worker, side=side, r=round_index:
                                order_seed(measurement.seed, side, r, worker))
         finally:
@@ -274,6 +278,17 @@ def run_slots(
             measurement.save(complete=False)
         progress.step(f"{side} round {round_index + 1}", len(configs),
                       time.monotonic() - started)
+
+
+def pick_companions(configs: list[Config], undecided: set[str],
+                    rng: random.Random) -> frozenset[str]:
+    """Decided configs to time beside the undecided ones in an adaptive round, so that
+    each undecided one has PROCESS_MIN_CONFIGS others in its process: the process's speed
+    is then known (stats.process_offsets), and a round slow beyond it counts as one of
+    this config's (stats.pooled_odd_rate_test). Chosen at random (the run's seed)."""
+    decided = [c.id for c in configs if c.id not in undecided]
+    wanted = max(0, PROCESS_MIN_CONFIGS + 1 - len(undecided))
+    return frozenset(rng.sample(decided, min(wanted, len(decided))))
 
 
 def measure(
@@ -317,9 +332,12 @@ def measure(
                 block_slots = [s for s in schedule(extra, rng, start=done)
                                if s[0] in measurement.sides]
                 block = [c for c in configs if c.id in ids]
+                companions = pick_companions(configs, ids, rng)
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
-                              "configs", len(block_slots) * len(block))
-                run_slots(measurement, block_slots, block, target, launcher, settings, progress)
+                              "configs", len(block_slots) * (len(block) + len(companions)))
+                run_slots(measurement, block_slots,
+                          [c for c in configs if c.id in ids or c.id in companions], target,
+                          launcher, settings, progress, companions)
                 done += extra
             measurement.prestarted += pool.taken if pool is not None else 0
     finally:

@@ -240,7 +240,8 @@ def abdiff_adaptive(
     aside (issue 23); `process=False` the odd rule before process speeds were
     taken into account (every round of a simulated suite is one process; an
     extension round holds only the configs still undecided, as in the tool, so
-    its process speed is known only where PROCESS_MIN_CONFIGS others ran in it).
+    its process speed is known only where PROCESS_MIN_CONFIGS others ran in it: the
+    tool adds companions, `companions`, whose rounds count for process speeds only).
     Round-level tests run vectorized through
     `stats.round_level_tests` (what `compare_latency` calls); verdicts come from
     `stats.latency_verdicts` suite by suite, as compare.py calls it.
@@ -257,6 +258,7 @@ def abdiff_adaptive(
     noted = np.zeros((runs, n_cfg), dtype=bool)
     first = first_noted = None
     active = np.ones((runs, n_cfg), dtype=bool)
+    picker = np.random.default_rng(0)  # companions are chosen independently of the data
     ran_a = np.zeros(log_a.shape, dtype=bool)  # which configs each process (round) ran
     ran_b = np.zeros(log_b.shape, dtype=bool)
     ran_a[:, :, :budget.first] = True
@@ -308,8 +310,9 @@ def abdiff_adaptive(
         if n >= budget.max_rounds or not active.any():
             break
         block = slice(n, min(n + budget.step, budget.max_rounds))
-        ran_a[:, :, block] = active[:, :, None]
-        ran_b[:, :, block.start + extra_b:block.stop + extra_b] = active[:, :, None]
+        timed = active | companions(active, picker) if process else active
+        ran_a[:, :, block] = timed[:, :, None]
+        ran_b[:, :, block.start + extra_b:block.stop + extra_b] = timed[:, :, None]
         n = min(n + budget.step, budget.max_rounds)
     return first, verdicts, used, np.stack([first_noted, noted])
 
@@ -327,6 +330,15 @@ def odd_round_inputs(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, 
     excess = np.array([stats.slow_excess(log_b[k], int(n), kept_a[k])
                        for k, n in enumerate(slow_b)])
     return kept_a, kept_b, slow_a, slow_b, excess
+
+
+def companions(active: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """schedule.pick_companions for rows of suites: random decided configs, as many as make
+    PROCESS_MIN_CONFIGS + 1 configs in an adaptive round (none where none is undecided)."""
+    wanted = np.clip(stats.PROCESS_MIN_CONFIGS + 1 - active.sum(-1), 0, None) * active.any(-1)
+    priority = np.where(active, np.inf, rng.random(active.shape))
+    rank = priority.argsort(-1).argsort(-1)
+    return (rank < wanted[:, None]) & ~active
 
 
 def process_round_inputs(log_a: np.ndarray, log_b: np.ndarray, off_a: np.ndarray,

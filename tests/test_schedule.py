@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
+from abdiff.compare import round_ids
 from abdiff.records import RoundRecord, load_run_file, write_run_file
-from abdiff.schedule import FAILURE_REPEATS, Measurement, Plan, SideRun, empty_run, schedule
+from abdiff.schedule import (
+    FAILURE_REPEATS,
+    Measurement,
+    Plan,
+    SideRun,
+    empty_run,
+    pick_companions,
+    schedule,
+)
+from abdiff.stats import PROCESS_MIN_CONFIGS
 from abdiff.suites import Config
 
 
@@ -71,7 +81,7 @@ def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
     assert saved.configs[0].rounds[0].latency_us[0] == 110.0
 
 
-def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
+def test_adaptive_blocks_measure_the_undecided_beside_companions(tmp_path: Path) -> None:
     asked = []
 
     def undecided() -> list[str]:
@@ -81,10 +91,28 @@ def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
     launcher = FakeLauncher(lambda side, cid, r: 100.0)
     measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8),
                                    undecided=undecided)
-    rounds = {c.id: len(c.rounds) for c in measurement.sides["A"].run.configs}
-    assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
     assert len(asked) == 2  # asked again after the block, and stopped
-    assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
+    # the decided configs were timed beside it (their process's speed is then known), as
+    # companions: their rounds do not count for their own latency test
+    for config in measurement.sides["A"].run.configs:
+        assert [r.round for r in config.rounds] == [0, 1, 2, 3]
+        assert [r.companion for r in config.rounds] == \
+            [False, False] + [config.id != CONFIGS[0].id] * 2
+        assert round_ids(config) == ([0, 1, 2, 3] if config.id == CONFIGS[0].id else [0, 1])
+    assert all(sorted(ids) == sorted(c.id for c in CONFIGS)
+               for _, r, ids in launcher.workers if r >= 2)
+
+
+def test_companions_fill_an_adaptive_round_up_to_a_known_process_speed() -> None:
+    configs = [Config(f"c{i}", {}) for i in range(8)]
+    rng = random.Random(1)
+    assert len(pick_companions(configs, {"c0"}, rng)) == PROCESS_MIN_CONFIGS
+    two = pick_companions(configs, {"c0", "c5"}, rng)
+    assert len(two) == PROCESS_MIN_CONFIGS - 1 and not two & {"c0", "c5"}
+    assert pick_companions(configs, {f"c{i}" for i in range(4)}, rng) == frozenset()
+    # the same seed picks the same ones: a resumed run measures the same rounds
+    assert pick_companions(configs, {"c0"}, random.Random(1)) == \
+        pick_companions(configs, {"c0"}, random.Random(1))
 
 
 def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:

@@ -252,6 +252,11 @@ def test_needs_more_rounds():
     assert stats.needs_more_rounds(result("slower", 0.005))
     assert not stats.needs_more_rounds(result("slower", 1e-6))
     assert not stats.needs_more_rounds(result("slower", 0.005), confirm_p=None)
+    # B's slow rounds that are promising but not yet significant are measured further
+    promising = LatencyResult("unchanged", ratio=1.0, p=0.5, p_odd=0.01)
+    assert stats.needs_more_rounds(promising)
+    assert not stats.needs_more_rounds(LatencyResult("unchanged", ratio=1.0, p=0.5, p_odd=0.2))
+    assert not stats.needs_more_rounds(LatencyResult("slower", ratio=1.2, p=1e-6, p_odd=0.01))
 
 
 def test_aa_suite_false_alarms_are_rare():
@@ -456,7 +461,7 @@ def test_a_process_slow_in_every_config_is_no_finding_of_any_config():
 def test_a_config_slow_in_two_of_five_b_processes_of_a_quiet_suite():
     b = gpu_suite(4, slow_processes=(2,), own_slow=(0, 3, 4))
     results = suite_verdicts(gpu_suite(3, slow_processes=(1,)), b)
-    assert results[0].verdict == "slower"
+    assert results[0].verdict == "slower" and results[0].p_odd < 1e-4
     assert re.fullmatch(r"3 of 5 B rounds 2[4-6]% slow beyond the rest of their process, "
                         r"0 of 5 A rounds", results[0].note)
     assert {r.verdict for r in results[1:]} == {"unchanged"}
