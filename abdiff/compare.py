@@ -119,33 +119,40 @@ def round_ids(config: ConfigRuns) -> list[int]:
     return [rid for rid, _ in timed_rounds(config)]
 
 
-def process_offsets(run: RunFile) -> dict[str, dict[int, float]]:
-    """Per config and round id, how much slower the process that timed it ran
-    (`stats.process_offsets`, judged by its other configs); {} where unknown.
+def process_offsets(run_a: RunFile, run_b: RunFile) -> tuple[dict[str, dict[int, float]],
+                                                              dict[str, dict[int, float]]]:
+    """Per side, config and round id: how much slower the process that timed it ran
+    (`stats.process_offsets` over both sides' processes, judged by its other configs);
+    ({}, {}) where unknown.
 
     A round's process is the last worker of that round whose order lists the config
     (earlier ones died before reaching it); companion rounds (RoundRecord.companion)
     count towards their process's speed. Run files of several sessions (an appended
-    baseline renumbers their rounds) or without orders give {}: no process is known.
+    baseline renumbers their rounds) or without orders give ({}, {}): no process is known.
     """
-    if len(run.sessions) > 1 or not run.orders:
-        return {}
-    worker = {(cid, order["round"]): (order["round"], order["worker"])
-              for order in run.orders for cid in order.get("ids", [])}
+    if any(len(run.sessions) > 1 or not run.orders for run in (run_a, run_b)):
+        return {}, {}
     cells = {}
-    for config in run.configs:
-        for rid, latencies in timed_rounds(config, companions=True):
-            if (config.id, rid) in worker:
-                cells[config.id, worker[config.id, rid]] = np.log(stats.round_summary(latencies))
+    for side, run in (("A", run_a), ("B", run_b)):
+        worker = {(cid, order["round"]): (side, order["round"], order["worker"])
+                  for order in run.orders for cid in order.get("ids", [])}
+        for config in run.configs:
+            for rid, latencies in timed_rounds(config, companions=True):
+                if (config.id, rid) in worker:
+                    cells[config.id, worker[config.id, rid]] = np.log(
+                        stats.round_summary(latencies))
     ids = sorted({cid for cid, _ in cells})
     processes = sorted({process for _, process in cells})
     matrix = np.full((len(ids), len(processes)), np.nan)
     for (cid, process), value in cells.items():
         matrix[ids.index(cid), processes.index(process)] = value
     offsets = stats.process_offsets(matrix) if ids else matrix
-    return {cid: {process[0]: float(offsets[i, j]) for j, process in enumerate(processes)
-                  if np.isfinite(offsets[i, j]) and (cid, process) in cells}
-            for i, cid in enumerate(ids)}
+    sides: dict[str, dict[str, dict[int, float]]] = {"A": {}, "B": {}}
+    for i, cid in enumerate(ids):
+        for j, (side, rid, _) in enumerate(processes):
+            if np.isfinite(offsets[i, j]) and (cid, processes[j]) in cells:
+                sides[side].setdefault(cid, {})[rid] = float(offsets[i, j])
+    return sides["A"], sides["B"]
 
 
 def latency_results(
@@ -246,8 +253,7 @@ def compare_runs(
             pairs.append((config_a, config_b))
         else:
             not_measured.append(config_a.id)
-    latencies = latency_results(pairs, min_effect, alpha, process_offsets(run_a),
-                                process_offsets(run_b))
+    latencies = latency_results(pairs, min_effect, alpha, *process_offsets(run_a, run_b))
     configs = []
     for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
         status_a, error_a = side_status(config_a.rounds)

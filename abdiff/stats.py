@@ -292,14 +292,18 @@ def odd_rate_test(slow_b: int, rounds_b: int, slow_a: int, rounds_a: int) -> flo
 def process_offsets(log_medians: np.ndarray) -> np.ndarray:
     """How much slower each round's process ran, judged by the process's other configs.
 
-    `log_medians` is (..., configs, processes): one side's log round medians,
-    NaN where a config did not run in that process. A config's deviation in a
-    process is its value minus its median over processes; the offset of config
-    c in process p is the median of the *other* configs' deviations in p (so an
-    odd value of c itself is not in it), NaN where fewer than
-    PROCESS_MIN_CONFIGS others ran there. A process that ran every config 25%
-    slow has offset log(1.25) for each; a config slow only in itself keeps
-    its slowness after the offset is taken off.
+    `log_medians` is (..., configs, processes): log round medians of the
+    processes of *both* sides, NaN where a config did not run in that process.
+    A config's deviation in a process is its value minus its median over all
+    processes; the offset of config c in process p is the median of the *other*
+    configs' deviations in p (so an odd value of c itself is not in it), NaN
+    where fewer than PROCESS_MIN_CONFIGS others ran there. A process that ran
+    every config 25% slow has offset log(1.25) for each; a config slow only in
+    itself keeps its slowness after the offset is taken off. Both sides share
+    one reference so that, with the offsets taken off, A's and B's rounds of a
+    config are on one level again: per side, a config's median would carry
+    that side's share of the process noise, and a quiet config would differ
+    between A and B by more than its own noise.
     """
     x = np.asarray(log_medians, dtype=float)
     configs = x.shape[-2]
@@ -481,19 +485,28 @@ def set_aside(log_medians: np.ndarray, log_other: np.ndarray | None = None
     return np.where(odd, np.nan, x), odd
 
 
-def slow_rounds(log_medians: np.ndarray, kept_other: np.ndarray) -> np.ndarray:
+def slow_rounds(log_medians: np.ndarray, kept_other: np.ndarray,
+                pooled_scale: bool = False) -> np.ndarray:
     """Rounds of one side that are odd against the *other* side: per row, how many.
 
     The `odd_rounds` rule with the other side's kept rounds as reference:
     x_i - median(other) > ODD_DISTANCE * max(MAD(other), ODD_SCALE_FLOOR). It
     counts B's slow processes even when they are most of B's rounds (a PR that
     makes a config sometimes slow), and A's against B alike, so that under no
-    change both counts have the same distribution (`odd_rate_test`).
+    change both counts have the same distribution (`odd_rate_test`). With
+    `pooled_scale` the MAD is of both sides' residuals around their own medians:
+    where the count is tested against the whole suite (`pooled_odd_rate_test`),
+    a scale from five rounds that is small by chance would make ordinary noisy
+    rounds count (calibration, cpu-2core: 1.0% A/A false alarms without it).
+    NaN rounds (unknown) count for neither.
     """
     x = np.atleast_2d(np.asarray(log_medians, dtype=float))
     other = np.atleast_2d(np.asarray(kept_other, dtype=float))
     center = np.nanmedian(other, axis=-1, keepdims=True)
-    scale = np.maximum(sps.median_abs_deviation(other, axis=-1, scale="normal",
+    spread = other - center
+    if pooled_scale:
+        spread = np.concatenate([spread, x - np.nanmedian(x, axis=-1, keepdims=True)], axis=-1)
+    scale = np.maximum(sps.median_abs_deviation(spread, axis=-1, scale="normal",
                                                 nan_policy="omit"), ODD_SCALE_FLOOR)
     return ((x - center) / scale[:, None] > ODD_DISTANCE).sum(axis=-1)
 
@@ -589,8 +602,8 @@ def compare_latency(
     if process and process["known_a"] >= MIN_ROUNDS and process["known_b"] >= 1:
         # rounds of a known process, its speed taken off: only slowness of this config counts
         own_a, own_b = all_a - off_a, all_b - off_b
-        slow_a = int(slow_rounds(own_a, own_b)[0])
-        slow_b = int(slow_rounds(own_b, own_a)[0])
+        slow_a = int(slow_rounds(own_a, own_b, pooled_scale=True)[0])
+        slow_b = int(slow_rounds(own_b, own_a, pooled_scale=True)[0])
         process.update(specific_a=slow_a, specific_b=slow_b)
         odd_excess = slow_excess(own_b[np.isfinite(own_b)], slow_b, own_a)
         odd_note = _odd_note(slow_a, slow_b, process["known_a"], process["known_b"], odd_excess,

@@ -276,8 +276,10 @@ def abdiff_adaptive(
             raw_a, raw_b = sub_a, sub_b
             sub_a, sub_b, slow_a, slow_b, excess = odd_round_inputs(raw_a, raw_b)
             if process:
-                off_a = stats.process_offsets(np.where(ran_a, log_a, np.nan)[..., :na])
-                off_b = stats.process_offsets(np.where(ran_b, log_b, np.nan)[..., :nb])
+                both = stats.process_offsets(np.concatenate(
+                    [np.where(ran_a, log_a, np.nan)[..., :na],
+                     np.where(ran_b, log_b, np.nan)[..., :nb]], axis=-1))
+                off_a, off_b = both[..., :na], both[..., na:]
                 use, counts, own_excess = process_round_inputs(
                     raw_a, raw_b, off_a[idx[:, 0], idx[:, 1]], off_b[idx[:, 0], idx[:, 1]])
                 slow_a = np.where(use, counts[:, 2], slow_a)
@@ -352,8 +354,8 @@ def process_round_inputs(log_a: np.ndarray, log_b: np.ndarray, off_a: np.ndarray
     own_a, own_b = log_a - off_a, log_b - off_b
     known_a, known_b = np.isfinite(own_a).sum(-1), np.isfinite(own_b).sum(-1)
     use = (known_a >= stats.MIN_ROUNDS) & (known_b >= 1)
-    slow_a = stats.slow_rounds(own_a, own_b)
-    slow_b = stats.slow_rounds(own_b, own_a)
+    slow_a = stats.slow_rounds(own_a, own_b, pooled_scale=True)
+    slow_b = stats.slow_rounds(own_b, own_a, pooled_scale=True)
     excess = np.array([stats.slow_excess(own_b[k][np.isfinite(own_b[k])], int(n), own_a[k])
                        for k, n in enumerate(slow_b)])
     return use, np.stack([known_a, known_b, slow_a, slow_b], axis=1), excess
@@ -738,7 +740,8 @@ def check_equivalence(seed: int) -> None:
     b[0, :, 2] *= 1.25  # one process slow in every config
     b[0, 0, 4] *= 1.25  # and one config slow in a process of its own
     log_a, log_b = np.log(np.median(a[0, :, :7], -1)), np.log(np.median(b[0, :, :9], -1))
-    off_a, off_b = stats.process_offsets(log_a), stats.process_offsets(log_b)
+    both = stats.process_offsets(np.concatenate([log_a, log_b], axis=-1))
+    off_a, off_b = both[:, :7], both[:, 7:]
     for c in range(5):
         ra, rb = a[0, c, :7].tolist(), b[0, c, :9].tolist()
         direct = stats.compare_latency(ra, rb)

@@ -59,7 +59,7 @@ def suite_run(seed: int, slow_process: tuple[int, int] | None = None,
 
 def test_a_round_of_two_workers_is_two_processes() -> None:
     run = suite_run(5, slow_process=(2, 1))  # the second worker of round 2 was slow
-    offsets = process_offsets(run)
+    _, offsets = process_offsets(suite_run(6), run)
     for cid in ("c4", "c5", "c6", "c7"):  # timed by that worker: known from each other
         assert abs(offsets[cid][2] - np.log(1.25)) < 0.02
     for cid in ("c0", "c1", "c2", "c3"):  # timed by the first worker, which was not slow
@@ -69,7 +69,7 @@ def test_a_round_of_two_workers_is_two_processes() -> None:
     assert all(c.latency.note is None for c in result.configs)
     # appended baselines renumber rounds per config: no process is known there
     run.sessions["s2"] = {}
-    assert process_offsets(run) == {}
+    assert process_offsets(suite_run(6), run) == ({}, {})
 
 
 def test_a_config_slow_in_its_own_processes_is_flagged() -> None:

@@ -417,23 +417,26 @@ def test_odd_rate_test_is_fishers():
 
 
 def gpu_suite(seed: int, configs: int = 12, rounds: int = 5, slow_processes: tuple[int, ...] = (),
-              own_slow: tuple[int, ...] = ()) -> tuple[list[list[list[float]]], np.ndarray]:
-    """One side of a GPU-like suite: per config its rounds (round i = process i), and the
-    processes' offsets (`stats.process_offsets`). Processes in `slow_processes` run every
-    config 25% slow; config 0 also runs 25% slow in the processes `own_slow`."""
+              own_slow: tuple[int, ...] = ()) -> list[list[list[float]]]:
+    """One side of a GPU-like suite: per config its rounds (round i = process i). Processes
+    in `slow_processes` run every config 25% slow; config 0 also runs 25% slow in the
+    processes `own_slow`."""
     rng = np.random.default_rng(seed)
     suite = [gpu_rounds(rng, rounds, slow=slow_processes) for _ in range(configs)]
     suite[0] = [[x * 1.25 for x in r] if i in own_slow else r for i, r in enumerate(suite[0])]
-    logs = np.log([[np.median(r) for r in config] for config in suite])
-    return suite, stats.process_offsets(logs)
+    return suite
 
 
-def suite_verdicts(a: tuple, b: tuple) -> list[LatencyResult]:
-    (rounds_a, off_a), (rounds_b, off_b) = a, b
+def suite_verdicts(a: list, b: list) -> list[LatencyResult]:
+    """Verdicts with the processes' offsets (`stats.process_offsets` over both sides)."""
+    logs = np.log([[np.median(r) for r in config_a + config_b]
+                   for config_a, config_b in zip(a, b, strict=True)])
+    offsets = stats.process_offsets(logs)
+    n = len(a[0])
     return stats.latency_verdicts([
-        stats.compare_latency(ra, rb, a_offsets=dict(enumerate(off_a[c])),
-                              b_offsets=dict(enumerate(off_b[c])))
-        for c, (ra, rb) in enumerate(zip(rounds_a, rounds_b, strict=True))])
+        stats.compare_latency(ra, rb, a_offsets=dict(enumerate(offsets[c, :n])),
+                              b_offsets=dict(enumerate(offsets[c, n:])))
+        for c, (ra, rb) in enumerate(zip(a, b, strict=True))])
 
 
 def test_process_offsets_come_from_the_other_configs_of_the_process():
