@@ -298,13 +298,15 @@ def measure(
     launcher: Launcher,
     settings: RoundSettings,
     plan: Plan,
-    undecided: Callable[[], list[str]] | None,
+    undecided: Callable[[], dict[str, bool]] | None,
     quiet: bool = False,
     after_first_round: Callable[[], None] | None = None,
 ) -> Measurement:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
-    `undecided` names the configs that need more rounds (None: no extension).
+    `undecided` names the configs that need more rounds (None: no extension), each with
+    whether its slow rounds are being counted: then the block's rounds get companions
+    (`pick_companions`), so that their processes' speed is known.
     `after_first_round` runs once every side has its first round; it raises to stop
     there (nothing could run: no more worker processes are spent), the rounds kept.
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
@@ -325,14 +327,16 @@ def measure(
                       progress)
             done = plan.rounds
             while undecided is not None and done < plan.max_rounds:
-                ids = set(undecided())
+                wanted = undecided()
+                ids = set(wanted)
                 if not ids:
                     break
                 extra = min(2, plan.max_rounds - done)
                 block_slots = [s for s in schedule(extra, rng, start=done)
                                if s[0] in measurement.sides]
                 block = [c for c in configs if c.id in ids]
-                companions = pick_companions(configs, ids, rng)
+                companions = (pick_companions(configs, ids, rng) if any(wanted.values())
+                              else frozenset())
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
                               "configs", len(block_slots) * (len(block) + len(companions)))
                 run_slots(measurement, block_slots,

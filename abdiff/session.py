@@ -187,15 +187,17 @@ def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
 
 def undecided_configs(
     run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float, max_rounds: int
-) -> Callable[[], list[str]]:
-    """Which configs still need rounds: latency inconclusive, or flagged without the
-    overwhelming evidence that lets a flag stand early (stats.needs_more_rounds),
-    unless `max_rounds` could not plausibly decide them (stats.futile)."""
+) -> Callable[[], dict[str, bool]]:
+    """Which configs still need rounds: latency inconclusive, flagged without the
+    overwhelming evidence that lets a flag stand early, or with B's share of slow rounds
+    promising (stats.needs_more_rounds), unless `max_rounds` could not plausibly decide
+    them (stats.futile); each with whether its slow rounds are being counted (B has more
+    than A: its rounds need companions, schedule.pick_companions)."""
 
-    def undecided() -> list[str]:
+    def undecided() -> dict[str, bool]:
         result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA)
-        return [c.id for c in result.configs if needs_more_rounds(c.latency)
-                and not futile(c.latency, max_rounds, min_effect)]
+        return {c.id: c.latency.p_odd is not None for c in result.configs
+                if needs_more_rounds(c.latency) and not futile(c.latency, max_rounds, min_effect)}
 
     return undecided
 

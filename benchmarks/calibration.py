@@ -240,8 +240,9 @@ def abdiff_adaptive(
     aside (issue 23); `process=False` the odd rule before process speeds were
     taken into account (every round of a simulated suite is one process; an
     extension round holds only the configs still undecided, as in the tool, so
-    its process speed is known only where PROCESS_MIN_CONFIGS others ran in it: the
-    tool adds companions, `companions`, whose rounds count for process speeds only).
+    its process speed is known only where PROCESS_MIN_CONFIGS others ran in it: where
+    an undecided config's slow rounds are being counted the tool adds companions,
+    `companions`, whose rounds count for process speeds only).
     Round-level tests run vectorized through
     `stats.round_level_tests` (what `compare_latency` calls); verdicts come from
     `stats.latency_verdicts` suite by suite, as compare.py calls it.
@@ -259,6 +260,7 @@ def abdiff_adaptive(
     first = first_noted = None
     active = np.ones((runs, n_cfg), dtype=bool)
     picker = np.random.default_rng(0)  # companions are chosen independently of the data
+    counting = np.zeros((runs, n_cfg), dtype=bool)  # p_odd known: B has more slow rounds
     ran_a = np.zeros(log_a.shape, dtype=bool)  # which configs each process (round) ran
     ran_b = np.zeros(log_b.shape, dtype=bool)
     ran_a[:, :, :budget.first] = True
@@ -307,12 +309,15 @@ def abdiff_adaptive(
             active[r] = [stats.needs_more_rounds(res, confirm_p)
                          and not stats.futile(res, budget.max_rounds, min_effect)
                          for res in results]
+            counting[r] = [res.p_odd is not None for res in results]
         if first is None:
             first, first_noted = verdicts.copy(), noted.copy()
         if n >= budget.max_rounds or not active.any():
             break
         block = slice(n, min(n + budget.step, budget.max_rounds))
-        timed = active | companions(active, picker) if process else active
+        # companions where an undecided config's slow rounds are being counted (session.py)
+        wanted = process & (active & counting).any(-1, keepdims=True)
+        timed = active | (companions(active, picker) & wanted)
         ran_a[:, :, block] = timed[:, :, None]
         ran_b[:, :, block.start + extra_b:block.stop + extra_b] = timed[:, :, None]
         n = min(n + budget.step, budget.max_rounds)

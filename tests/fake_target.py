@@ -86,7 +86,7 @@ SETTINGS = RoundSettings(facts=[], warmup_times=0, run_times=5, timeout_s=None)
 
 
 def fake_measurement(state_dir: Path, launcher: FakeLauncher, plan: Plan, *,
-                     undecided: Callable[[], list[str]] | None = None, resume: bool = False,
+                     undecided: Callable[[], dict[str, bool]] | None = None, resume: bool = False,
                      seed: int | None = 7, configs: list[Config] = CONFIGS) -> Measurement:
     """Both sides (checkouts named A and B) measured with the fake target."""
     sides = {name: SideRun(state_dir.parent / name,
