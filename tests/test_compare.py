@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from abdiff.compare import compare_runs, failure_signature, process_offsets, status_change
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file
 
 ABORT = ("SIGABRT: Assertion error (tinyllm/_torch/attention_backend/sparse/dsa.py:184): "
          "DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)")
@@ -79,3 +81,34 @@ def test_a_config_slow_in_its_own_processes_is_flagged() -> None:
     assert latency["c0"].verdict == "slower"
     assert latency["c0"].note.startswith("3 of 5 B rounds 25% slow beyond the rest of their")
     assert {latency[f"c{i}"].verdict for i in range(1, 8)} == {"unchanged"}
+
+
+H200_AA = Path(__file__).parent.parent / "results" / "h200" / "issue16" / "companions" / "pr..pr"
+
+
+def slowed(run: RunFile, config_id: str | None, rounds: set[int]) -> RunFile:
+    """The run with `rounds` of one config (None: of every config) 25% slower."""
+    for config in run.configs:
+        for record in config.rounds:
+            if (config_id in (None, config.id)) and record.round in rounds:
+                record.latency_us = [x * 1.25 for x in record.latency_us]
+    return run
+
+
+def test_recorded_h200_aa_with_a_planted_sometimes_slow_config() -> None:
+    """An A/A run on the H200 (graph replays, 12 configs, 5-11 rounds); B's processes 1, 3
+    and 4 made 25% slower in one config only, then in every config."""
+    a, b = load_run_file(H200_AA / "a.json"), load_run_file(H200_AA / "b.json")
+    assert {c.latency.verdict for c in compare_runs(a, b, {}).configs} == {"unchanged"}
+    config = "GEN-TRTLLM-bs32-q1-kv2049"
+    result = compare_runs(a, slowed(b, config, {1, 3, 4}), {})
+    latency = {c.id: c.latency for c in result.configs}
+    assert latency[config].verdict == "slower" and latency[config].p_odd < 1e-3
+    assert latency[config].note.startswith("3 of 5 B rounds 25% slow beyond the rest of their")
+    assert {lat.verdict for cid, lat in latency.items() if cid != config} == {"unchanged"}
+    # the same processes slow in every config: the processes, not a config, were slow
+    # (set aside, so a noisy config may lose its decision with that round, never flag)
+    result = compare_runs(a, slowed(load_run_file(H200_AA / "b.json"), None, {1}), {})
+    assert {c.latency.verdict for c in result.configs} <= {"unchanged", "inconclusive"}
+    assert all(c.latency.note is None and len(c.latency.set_aside_b) == 1
+               for c in result.configs)
