@@ -3,6 +3,7 @@ about PERCENT more work to that config only, for checking that abdiff flags it a
 
     python benchmarks/plant_slowdown.py --repo DEMO [--base pr] [--branch pr-slow]
         [--config GEN-TRTLLM-bs32-q1-kv2049] [--percent 3] [--device auto] [--work spin|kv]
+        [--share 1.0]
 
 The extra work is sized on this machine: the config's run pack is built from the
 base branch and timed here the way abdiff's worker times it (CUDA graph replays
@@ -16,6 +17,10 @@ on a GPU, eager calls on the CPU). Two kinds of work:
   KV_STEP tokens, by what costs closest to PERCENT here (each length timed, and
   checked to run the same kernels the same number of times; no recorded fact
   changes): only the latency can show it.
+
+`--share S` plants the work in a share S of the worker processes only (each
+process draws once, when it imports the runner): a config made *sometimes*
+slow, for checking that abdiff flags a bimodal change (issue 23).
 
 Prints what it planted.
 """
@@ -37,7 +42,7 @@ from abdiff.suites import load_suite
 STEP_LINE = "\n                    return attention.forward(metadata=attn_metadata, **inputs)\n"
 PLANTED_STEP = """
                     out = attention.forward(metadata=attn_metadata, **inputs)
-                if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED:
+                if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED and _PLANTED_HERE:
                     _planted_work(self.device)
                 return out
 """
@@ -45,7 +50,7 @@ KV_STEP = 64  # tokens: keeps the KV length's alignment
 # the line of create_run_pack before the KV cache is built
 KV_LINE = "\n        s = self.local_shapes\n        kv_cache_manager = KVCacheManager(\n"
 PLANTED_KV = """
-        if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED:
+        if (self.backend, run_type, batch_size, seq_len_q) == _PLANTED and _PLANTED_HERE:
             seq_len_kv_cache += _PLANTED_KV_EXTRA
         s = self.local_shapes
         kv_cache_manager = KVCacheManager(
@@ -56,6 +61,8 @@ _PLANTED = {key!r}
 _PLANTED_CUDA_CYCLES = {cycles}
 _PLANTED_CPU_S = {seconds!r}
 _PLANTED_KV_EXTRA = {kv_extra!r}
+# drawn once per process: the work is planted in a share {share!r} of the processes
+_PLANTED_HERE = __import__("random").SystemRandom().random() < {share!r}
 
 
 def _planted_work(device: torch.device) -> None:
@@ -143,6 +150,8 @@ def main() -> int:
     parser.add_argument("--percent", type=float, default=3.0)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--work", choices=["spin", "kv"], default="spin")
+    parser.add_argument("--share", type=float, default=1.0,
+                        help="plant the work in this share of the worker processes only")
     args = parser.parse_args()
     config = next((c for c in load_suite(args.suite).configs if c.id == args.config), None)
     if config is None:
@@ -172,7 +181,7 @@ def main() -> int:
             raise SystemExit(f"{runner}: the line the planted work goes on was not found; "
                              "the demo harness changed, update plant_slowdown.py")
         block = PLANTED_BLOCK.format(percent=args.percent, config=args.config, cycles=cycles,
-                                     seconds=seconds, kv_extra=kv_extra,
+                                     seconds=seconds, kv_extra=kv_extra, share=args.share,
                                      key=(p["backend"], p["run_type"], p["batch_size"],
                                           p["seq_len_q"]))
         text = text.replace(anchor, PLANTED_KV if args.work == "kv" else PLANTED_STEP)
@@ -181,8 +190,9 @@ def main() -> int:
         git(checkout, "-c", "user.name=abdiff benchmark", "-c", "user.email=abdiff@localhost",
             "commit", "-qam", f"plant {args.percent}% more work in {args.config}")
         git(args.repo, "worktree", "remove", "--force", str(checkout))
+    share = f", in {args.share:.0%} of the processes" if args.share < 1 else ""
     print(f"planted on branch {args.branch} ({device}): {args.config} median {base_us:.1f} us "
-          f"+ {extra_us:.2f} us ({args.percent}%) = {what}")
+          f"+ {extra_us:.2f} us ({args.percent}%) = {what}{share}")
     return 0
 
 
