@@ -81,33 +81,31 @@ def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
     assert saved.configs[0].rounds[0].latency_us[0] == 110.0
 
 
-def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
+def one_block(tmp_path: Path, counted: bool) -> tuple[Measurement, FakeLauncher]:
+    """An adaptive run whose first config is undecided once (`counted`: its slow rounds
+    are being counted), then nothing; checks that it was asked again after the block."""
     asked = []
 
     def undecided() -> dict[str, bool]:
         asked.append(1)
-        return {CONFIGS[0].id: False} if len(asked) == 1 else {}
+        return {CONFIGS[0].id: counted} if len(asked) == 1 else {}
 
     launcher = FakeLauncher(lambda side, cid, r: 100.0)
     measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8),
                                    undecided=undecided)
+    assert len(asked) == 2  # asked again after the block, and stopped
+    return measurement, launcher
+
+
+def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
+    measurement, launcher = one_block(tmp_path, counted=False)
     rounds = {c.id: len(c.rounds) for c in measurement.sides["A"].run.configs}
     assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
-    assert len(asked) == 2  # asked again after the block, and stopped
     assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
 
 
 def test_slow_rounds_being_counted_are_measured_beside_companions(tmp_path: Path) -> None:
-    asked = []
-
-    def undecided() -> dict[str, bool]:
-        asked.append(1)
-        return {CONFIGS[0].id: True} if len(asked) == 1 else {}
-
-    launcher = FakeLauncher(lambda side, cid, r: 100.0)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8),
-                                   undecided=undecided)
-    assert len(asked) == 2  # asked again after the block, and stopped
+    measurement, launcher = one_block(tmp_path, counted=True)
     # the decided configs were timed beside it (their process's speed is then known), as
     # companions: their rounds do not count for their own latency test
     for config in measurement.sides["A"].run.configs:
