@@ -52,7 +52,13 @@ def test_one_slow_process_in_twelve_no_longer_makes_configs_undecidable() -> Non
     assert fixed[2].startswith(("0/200", "1/200", "2/200"))  # A/A false alarms
     assert percent[1] >= 85.0  # +5%
     assert float(fixed[-1]) <= 1 < float(before[-1])  # median inconclusive per A/A suite
-    bimodal = next(line for line in done.stdout.splitlines()
-                   if line.startswith("B slow in 40% of processes (bimodal): abdiff (fixed 5), "
-                                      "flagged or noted"))
-    assert float(bimodal.split("|")[-1].strip().rstrip("%")) > 70.0
+    def bimodal(rule: str, measure: str) -> float:
+        line = next(line for line in done.stdout.splitlines()
+                    if line.startswith(f"B slow in 40% of processes (bimodal): {rule}, {measure}"))
+        return float(line.split("|")[-1].strip().rstrip("%"))
+
+    assert bimodal("abdiff (fixed 5)", "flagged or noted") > 70.0
+    # process speeds make a sometimes-slow config a flag, more so with adaptive rounds
+    assert bimodal("abdiff (fixed 5, no process speeds)", "flagged slower") < 10.0
+    assert bimodal("abdiff (fixed 5)", "flagged slower") > 20.0
+    assert bimodal("abdiff (adaptive 5-15)", "flagged slower") > 60.0
