@@ -130,9 +130,9 @@ ODD_PROMISING = 0.025
 In a quiet 12-config suite one slow B round of 5 is p = 0.021 and gets one more
 block, where one of 7 (p = 0.029) stops; two of n stay below it, and their config
 is measured until B's share decides (companions keep its process speed known).
-Calibration (gpu-odd, B slow in 40% of processes): flagged in 31% of suites at 5
-rounds, 78% adaptive at 0.025, 84% at 0.05, where one stray slow round would be
-extended for four blocks instead of one (docs/statistics.md).
+Calibration (gpu-odd, B slow in 40% of processes): flagged in 33% of suites at 5
+rounds, 77% adaptive at 0.025, 84% at 0.05 (a 600-suite check), where one stray
+slow round would be extended for four blocks instead of one (docs/statistics.md).
 """
 
 DETECTABLE_POWER = 0.8
@@ -496,9 +496,8 @@ def slow_rounds(log_medians: np.ndarray, kept_other: np.ndarray,
     change both counts have the same distribution (`odd_rate_test`). With
     `pooled_scale` the MAD is of both sides' residuals around their own medians:
     where the count is tested against the whole suite (`pooled_odd_rate_test`),
-    a scale from five rounds that is small by chance would make ordinary noisy
-    rounds count (calibration, cpu-2core: 1.0% A/A false alarms without it).
-    NaN rounds (unknown) count for neither.
+    a scale from the other side's five rounds alone that is small by chance
+    would let ordinary noisy rounds count. NaN rounds (unknown) count for neither.
     """
     x = np.atleast_2d(np.asarray(log_medians, dtype=float))
     other = np.atleast_2d(np.asarray(kept_other, dtype=float))
