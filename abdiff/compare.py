@@ -141,11 +141,12 @@ def process_offsets(run_a: RunFile, run_b: RunFile) -> tuple[dict[str, dict[int,
                 if (config.id, rid) in worker:
                     cells[config.id, worker[config.id, rid]] = np.log(
                         stats.round_summary(latencies))
-    ids = sorted({cid for cid, _ in cells})
-    processes = sorted({process for _, process in cells})
+    row = {cid: i for i, cid in enumerate(sorted({cid for cid, _ in cells}))}
+    column = {process: j for j, process in enumerate(sorted({process for _, process in cells}))}
+    ids, processes = list(row), list(column)
     matrix = np.full((len(ids), len(processes)), np.nan)
     for (cid, process), value in cells.items():
-        matrix[ids.index(cid), processes.index(process)] = value
+        matrix[row[cid], column[process]] = value
     offsets = stats.process_offsets(matrix) if ids else matrix
     sides: dict[str, dict[str, dict[int, float]]] = {"A": {}, "B": {}}
     for i, cid in enumerate(ids):

@@ -593,22 +593,20 @@ def compare_latency(
     (log_a,), (odd_a,) = set_aside(all_a, all_b)
     (log_b,), (odd_b,) = set_aside(all_b, all_a)
     kept_a, kept_b = log_a[~odd_a], log_b[~odd_b]
+    off_a = np.array([(a_offsets or {}).get(i, np.nan) for i in ids_a], dtype=float)
+    off_b = np.array([(b_offsets or {}).get(i, np.nan) for i in ids_b], dtype=float)
+    known_a, known_b = int(np.isfinite(off_a).sum()), int(np.isfinite(off_b).sum())
     process = {}
-    if a_offsets is not None and b_offsets is not None:
-        off_a = np.array([a_offsets.get(i, np.nan) for i in ids_a], dtype=float)
-        off_b = np.array([b_offsets.get(i, np.nan) for i in ids_b], dtype=float)
-        process = dict(known_a=int(np.isfinite(off_a).sum()), known_b=int(np.isfinite(off_b).sum()))
-    if process and process["known_a"] >= MIN_ROUNDS and process["known_b"] >= 1:
+    if known_a >= MIN_ROUNDS and known_b >= 1:
         # rounds of a known process, its speed taken off: only slowness of this config counts
         own_a, own_b = all_a - off_a, all_b - off_b
         slow_a = int(slow_rounds(own_a, own_b, pooled_scale=True)[0])
         slow_b = int(slow_rounds(own_b, own_a, pooled_scale=True)[0])
-        process.update(specific_a=slow_a, specific_b=slow_b)
+        process = dict(known_a=known_a, known_b=known_b, specific_a=slow_a, specific_b=slow_b)
         odd_excess = slow_excess(own_b[np.isfinite(own_b)], slow_b, own_a)
-        odd_note = _odd_note(slow_a, slow_b, process["known_a"], process["known_b"], odd_excess,
+        odd_note = _odd_note(slow_a, slow_b, known_a, known_b, odd_excess,
                              " beyond the rest of their process")
     else:
-        process = {}
         slow_a = int(slow_rounds(all_a, kept_b)[0])
         slow_b = int(slow_rounds(all_b, kept_a)[0])
         odd_excess = slow_excess(all_b, slow_b, kept_a)

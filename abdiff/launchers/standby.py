@@ -33,7 +33,7 @@ class StandbyPool:
     """At most one worker process waiting for its job, started from `folder`."""
 
     def __init__(self, folder: Path, pass_env: list[str] | None = None,
-                 max_memory_bytes: int | None = None) -> None:
+                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
         self.folder = Path(folder)
         self.pass_env = pass_env
         self.max_memory_bytes = max_memory_bytes
@@ -42,7 +42,7 @@ class StandbyPool:
         self.started = 0  # processes started ahead
         self.taken = 0  # of those, how many ran a job
         self.broken = False
-        self.own_folder = False  # made for this pool alone (`prime`): removed with it
+        self.own_folder = own_folder  # made for this pool alone (`prime`): removed with it
 
     @staticmethod
     def fits(spec: LaunchSpec) -> bool:
@@ -137,8 +137,7 @@ def prime(launcher: Launcher, enabled: bool, under: Path, env: dict[str, str] | 
     if enabled and launcher.can_prestart and env is not None and launcher.standby is None:
         under.mkdir(parents=True, exist_ok=True)
         pool = StandbyPool(Path(tempfile.mkdtemp(prefix="standby-", dir=under)), pass_env,
-                           max_memory_bytes)
-        pool.own_folder = True
+                           max_memory_bytes, own_folder=True)
         pool.start_waiting(env)
         launcher.standby = pool
         atexit.register(pool.close)  # a run that stops before measuring leaves nothing
