@@ -22,11 +22,12 @@ from abdiff.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
-# Kernels are captured in the first rounds only: the selection is a property of
-# the code and the shape, and every capture costs a profiled call per config (and
-# a process's first capture CUPTI's start, 4.4 s on an H200). Workers capture
+# Kernels are captured in each side's first round only: the selection is a property
+# of the code and the shape, and every capture costs a profiled call per config (and
+# a process's first capture CUPTI's start, 4.4 s on an H200). A second round never
+# outvoted the first (two rounds that disagree have no majority). Workers capture
 # them in a pass after every config was timed, never before a timed iteration.
-KERNEL_ROUNDS = 2
+KERNEL_ROUNDS = 1
 
 
 @dataclass

@@ -236,7 +236,9 @@ def run_process(
                 _kill_group(proc)
                 started.close()
                 return ProcessOutcome(proc.returncode, True, stderr_path)
-            time.sleep(POLL_S)
+            # wakes the moment the worker ends: the next one starts without a poll's delay
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(POLL_S)
     except BaseException:
         _kill_group(proc)
         started.close()
