@@ -27,6 +27,7 @@ from abdiff.records import (
     RunFile,
     Side,
 )
+from abdiff.sequential import Looks
 
 
 def side_status(rounds: list[RoundRecord]) -> tuple[str, str | None]:
@@ -160,9 +161,11 @@ def latency_results(
     pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float,
     offsets_a: dict[str, dict[int, float]] | None = None,
     offsets_b: dict[str, dict[int, float]] | None = None,
+    looks: Looks | None = None,
 ) -> list[LatencyResult]:
     """Per-config latency verdicts, with multiple-comparison control across the run;
-    `offsets_a`/`_b` are the sides' `process_offsets`."""
+    `offsets_a`/`_b` are the sides' `process_offsets`, `looks` the run's adaptive plan
+    (each config tested at its look's alpha-spending level)."""
     comparable = [
         i for i, (a, b) in enumerate(pairs)
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
@@ -175,7 +178,7 @@ def latency_results(
                                a_offsets=(offsets_a or {}).get(pairs[i][0].id, {}),
                                b_offsets=(offsets_b or {}).get(pairs[i][1].id, {}))
          for i in comparable],
-        min_effect, alpha,
+        min_effect, alpha, looks=looks,
     )
     results = [
         LatencyResult("n/a", rounds_a=len(a.rounds), rounds_b=len(b.rounds)) for a, b in pairs
@@ -254,7 +257,9 @@ def compare_runs(
             pairs.append((config_a, config_b))
         else:
             not_measured.append(config_a.id)
-    latencies = latency_results(pairs, min_effect, alpha, *process_offsets(run_a, run_b))
+    # B is the side measured with this comparison's plan (a stored baseline's A was not)
+    latencies = latency_results(pairs, min_effect, alpha, *process_offsets(run_a, run_b),
+                                looks=Looks.from_json(run_b.looks))
     configs = []
     for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
         status_a, error_a = side_status(config_a.rounds)

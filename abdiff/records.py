@@ -82,6 +82,9 @@ class RunFile:
     orders: list[dict[str, Any]] = field(default_factory=list)
     # session id -> when and where its rounds were measured (started, host, GPU, driver)
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # when the run looked at its configs: {"first", "max_rounds", "step"} rounds per side
+    # (sequential.Looks); each look is tested at its alpha-spending level. Empty: one look
+    looks: dict[str, int] = field(default_factory=dict)
     schema: Literal["abdiff.run/1"] = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:

@@ -44,6 +44,7 @@ from abdiff.records import (
     write_run_file,
 )
 from abdiff.rounds import RoundSettings, order_seed, run_round
+from abdiff.sequential import Looks
 from abdiff.stats import PROCESS_MIN_CONFIGS
 from abdiff.suites import Config
 from abdiff.targets.base import Target
@@ -58,6 +59,11 @@ SESSION_ENV_KEYS = ("host", "device_name", "gpu_uuid", "driver", "clock_policy")
 class Plan:
     rounds: int = 5  # first rounds per side
     max_rounds: int = 15  # adaptive ceiling per side
+    step: int = 2  # rounds per side of each adaptive block
+
+    def looks(self) -> Looks:
+        """When configs are looked at: the levels their tests spend (sequential.py)."""
+        return Looks(self.rounds, max(self.rounds, self.max_rounds), self.step)
 
 
 def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
@@ -313,6 +319,8 @@ def measure(
     baseline) use the same schedule, keeping the slots of the sides present.
     """
     rng = random.Random(measurement.seed)
+    for side in measurement.sides.values():
+        side.run.looks = plan.looks().to_json()
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
     progress = Progress(quiet)
     progress.plan("first rounds", len(slots) * len(configs))
@@ -331,7 +339,7 @@ def measure(
                 ids = set(wanted)
                 if not ids:
                     break
-                extra = min(2, plan.max_rounds - done)
+                extra = min(plan.step, plan.max_rounds - done)
                 block_slots = [s for s in schedule(extra, rng, start=done)
                                if s[0] in measurement.sides]
                 block = [c for c in configs if c.id in ids]

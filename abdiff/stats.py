@@ -45,6 +45,7 @@ import numpy as np
 from scipy import stats as sps
 
 from abdiff.records import LatencyResult
+from abdiff.sequential import Looks, look_level
 
 DEFAULT_MIN_EFFECT = 0.02
 """Practical threshold and equivalence margin: changes within +-2% are "unchanged"."""
@@ -68,27 +69,6 @@ DEFAULT_EQUIVALENCE_ALPHA = 0.05
 
 No multiplicity adjustment is needed for equivalence: the claim "every config
 is unchanged" is an intersection-union test, which holds at the per-test level.
-"""
-
-DEFAULT_CONFIRM_P = DEFAULT_ALPHA / 10
-"""Adaptive runs: a slower/faster flag stops early only with adjusted p below this.
-
-A flag with weaker evidence asks for more rounds (`needs_more_rounds`) and is
-decided on the final data: a Haybittle-Peto boundary. Without it every look of
-the adaptive extension is another chance for an A/A config to cross alpha
-(calibration, A/A false alarms without -> with it: replayed host-timed H200
-rounds 2.3% -> 0.9%, demo rounds on the 2-core CPU 1.2% -> 0.3%, at almost the
-same power).
-"""
-
-DEFAULT_CONFIRM_EQUIVALENCE_P: float | None = None
-"""Adaptive runs: an unchanged verdict stops early only with TOST p below this (off).
-
-Repeated looks let a change right at the margin (2%) be called unchanged in
-about 10% of runs instead of the nominal 5%; a boundary of 0.005 brings that
-back to 4%, but costs A/A configs on a quiet CPU 10.8 rounds per side instead
-of 7.0 (calibration). Unchanged-by-2% is the edge of "does not matter", so the
-default keeps the rounds.
 """
 
 MIN_ROUNDS = 3
@@ -363,24 +343,28 @@ def pooled_odd_rate_test(slow_b: np.ndarray, rounds_b: np.ndarray, slow_a: np.nd
     return p
 
 
-def detectable_effect(se: np.ndarray, df: np.ndarray, level: float, min_effect: float,
+def detectable_effect(se: np.ndarray, df: np.ndarray, level: float | np.ndarray,
+                      min_effect: float, equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
                       power: float = DETECTABLE_POWER) -> np.ndarray:
     """Smallest relative slowdown a test with this se and df flags with `power`.
 
     A slowdown delta (log) is flagged when the two-sided test at `level`
-    rejects and the ratio exceeds 1 + min_effect. With the usual normal-shift
-    approximation of the noncentral t (Welch's statistic ~ t_df + delta/se),
-    each holds with probability `power` from delta = se * (t_{1-level/2} +
-    t_power) and delta = log(1 + min_effect) + se * t_power respectively
-    (quantiles: `scipy.stats.t.ppf`); the larger is returned as a fraction
-    (exp(delta) - 1). NaN where se or df are not finite.
+    rejects and the upper end of the ratio's 1 - 2 * equivalence_alpha interval
+    reaches past 1 + min_effect (the change is not shown to be below the
+    threshold). With the usual normal-shift approximation of the noncentral t
+    (Welch's statistic ~ t_df + delta/se), each holds with probability `power`
+    from delta = se * (t_{1-level/2} + t_power) and delta = log(1 + min_effect)
+    - se * (t_{1-equivalence_alpha} - t_power) respectively (quantiles:
+    `scipy.stats.t.ppf`); the larger is returned as a fraction (exp(delta) - 1).
+    A precise run can therefore see a change a little below the threshold itself.
+    NaN where se or df are not finite.
     """
     se = np.asarray(se, dtype=float)
     df = np.asarray(df, dtype=float)
     with np.errstate(invalid="ignore"):
         t_power = sps.t.ppf(power, df)
-        significant = se * (sps.t.ppf(1 - level / 2, df) + t_power)
-        practical = math.log1p(min_effect) + se * t_power
+        significant = se * (sps.t.ppf(1 - np.asarray(level) / 2, df) + t_power)
+        practical = math.log1p(min_effect) - se * (sps.t.ppf(1 - equivalence_alpha, df) - t_power)
     return np.expm1(np.maximum(significant, practical))
 
 
@@ -672,6 +656,11 @@ def _decidable(s: LatencyStats) -> bool:
     )
 
 
+def _reach(bound: float, ratio: float) -> float:
+    """An interval's end; the ratio itself where the rounds define no interval."""
+    return bound if math.isfinite(bound) else ratio
+
+
 def _number(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -683,6 +672,7 @@ def latency_verdicts(
     *,
     equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
     correction: str = "holm",
+    looks: Looks | None = None,
 ) -> list[LatencyResult]:
     """Verdicts for the configs of one run, with multiple-comparison control.
 
@@ -701,18 +691,27 @@ def latency_verdicts(
     rate and lets the unchanged configs be flagged more often when others
     change (calibration: docs/statistics.md).
 
+    `looks`: the run's adaptive plan (`sequential.Looks`). A config is then tested
+    at the level of the look its round count has reached, not at alpha: the
+    family's level there is m times `sequential.look_level` at alpha / m (m the
+    family size, so Holm's first step is exactly the spending design's per-config
+    test; its later steps are at the same ratio of their own level). None: one
+    look, the full alpha. `level` below means that level.
+
     Per config, in this order:
-    - slower: adjusted p < alpha and ratio > 1 + min_effect, or adjusted p <
-      alpha driven by p_odd with B's slow rounds more than min_effect slower
-      than A (`note` says how many and by how much);
-    - faster: adjusted p < alpha and ratio < 1 / (1 + min_effect);
+    - slower: adjusted p < level, ratio > 1 and the interval reaching past
+      1 + min_effect (the change is real and not shown to be below the
+      threshold), or adjusted p < level driven by p_odd with B's slow rounds
+      more than min_effect slower than A (`note` says how many and by how much);
+    - faster: the same below 1 and 1 / (1 + min_effect);
     - unchanged: TOST p < equivalence_alpha (the ratio's 1 - 2*equivalence_alpha
-      interval lies inside [1/(1+min_effect), 1+min_effect]); a significant but
-      negligible change is also "unchanged", with `note` "below the 2% threshold";
+      interval lies inside [1/(1+min_effect), 1+min_effect]); a significant change
+      whose interval lies inside the margin is "unchanged" too, with `note` "below
+      the 2% threshold";
     - inconclusive: anything else, including fewer than MIN_ROUNDS rounds.
 
-    `detectable` is `detectable_effect` at level alpha / (family size), the
-    strictest level Holm tests a config at. `min_effect` must be the one given
+    `detectable` is `detectable_effect` at level / (family size), the strictest
+    level Holm tests a config at. `min_effect` must be the one given
     to `compare_latency` (it set the TOST margin). The result's `p` is the
     **adjusted** p-value (None when the config is not in the family),
     `p_equivalence` the raw TOST p (no adjustment, see
@@ -742,9 +741,12 @@ def latency_verdicts(
         adjusted_family = sps.false_discovery_control(raw, method="bh") if len(raw) else raw
     adjusted = dict(zip(family, adjusted_family.tolist(), strict=True))
     label = f"Holm over {len(family)}" if correction == "holm" else f"BH over {len(family)}"
-    level = alpha / max(1, len(family))
+    size = max(1, len(family))
+    levels = np.array([look_level(looks, min(s.rounds_a, s.rounds_b), alpha / size) * size
+                       for s in stats])
     detectable = detectable_effect(np.array([s.se for s in stats]),
-                                   np.array([s.df for s in stats]), level, min_effect)
+                                   np.array([s.df for s in stats]), levels / size, min_effect,
+                                   equivalence_alpha)
 
     upper = 1 + min_effect
     lower = 1 / (1 + min_effect)
@@ -753,21 +755,25 @@ def latency_verdicts(
         ci = [_number(s.ci[0]), _number(s.ci[1])]
         p = adjusted.get(i)
         notes = [s.odd_note] if s.odd_note else []
+        level = float(levels[i])
         if p is None:
             verdict = "inconclusive"
             method = f"{s.method}; fewer than {MIN_ROUNDS} rounds on a side: no verdict"
         else:
             method = f"{s.method}; {label}"
-            if p < alpha and i in by_odd:
+            if level < alpha:
+                method += f"; look {looks.index(min(s.rounds_a, s.rounds_b)) + 1} of " \
+                          f"{len(looks.rounds())} at level {level:.2g} (alpha spending)"
+            if p < level and i in by_odd:
                 verdict = "slower"
                 method += "; flagged by B's share of slow rounds (Fisher exact, one-sided)"
-            elif p < alpha and s.ratio > upper:
+            elif p < level and s.ratio > 1 and _reach(s.ci[1], s.ratio) > upper:
                 verdict = "slower"
-            elif p < alpha and s.ratio < lower:
+            elif p < level and s.ratio < 1 and _reach(s.ci[0], s.ratio) < lower:
                 verdict = "faster"
             else:
                 verdict = "unchanged" if s.p_equivalence < equivalence_alpha else "inconclusive"
-                if p < alpha:
+                if p < level:
                     notes.append(f"below the {min_effect:.0%} threshold")
         results.append(LatencyResult(
             verdict=verdict,
@@ -797,35 +803,23 @@ def detectable_range(results: list[LatencyResult]) -> list[float] | None:
     return [min(values), max(values)] if values else None
 
 
-def needs_more_rounds(
-    result: LatencyResult,
-    confirm_p: float | None = DEFAULT_CONFIRM_P,
-    confirm_equivalence_p: float | None = DEFAULT_CONFIRM_EQUIVALENCE_P,
-) -> bool:
+def needs_more_rounds(result: LatencyResult) -> bool:
     """True when this config should get more interleaved rounds (if the budget allows).
 
-    - inconclusive: yes, more rounds may decide it;
+    - inconclusive: yes, more rounds may decide it (a change that is significant at the
+      full alpha but not yet at its look's level, `sequential.look_level`, is
+      inconclusive until a later look decides it);
     - not flagged slower while B's share of slow rounds is promising (`p_odd` below
       ODD_PROMISING): yes, more rounds decide whether B is sometimes slow;
-    - slower/faster with adjusted p >= `confirm_p`, or unchanged with TOST p >=
-      `confirm_equivalence_p`: yes, an early verdict on marginal evidence is
-      confirmed or withdrawn on more data (a Haybittle-Peto boundary); whatever
-      the verdict after the last round is, it is final at the full levels;
-    - otherwise (overwhelming evidence, or n/a): no.
+    - otherwise no: a flag at a look's level is final (the spending function has paid
+      for the looks), and so is `unchanged`.
 
-    `None` for either boundary gives the plain rule for that verdict. The
-    scheduler must ask this for every config with a latency result, whatever
-    its policy verdict, or the confirmation never happens.
+    The scheduler must ask this for every config with a latency result, whatever
+    its policy verdict.
     """
     if result.verdict == "inconclusive":
         return True
-    if result.verdict != "slower" and result.p_odd is not None and result.p_odd < ODD_PROMISING:
-        return True
-    if confirm_p is not None and result.verdict in ("slower", "faster"):
-        return result.p is None or result.p >= confirm_p
-    if confirm_equivalence_p is not None and result.verdict == "unchanged":
-        return result.p_equivalence is None or result.p_equivalence >= confirm_equivalence_p
-    return False
+    return result.verdict != "slower" and result.p_odd is not None and result.p_odd < ODD_PROMISING
 
 
 def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT) -> bool:
@@ -837,8 +831,8 @@ def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_M
     errs towards extending). `unchanged` needs |log ratio| + half-width below
     log(1 + min_effect); `slower`/`faster` needs |log ratio| above the
     half-width. When neither can happen, extending spends time and cannot
-    change the answer. A marginal flag is significant, so a difference stays
-    reachable and it is still extended for confirmation.
+    change the answer. A change significant at the full alpha but not yet at its
+    look's level has a difference within reach, so it is still extended.
     """
     if result.ci is None or result.ratio is None or result.ratio <= 0:
         return False

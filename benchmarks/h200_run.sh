@@ -95,6 +95,9 @@ wanted pr..pr && measure pr..pr pr..pr
 wanted pr..pr-slow && measure pr..pr-slow pr..pr-slow
 wanted main..pr && measure main..pr main..pr
 wanted pr..pr-sometimes && measure pr..pr-sometimes pr..pr-sometimes
+# issue 17: an A/A of 15 rounds per side without extension, recorded for the replay of
+# benchmarks/calibration.py (`--replay .../pr..pr-long/[ab].json --min-effect 0.01`)
+wanted pr..pr-long && measure pr..pr-long pr..pr --rounds 15 --max-rounds 15
 # the same A/A with every worker started cold (benchmarks/prestart_noise.sh compares the two
 # ways with fixed rounds)
 wanted pr..pr-cold && measure pr..pr-cold pr..pr --prestart off
@@ -123,7 +126,7 @@ def round_cv(folder: Path) -> str:
 
 results, planted = Path(sys.argv[1]), sys.argv[2]
 expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted},
-                  "pr..pr-cold": set(), "pr..pr-sometimes": {planted}}
+                  "pr..pr-cold": set(), "pr..pr-sometimes": {planted}, "pr..pr-long": set()}
 print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6} {'round CV':>13}  "
       f"{'timing':13} verdicts; flagged; slower; check")
 for name, want in expected_flags.items():

@@ -19,6 +19,7 @@ from abdiff.schedule import (
     pick_companions,
     schedule,
 )
+from abdiff.sequential import Looks
 from abdiff.stats import PROCESS_MIN_CONFIGS
 from abdiff.suites import Config
 
@@ -79,6 +80,8 @@ def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
     assert len(launcher.workers) == 6  # one worker per side and round
     saved = load_run_file(tmp_path / "state" / "b.json")
     assert saved.configs[0].rounds[0].latency_us[0] == 110.0
+    # planned without extension: one look, which compare tests at the full alpha
+    assert Looks.from_json(saved.looks).rounds() == (3,)
 
 
 def one_block(tmp_path: Path, counted: bool) -> tuple[Measurement, FakeLauncher]:
@@ -99,6 +102,8 @@ def one_block(tmp_path: Path, counted: bool) -> tuple[Measurement, FakeLauncher]
 
 def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
     measurement, launcher = one_block(tmp_path, counted=False)
+    # the run file says when configs were looked at: their tests' levels depend on it
+    assert measurement.sides["B"].run.looks == {"first": 2, "max_rounds": 8, "step": 2}
     rounds = {c.id: len(c.rounds) for c in measurement.sides["A"].run.configs}
     assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
     assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
