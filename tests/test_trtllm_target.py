@@ -25,6 +25,7 @@ from abdiff.suites import Config, load_suite
 from abdiff.targets import detect_target
 from abdiff.targets.base import RoundJob
 from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
+from abdiff.targets.trtllm.probe.runtime import Probe, ProbePlan, _Pack
 from abdiff.targets.trtllm.target import (
     RUN_PY,
     TrtllmOptions,
@@ -682,6 +683,41 @@ shutil.copy({str(tmp_path / "prepared.sqlite")!r}, out)
     assert (tmp_path / "work/nsys/report_rank0.sqlite").is_file()
 
 
+class NumberedSensor:
+    """Stands in for clocks.GpuSensor, which needs an NVIDIA driver: numbered readings."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self) -> dict:
+        self.reads += 1
+        return {"sm_mhz": 1980, "reading": self.reads}
+
+
+def test_probe_reads_the_clocks_around_the_timed_calls_only(tmp_path: Path) -> None:
+    """Two warm-up calls, three timed: the clocks are read before the first timed call
+    (outside its timing) and after the last, and go into the config's record."""
+    config = {"id": "GEN-TRTLLM-bs8-q1-kv16", "batch_size": 8, "seq_len_q": 1,
+              "seq_len_kv_cache": 16}
+    plan = ProbePlan(record_path=str(tmp_path / "records.jsonl"), round=0, facts=[],
+                     warmup_times=2, run_times=3, checkout=str(tmp_path), run_type="GEN",
+                     configs=[config], profile_kernels=False, device="cpu")
+    probe = Probe(plan, rank=0)
+    probe.started, probe.device, probe.sensor = True, "cpu", NumberedSensor()
+    pack = _Pack(config, {})
+    probe.current = pack
+    reads_seen = []
+    run_pack = probe._wrap_pack(pack, lambda: reads_seen.append(probe.sensor.reads), None)
+    for _ in range(5):
+        run_pack()
+    probe.finish_current()
+    record = read_round_log(tmp_path / "records.jsonl").done[config["id"]]
+    assert reads_seen == [0, 0, 1, 1, 1]  # nothing read during warm-up or inside a call
+    assert record.clocks == {"start": {"sm_mhz": 1980, "reading": 1},
+                             "end": {"sm_mhz": 1980, "reading": 2}}
+    assert len(record.latency_us) == 3
+
+
 def _cuda() -> bool:
     import torch
 
@@ -699,12 +735,14 @@ def test_probe_on_cuda(checkouts: dict[str, Path], tmp_path: Path, graph: bool) 
     assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
     assert log.env["device"] == "cuda"
     assert ("--use-cuda-graph" in spec.argv) == graph
+    clocks = log.env["clocks"] == "NVML"  # nvidia-ml-py installed (the H200 image has it)
     kernels = {}
     for config in configs:
         record = log.done[config["id"]]
         assert record.status == "ok" and len(record.latency_us) == 10
         assert all(0 < t < 50_000 for t in record.latency_us), record.latency_us
         assert record.kernels and not any(k.startswith("aten::") for k in record.kernels)
+        assert not clocks or set(record.clocks) == {"start", "end"}
         kernels[config["params"]["seq_len_q"]] = record.kernels
     # q4 announces MTP shapes on pr: softmax runs, a kernel q1 does not launch
     assert set(kernels[4]) - set(kernels[1])

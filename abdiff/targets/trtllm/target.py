@@ -574,7 +574,7 @@ class TrtllmTarget(Target):
     hooks = TRTLLM_HOOKS
     needs: ClassVar[dict[str, str]] = {
         "GPU": "everything: upstream's benchmark runs on CUDA only",
-        "GPU clocks": "the pinning check of abdiff doctor (NVML, nvidia-ml-py)",
+        "GPU clocks": "clocks and throttling per round (NVML, nvidia-ml-py)",
         "torch": "everything",
         "torch with CUDA": "everything: the probe times with CUDA events",
         "tensorrt_llm": "everything: each checkout's Python code needs the installed "

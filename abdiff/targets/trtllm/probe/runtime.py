@@ -118,6 +118,7 @@ class _Pack:
     facts: dict[str, Any]
     run_pack: Any = None  # upstream's own run pack, for the kernel-capture call
     spans: list[Any] = field(default_factory=list)  # (start, end) events or ns pairs
+    clocks: dict[str, Any] = field(default_factory=dict)  # NVML: {"start", "end"} readings
 
 
 class Probe:
@@ -135,6 +136,7 @@ class Probe:
         self.done_writer = (RecordWriter(Path(plan.nsys_pending))
                             if rank == 0 and plan.nsys_pending else self.writer)
         self.device: str | None = None
+        self.sensor: Any = None  # clocks.GpuSensor on an NVIDIA GPU with nvidia-ml-py
         self.done: set[str] = set()
         self.running: str | None = None
         self.current: _Pack | None = None
@@ -238,14 +240,21 @@ class Probe:
         # registered now, after torch and mpi4py, so it runs before their exit handlers
         atexit.register(self.at_exit)
         self.device = resolve_device(self.plan.device)
+        no_sensor = None
         if self.device == "cuda":
+            from abdiff.clocks import open_sensor
+            from abdiff.measure import current_gpu_uuid
+
             self._patch_graph_replay()
+            self.sensor, no_sensor = open_sensor(current_gpu_uuid())
         if self.writer:
             module = sys.modules.get(PACKAGE)
             env = {**environment(self.device), **self.plan.env,
                    "tensorrt_llm": getattr(module, "__version__", None),
                    "tensorrt_llm_file": getattr(module, "__file__", None),
                    "world_size": _env_int(SIZE_VARS, 1), "cuda_graph": self.plan.cuda_graph}
+            if self.device == "cuda":  # as the reference worker: "NVML", or why not
+                env["clocks"] = "NVML" if self.sensor else no_sensor
             self.writer.env(env)
 
     def on_create(self, original: Any, runner: Any, args: tuple, kwargs: dict) -> Any:
@@ -318,6 +327,12 @@ class Probe:
         else:
             pack.spans.append((begin, time.perf_counter_ns()))
 
+    def _clocks_before(self, pack: _Pack) -> None:
+        """Read the GPU's clocks before the pack's first timed call: the one after run.py's
+        warm-up calls (`warmup_times`), outside the timing events."""
+        if self.sensor is not None and len(pack.spans) == self.plan.warmup_times:
+            pack.clocks = {"start": self.sensor.read()}
+
     def _capturing(self) -> bool:
         if self.device != "cuda":
             return False
@@ -350,6 +365,7 @@ class Probe:
             try:
                 if tuning:  # autotuning is not a sample, and nothing profiles it
                     return run_pack(*args, **kwargs)
+                probe._clocks_before(pack)
                 begin = probe._span_begin()
                 result = run_pack(*args, **kwargs)
                 probe._span_end(pack, begin)
@@ -382,6 +398,7 @@ class Probe:
             if pack is None or probe.depth:
                 return original(graph)
             probe._start(pack.config)
+            probe._clocks_before(pack)
             begin = probe._span_begin()
             result = original(graph)
             probe._span_end(pack, begin)
@@ -416,6 +433,8 @@ class Probe:
                          pack.facts)
             return
         latencies = [max(value, 1e-3) for value in latencies]  # a run file needs positive numbers
+        if self.sensor is not None and "start" in pack.clocks:  # the timed calls have finished
+            pack.clocks["end"] = self.sensor.read()
         kernels = KernelProfile({}, {})
         if self.plan.profile_kernels and not self.plan.nsys_pending:
             try:
@@ -425,7 +444,8 @@ class Probe:
                                           f"raised {exception_line(exc)}", pack.facts)
                 return
         self._done(pack.config, RoundRecord("ok", None, latencies, pack.facts, kernels.counts,
-                                            self.plan.round, kernel_us=kernels.us))
+                                            self.plan.round, kernel_us=kernels.us,
+                                            clocks=pack.clocks))
 
     def _capture_kernels(self, pack: _Pack) -> KernelProfile:
         """Kernels of one extra call after the timed ones: autotuning is long over, and
