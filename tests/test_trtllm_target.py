@@ -730,8 +730,11 @@ def _cuda() -> bool:
 def test_probe_on_cuda(checkouts: dict[str, Path], tmp_path: Path, graph: bool) -> None:
     """CUDA events around run-pack calls, or around CUDAGraph.replay with --cuda-graph."""
     configs = [cfg("DSA", 32, q) for q in (1, 4)]
+    # the stand-in's config_gen.yaml says use_cuda_graph: false (the CPU cannot capture);
+    # on the GPU the suite asks for graphs, as upstream's own YAML does
     outcome, log, spec = run_worker(checkouts["pr"], tmp_path, configs, cuda_graph=graph,
-                                    warmup_times=3, run_times=10)
+                                    warmup_times=3, run_times=10,
+                                    target_options={"use_cuda_graph": True} if graph else {})
     assert outcome.returncode == 0, (tmp_path / "stderr.txt").read_text()
     assert log.env["device"] == "cuda"
     assert ("--use-cuda-graph" in spec.argv) == graph
