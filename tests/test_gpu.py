@@ -1,5 +1,6 @@
 """GPU-only checks (marked `gpu`, skipped without CUDA): kernel selection, events, graphs."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,8 +47,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def probe(checkout: Path) -> dict:
     import json
 
+    from abdiff.targets.base import ABDIFF_ROOT
+
+    # abdiff from this tree, however pytest was started (the demo checkout comes first)
+    env = {**os.environ, "PYTHONPATH": str(ABDIFF_ROOT)}
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=checkout, capture_output=True,
-                          text=True, check=True)
+                          text=True, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -749,5 +749,7 @@ def test_probe_on_cuda(checkouts: dict[str, Path], tmp_path: Path, graph: bool) 
         kernels[config["params"]["seq_len_q"]] = record.kernels
     # q4 announces MTP shapes on pr: softmax runs, a kernel q1 does not launch
     assert set(kernels[4]) - set(kernels[1])
-    print(json.dumps({"graph": graph, "latency_us": {c["id"]: log.done[c["id"]].latency_us
-                                                     for c in configs}, "kernels": kernels}))
+    print(json.dumps({"graph": graph, "env clocks": log.env.get("clocks"),
+                      "clocks": {c["id"]: log.done[c["id"]].clocks for c in configs},
+                      "latency_us": {c["id"]: log.done[c["id"]].latency_us for c in configs},
+                      "kernels": kernels}))
