@@ -16,7 +16,7 @@ are in docs/statistics.md):
   on the log round medians, Holm-adjusted across the configs of one run, below
   the level of the config's look (alpha itself for a run without adaptive
   rounds, else its alpha-spending share: abdiff/sequential.py), *and* the
-  ratio's interval reaching past the practical threshold `min_effect`.
+  point ratio beyond the practical threshold `min_effect`.
 - **unchanged**: an equivalence test, TOST (two one-sided Welch tests against
   +-log(1 + min_effect)), below `equivalence_alpha`.
 - **inconclusive**: neither; the scheduler adds rounds (`needs_more_rounds`).
@@ -347,27 +347,24 @@ def pooled_odd_rate_test(slow_b: np.ndarray, rounds_b: np.ndarray, slow_a: np.nd
 
 
 def detectable_effect(se: np.ndarray, df: np.ndarray, level: float | np.ndarray,
-                      min_effect: float, equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
-                      power: float = DETECTABLE_POWER) -> np.ndarray:
+                      min_effect: float, power: float = DETECTABLE_POWER) -> np.ndarray:
     """Smallest relative slowdown a test with this se and df flags with `power`.
 
     A slowdown delta (log) is flagged when the two-sided test at `level`
-    rejects and the upper end of the ratio's 1 - 2 * equivalence_alpha interval
-    reaches past 1 + min_effect (the change is not shown to be below the
-    threshold). With the usual normal-shift approximation of the noncentral t
-    (Welch's statistic ~ t_df + delta/se), each holds with probability `power`
-    from delta = se * (t_{1-level/2} + t_power) and delta = log(1 + min_effect)
-    - se * (t_{1-equivalence_alpha} - t_power) respectively (quantiles:
-    `scipy.stats.t.ppf`); the larger is returned as a fraction (exp(delta) - 1).
-    A precise run can therefore see a change a little below the threshold itself.
-    NaN where se or df are not finite.
+    rejects and the ratio exceeds 1 + min_effect. With the usual normal-shift
+    approximation of the noncentral t (Welch's statistic ~ t_df + delta/se),
+    each holds with probability `power` from delta = se * (t_{1-level/2} +
+    t_power) and delta = log(1 + min_effect) + se * t_power respectively
+    (quantiles: `scipy.stats.t.ppf`); the larger is returned as a fraction
+    (exp(delta) - 1). `level` may differ per config (its look's level). NaN
+    where se or df are not finite.
     """
     se = np.asarray(se, dtype=float)
     df = np.asarray(df, dtype=float)
     with np.errstate(invalid="ignore"):
         t_power = sps.t.ppf(power, df)
         significant = se * (sps.t.ppf(1 - np.asarray(level) / 2, df) + t_power)
-        practical = math.log1p(min_effect) - se * (sps.t.ppf(1 - equivalence_alpha, df) - t_power)
+        practical = math.log1p(min_effect) + se * t_power
     return np.expm1(np.maximum(significant, practical))
 
 
@@ -659,11 +656,6 @@ def _decidable(s: LatencyStats) -> bool:
     )
 
 
-def _reach(bound: float, ratio: float) -> float:
-    """An interval's end; the ratio itself where the rounds define no interval."""
-    return bound if math.isfinite(bound) else ratio
-
-
 def _number(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -702,15 +694,13 @@ def latency_verdicts(
     look, the full alpha. `level` below means that level.
 
     Per config, in this order:
-    - slower: adjusted p < level, ratio > 1 and the interval reaching past
-      1 + min_effect (the change is real and not shown to be below the
-      threshold), or adjusted p < level driven by p_odd with B's slow rounds
-      more than min_effect slower than A (`note` says how many and by how much);
-    - faster: the same below 1 and 1 / (1 + min_effect);
+    - slower: adjusted p < level and ratio > 1 + min_effect, or adjusted p <
+      level driven by p_odd with B's slow rounds more than min_effect slower
+      than A (`note` says how many and by how much);
+    - faster: adjusted p < level and ratio < 1 / (1 + min_effect);
     - unchanged: TOST p < equivalence_alpha (the ratio's 1 - 2*equivalence_alpha
-      interval lies inside [1/(1+min_effect), 1+min_effect]); a significant change
-      whose interval lies inside the margin is "unchanged" too, with `note` "below
-      the 2% threshold";
+      interval lies inside [1/(1+min_effect), 1+min_effect]); a significant but
+      negligible change is also "unchanged", with `note` "below the 2% threshold";
     - inconclusive: anything else, including fewer than MIN_ROUNDS rounds.
 
     `detectable` is `detectable_effect` at level / (family size), the strictest
@@ -748,8 +738,7 @@ def latency_verdicts(
     levels = np.array([look_level(looks, min(s.rounds_a, s.rounds_b), alpha / size) * size
                        for s in stats])
     detectable = detectable_effect(np.array([s.se for s in stats]),
-                                   np.array([s.df for s in stats]), levels / size, min_effect,
-                                   equivalence_alpha)
+                                   np.array([s.df for s in stats]), levels / size, min_effect)
 
     upper = 1 + min_effect
     lower = 1 / (1 + min_effect)
@@ -770,9 +759,9 @@ def latency_verdicts(
             if p < level and i in by_odd:
                 verdict = "slower"
                 method += "; flagged by B's share of slow rounds (Fisher exact, one-sided)"
-            elif p < level and s.ratio > 1 and _reach(s.ci[1], s.ratio) > upper:
+            elif p < level and s.ratio > upper:
                 verdict = "slower"
-            elif p < level and s.ratio < 1 and _reach(s.ci[0], s.ratio) < lower:
+            elif p < level and s.ratio < lower:
                 verdict = "faster"
             else:
                 verdict = "unchanged" if s.p_equivalence < equivalence_alpha else "inconclusive"
