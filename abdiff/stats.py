@@ -63,8 +63,8 @@ heavy tails), which is why the level is half the 1% target. Measured
 (benchmarks/calibration.py, docs/statistics.md): with the Haybittle-Peto
 boundary that came before the spending, 0.01 gave about 1.0% for independent
 configs with normal round noise and 1.4% on real host-timed H200 rounds, 0.005
-gave 0.4-0.7% and 0.9%; with the spending, 0.005 gives 0.0-0.5% on every
-profile and replay.
+gave 0.4-0.7% and 0.9%; with the spending, 0.005 gives 0.0-0.1% on the
+simulated profiles and on 15-round H200 graph replays (the fourth run).
 """
 
 DEFAULT_EQUIVALENCE_ALPHA = 0.05

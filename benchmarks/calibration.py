@@ -49,8 +49,8 @@ two sides (A/A); for power, side B of one config (rotating over the recorded
 configs) is multiplied by 1 + shift. Results and their reading: docs/statistics.md.
 
 Usage:
-  python benchmarks/calibration.py                 # full run (about 95 s on 2 cores)
-  python benchmarks/calibration.py --quick         # about 8 s
+  python benchmarks/calibration.py                 # full run (about 40 min on 2 cores)
+  python benchmarks/calibration.py --quick         # 400 suites: about 4 min
   python benchmarks/calibration.py --record runs/cpu.json --record-rounds 30
   python benchmarks/calibration.py --record runs/h200.json --record-device cuda
   python benchmarks/calibration.py --replay runs/ a.json b.json  # real rounds
