@@ -146,7 +146,8 @@ def nominal_levels(looks: tuple[int, ...], alpha: float,
 
 def look_level(looks: Looks | None, rounds: int, alpha: float) -> float:
     """The nominal level at which a config with `rounds` rounds per side is tested:
-    alpha itself without looks (one look), else its look's `nominal_levels`."""
-    if looks is None:
+    alpha itself without looks or with one look (exactly: its computed level rounds
+    a hair below), else its look's `nominal_levels`."""
+    if looks is None or len(looks.rounds()) == 1:
         return alpha
     return nominal_levels(looks.rounds(), alpha)[looks.index(rounds)]

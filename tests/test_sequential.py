@@ -25,7 +25,9 @@ def test_looks_follow_the_schedule() -> None:
 
 def test_a_run_without_extension_is_tested_at_the_full_alpha() -> None:
     assert look_level(None, 9, 0.005) == 0.005
-    assert look_level(Looks(5, 5), 5, 0.005) == pytest.approx(0.005, rel=1e-9)
+    assert look_level(Looks(5, 5), 5, 0.005) == 0.005
+    one_look = stats.latency_verdicts([_one_config(1e-3, 5)], looks=Looks(5, 5))[0]
+    assert one_look.verdict == "slower" and "alpha spending" not in one_look.method
     assert nominal_levels((10,), 0.01) == pytest.approx((0.01,), rel=1e-9)
 
 
