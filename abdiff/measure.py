@@ -306,6 +306,17 @@ def gpu_identity(gpu: str) -> dict[str, str]:
             "clock_policy": f"application clock {app_clock} MHz of max {max_clock} MHz"}
 
 
+def gpu_sensor(device: str) -> tuple[Any, dict[str, Any]]:
+    """The clock sensor of torch's current GPU (clocks.GpuSensor, or None) and the env
+    entry saying whether it reads: {"clocks": "NVML"} or why not; (None, {}) off CUDA."""
+    if device != "cuda":
+        return None, {}
+    from abdiff.clocks import open_sensor
+
+    sensor, why = open_sensor(current_gpu_uuid())
+    return sensor, {"clocks": "NVML" if sensor else why}
+
+
 def current_gpu_uuid() -> str:
     """`GPU-<uuid>` of torch's current CUDA device: how nvidia-smi and NVML name it."""
     import torch

@@ -735,10 +735,12 @@ def latency_verdicts(
     adjusted = dict(zip(family, adjusted_family.tolist(), strict=True))
     label = f"Holm over {len(family)}" if correction == "holm" else f"BH over {len(family)}"
     size = max(1, len(family))
-    levels = np.array([look_level(looks, min(s.rounds_a, s.rounds_b), alpha / size) * size
-                       for s in stats])
+    spending = looks is not None and len(looks.rounds()) > 1
+    looked = [min(s.rounds_a, s.rounds_b) for s in stats]
+    # each config's level at Holm's first step; the family's level is `size` times it
+    config_levels = np.array([look_level(looks, n, alpha / size) for n in looked])
     detectable = detectable_effect(np.array([s.se for s in stats]),
-                                   np.array([s.df for s in stats]), levels / size, min_effect)
+                                   np.array([s.df for s in stats]), config_levels, min_effect)
 
     upper = 1 + min_effect
     lower = 1 / (1 + min_effect)
@@ -747,15 +749,15 @@ def latency_verdicts(
         ci = [_number(s.ci[0]), _number(s.ci[1])]
         p = adjusted.get(i)
         notes = [s.odd_note] if s.odd_note else []
-        level = float(levels[i])
+        level = float(config_levels[i]) * size if spending else alpha
         if p is None:
             verdict = "inconclusive"
             method = f"{s.method}; fewer than {MIN_ROUNDS} rounds on a side: no verdict"
         else:
             method = f"{s.method}; {label}"
-            if level < alpha:
-                method += f"; look {looks.index(min(s.rounds_a, s.rounds_b)) + 1} of " \
-                          f"{len(looks.rounds())} at level {level:.2g} (alpha spending)"
+            if spending:
+                method += (f"; look {looks.index(looked[i]) + 1} of {len(looks.rounds())} at "
+                           f"level {level:.2g} (alpha spending)")
             if p < level and i in by_odd:
                 verdict = "slower"
                 method += "; flagged by B's share of slow rounds (Fisher exact, one-sided)"

@@ -32,15 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from abdiff.clocks import GpuSensor, open_sensor
+from abdiff.clocks import GpuSensor
 from abdiff.errors import exception_line
 from abdiff.files import path_under_root
 from abdiff.launchers.guard import arm_parent_death
 from abdiff.measure import (
     WarmupRule,
-    current_gpu_uuid,
     environment,
     find_attn_metadata,
+    gpu_sensor,
     profile_kernels,
     read_facts,
     resolve_device,
@@ -184,10 +184,9 @@ def main(job_path: str) -> int:
         tensor_parallel = {"tp_size": job.ranks, "tp_rank": rank}
     writer = RecordWriter(rank_record_path(job.record_path, rank))
     timing = timing_kind(device, job.cuda_graph)
-    sensor, no_sensor = open_sensor(current_gpu_uuid()) if device == "cuda" else (None, None)
+    sensor, clocks_env = gpu_sensor(device)
     writer.env({**environment(device), "cuda_graph": timing == "graph replay", "timing": timing,
-                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {}),
-                **({"clocks": "NVML" if sensor else no_sensor} if device == "cuda" else {})})
+                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {}), **clocks_env})
     runner_cls = _import_runner(Path.cwd())
     order = shuffled(job.configs, job.order_seed)
     writer.order(job.order_seed, [config["id"] for config in order])

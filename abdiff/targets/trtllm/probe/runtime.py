@@ -234,27 +234,22 @@ class Probe:
 
     def _first_call(self) -> None:
         """Set-up deferred until run.py has imported torch, tensorrt_llm and MPI."""
-        from abdiff.measure import environment, resolve_device
+        from abdiff.measure import environment, gpu_sensor, resolve_device
 
         self.started = True
         # registered now, after torch and mpi4py, so it runs before their exit handlers
         atexit.register(self.at_exit)
         self.device = resolve_device(self.plan.device)
-        no_sensor = None
         if self.device == "cuda":
-            from abdiff.clocks import open_sensor
-            from abdiff.measure import current_gpu_uuid
-
             self._patch_graph_replay()
-            self.sensor, no_sensor = open_sensor(current_gpu_uuid())
+        self.sensor, clocks_env = gpu_sensor(self.device)  # as the reference worker does
         if self.writer:
             module = sys.modules.get(PACKAGE)
             env = {**environment(self.device), **self.plan.env,
                    "tensorrt_llm": getattr(module, "__version__", None),
                    "tensorrt_llm_file": getattr(module, "__file__", None),
-                   "world_size": _env_int(SIZE_VARS, 1), "cuda_graph": self.plan.cuda_graph}
-            if self.device == "cuda":  # as the reference worker: "NVML", or why not
-                env["clocks"] = "NVML" if self.sensor else no_sensor
+                   "world_size": _env_int(SIZE_VARS, 1), "cuda_graph": self.plan.cuda_graph,
+                   **clocks_env}
             self.writer.env(env)
 
     def on_create(self, original: Any, runner: Any, args: tuple, kwargs: dict) -> Any:
