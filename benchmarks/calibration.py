@@ -137,6 +137,7 @@ class Tally:
     clean: int = 0  # detected and no unchanged config flagged
     rounds: float = 0.0  # sum over runs of mean rounds per side (unchanged configs)
     rounds_shifted: float = 0.0
+    suite_rounds: float = 0.0  # sum over runs of the most rounds per side any config got
     unchanged: float = 0.0  # sum over runs of the share of unchanged configs called unchanged
     missed_unchanged: int = 0  # runs in which the shifted config was called unchanged
     noted: int = 0  # runs in which the shifted config was flagged or noted (odd rounds on B)
@@ -413,6 +414,7 @@ def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = No
         out.clean = int((hit & ~false_alarm).sum())
     if rounds is not None:
         out.rounds = float(rounds[:, null].mean(axis=1).sum())
+        out.suite_rounds = float(rounds.max(axis=1).sum())
         if shifted.any():
             out.rounds_shifted = float(rounds[:, shifted].mean(axis=1).sum())
     if verdicts is not None:
@@ -546,14 +548,14 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
     by_name = {s.name: s for s in scenario_list}
     aa = by_name["A/A"]
     rules = list(aa.tallies)
-    header = ["rule", "rounds/side", "A/A false alarms (95% CI)"]
+    header = ["rule", "rounds/side", "A/A suite rounds", "A/A false alarms (95% CI)"]
     header += [f"power +{s:.0%}" for s in SHIFTS] + ["clean +5%", "A/A unchanged",
                                                      "A/A inconclusive (median)"]
     rows = []
     for rule in rules:
         t = aa.tallies[rule]
         lo, hi = ci(t.false_alarm, t.runs)
-        row = [rule, f"{t.rounds / t.runs:.1f}",
+        row = [rule, f"{t.rounds / t.runs:.1f}", f"{t.suite_rounds / t.runs:.1f}",
                f"{t.false_alarm}/{t.runs} = {pct(t.false_alarm / t.runs)} "
                f"[{pct(lo)}, {pct(hi)}]"]
         for s in SHIFTS:

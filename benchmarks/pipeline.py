@@ -4,7 +4,9 @@ Runs the command twice with default settings in a fresh demo repository and
 cache, then reads the worker logs (each event carries a wall-clock stamp) to
 split each run's time into: worker start (Python + torch import), per-config
 set-up (run pack, facts, graph capture), warm-up, timed iterations, the kernel
-capture pass, and the rest (abdiff's own scheduling, statistics, reports,
+capture pass, the time between one worker's last event and the next worker's
+job (its exit, abdiff reading its records and handing over the next job), and
+the rest (abdiff's own scheduling, statistics, reports,
 checkouts). The timed share of the wall time is printed for every run. The
 second run must create no new checkout. Numbers go to docs/performance.md.
 
@@ -42,17 +44,23 @@ SET_UP = "config set-up (run pack, facts, graph capture)"
 WARM_UP = "warm-up"
 TIMED = "timed iterations"
 CAPTURE = "kernel capture pass"
+BETWEEN = "between workers (exit, next job handed over)"
 
 
 def breakdown(state: Path) -> dict[str, float]:
     """Seconds spent in each part of the workers' lives, summed over all workers."""
-    parts = dict.fromkeys((START, SET_UP, WARM_UP, TIMED, CAPTURE), 0.0)
+    parts = dict.fromkeys((START, SET_UP, WARM_UP, TIMED, CAPTURE, BETWEEN), 0.0)
     parts["workers"] = 0
-    for job in sorted(state.glob("logs/*/worker*/job.json")):
+    jobs = sorted(state.glob("logs/*/worker*/job.json"), key=lambda p: p.stat().st_mtime)
+    last_event = None  # the previous worker's last logged event: from then on it only exits
+    for job in jobs:
         spawned = job.stat().st_mtime
+        if last_event is not None:
+            parts[BETWEEN] += max(0.0, spawned - last_event)
         events = [json.loads(line) for line in (job.parent / "records.jsonl").read_text()
                   .splitlines() if line.strip()]
         parts["workers"] += 1
+        last_event = max((e["t"] for e in events), default=None)
         env = next((e for e in events if e["event"] == "env"), None)
         if env is None:
             continue

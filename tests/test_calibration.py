@@ -14,7 +14,7 @@ def test_replay_pools_both_sides_of_an_a_a_run() -> None:
     runs = [ROOT / "results" / "h200" / "graph-pr..pr" / f"{side}.json" for side in "ab"]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "calibration.py"), "--replay", *map(str, runs),
-         "--runs", "200", "--jobs", "1"], capture_output=True, text=True, check=False)
+         "--runs", "200", "--jobs", "2"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     # 5 rounds per side and file, pooled by commit and config: 10 per config
     assert done.stdout.count("(10 rounds)") == 12 and "5..5 rounds per side" in done.stdout
@@ -50,7 +50,7 @@ def test_one_slow_process_in_twelve_no_longer_makes_configs_undecidable() -> Non
     """Issue 23's profile: 0.3% process noise, 1% jitter, 8% of processes 25% slow, 5 rounds."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "calibration.py"), "--profiles", "gpu-odd",
-         "--runs", "200", "--jobs", "1"], capture_output=True, text=True, check=False)
+         "--runs", "200", "--jobs", "2"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     fixed = _row(done.stdout, "abdiff (fixed 5)")
     before = _row(done.stdout, "abdiff (fixed 5, no odd rule)")
