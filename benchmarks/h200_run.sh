@@ -92,6 +92,9 @@ measure() {
 STEPS=${STEPS:-"pr..pr pr..pr-slow main..pr pr..pr-cold"}
 wanted() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 wanted pr..pr && measure pr..pr pr..pr
+# AA_REPEATS (environment): more default A/A runs after the first (pr..pr-again1, ...): the
+# adaptive extension makes an A/A's wall time vary from run to run
+for i in $(seq 1 "${AA_REPEATS:-0}"); do measure "pr..pr-again$i" pr..pr; done
 wanted pr..pr-slow && measure pr..pr-slow pr..pr-slow
 wanted main..pr && measure main..pr main..pr
 wanted pr..pr-sometimes && measure pr..pr-sometimes pr..pr-sometimes
@@ -127,6 +130,7 @@ def round_cv(folder: Path) -> str:
 results, planted = Path(sys.argv[1]), sys.argv[2]
 expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted},
                   "pr..pr-cold": set(), "pr..pr-sometimes": {planted}, "pr..pr-long": set()}
+expected_flags.update({p.name: set() for p in sorted(results.glob("pr..pr-again*"))})
 print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6} {'round CV':>13}  "
       f"{'timing':13} verdicts; flagged; slower; check")
 for name, want in expected_flags.items():
