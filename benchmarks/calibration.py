@@ -27,7 +27,9 @@ Rules (the anchors pool all iterations of all rounds, as those tools do):
   them and the caller treats the error as significant).
 
 The anchors are shown at 5 and at 15 rounds per side (the adaptive rule's
-first and largest budget); abdiff's mean rounds per side are in the table.
+first and largest budget); abdiff's mean rounds per side are in the table, and
+the A/A suite's rounds (the most rounds per side any config got: what the
+wall time follows).
 
 Noise model (per suite run, each round a fresh process that runs every config,
 A and B rounds in randomized ABBA/BAAB blocks): log latency = config base
