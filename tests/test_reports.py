@@ -244,6 +244,12 @@ def test_absolute_times_when_present_and_absent() -> None:
     trt.latency.a_us, trt.latency.a_spread_us = 512.34, 4.1
     trt.latency.b_us, trt.latency.b_spread_us = 534.0, 3.04
     assert common.times_cell(trt.latency) == "A 512.3 µs ±4.1, B 534 µs ±3"
+    # CPU-sized times: no exponent notation ("±4.6e+02" was hard to read beside "4744")
+    trt.latency.a_us, trt.latency.a_spread_us = 4744.2, 463.0
+    trt.latency.b_us, trt.latency.b_spread_us = 17398.4, 3612.0
+    assert common.times_cell(trt.latency) == "A 4744 µs ±460, B 17398 µs ±3600"
+    trt.latency.a_us, trt.latency.a_spread_us = 512.34, 4.1
+    trt.latency.b_us, trt.latency.b_spread_us = 534.0, 3.04
     for text in (markdown.render(result), table_report.render(result, width=200, colour=False),
                  html_report.render(result)):
         assert "A 512.3 µs ±4.1" in text
@@ -558,6 +564,13 @@ def test_kernel_time_root_cause_in_every_format() -> None:
     assert common.root_cause_lines(trt) == [f"Δ +21.5 µs {SDPA}", "Δ -14.2 µs aten::bmm"]
     trt.latency.a_us, trt.latency.b_us = 157.4, 2376.0  # slower: how much the kernels make up
     assert common.root_cause_lines(trt)[-1] == "(these: +7.25 µs of the +2219 µs change)"
+    trt.kernel_deltas = [KernelDelta("aten::bmm", 13612.0, 0.0, -13612.0)]
+    trt.latency.a_us, trt.latency.b_us = 7399.0, 4823.0  # faster, by milliseconds on a CPU
+    assert common.root_cause_lines(trt) == ["Δ -13600 µs aten::bmm",
+                                            "(these: -13600 µs of the -2576 µs change)"]
+    trt.kernel_deltas = [KernelDelta(SDPA, 0.0, 21.5, 21.5),
+                         KernelDelta("aten::bmm", 14.25, 0.0, -14.25)]
+    trt.latency.a_us, trt.latency.b_us = 157.4, 2376.0
     for text in (markdown.render(result), table_report.render(result, width=200, colour=False),
                  html_report.render(result)):
         assert "+21.5 µs" in text and "-14.2 µs aten::bmm" in text

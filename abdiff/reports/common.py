@@ -297,7 +297,7 @@ def latency_details(latency: LatencyResult) -> list[str]:
     parts = []
     if latency.detectable is not None:
         parts.append(f"detects ≥ {latency.detectable:.1%}")
-    aside = [f"{side} r{r['round']} {r['median_us']:.4g} µs"
+    aside = [f"{side} r{r['round']} {us_text(r['median_us'])}"
              for side, rounds in (("A", latency.set_aside_a), ("B", latency.set_aside_b))
              for r in rounds]
     if aside:
@@ -307,9 +307,19 @@ def latency_details(latency: LatencyResult) -> list[str]:
     return parts
 
 
+def significant(value: float, digits: int, sign: bool = False) -> str:
+    """`value` rounded to `digits` significant digits, never in exponent notation (a reader
+    compares "460" with "4744" at a glance, not "4.6e+02"): 460, 4.1, -3920, +2.63."""
+    rounded = float(f"{value:.{digits}g}")
+    plus = "+" if sign else ""
+    if abs(rounded) >= 10 ** (digits - 1):
+        return f"{rounded:{plus}.0f}"
+    return f"{rounded:{plus}g}"
+
+
 def us_text(value: float) -> str:
     """A time in microseconds with four significant digits: "512.3 µs", "18430 µs"."""
-    return f"{value:.4g} µs" if value < 1e4 else f"{value:.0f} µs"
+    return f"{significant(value, 4)} µs" if value < 1e4 else f"{value:.0f} µs"
 
 
 def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
@@ -335,7 +345,7 @@ def times_cell(latency: LatencyResult) -> str:
     for side, (median, spread) in side_times(latency).items():
         text = f"{side} {us_text(median)}"
         if spread is not None:
-            text += f" ±{spread:.2g}"
+            text += f" ±{significant(spread, 2)}"
         parts.append(text)
     return ", ".join(parts)
 
@@ -394,11 +404,13 @@ def root_cause_lines(cfg: ConfigResult, width: int = 120) -> list[str]:
     the kernels behind a changed config (kernel_times.py), largest first. Where latency
     moved, a last line says how much of the move those kernels make up: time spent
     outside kernels (on the host) is not in them."""
-    lines = [clip(f"Δ {d.delta_us:+.3g} µs {d.kernel}", width) for d in cfg.kernel_deltas]
+    lines = [clip(f"Δ {significant(d.delta_us, 3, sign=True)} µs {d.kernel}", width)
+             for d in cfg.kernel_deltas]
     lat = cfg.latency
     if lines and lat.verdict in ("slower", "faster") and lat.a_us and lat.b_us:
         named = sum(d.delta_us for d in cfg.kernel_deltas)
-        lines.append(f"(these: {named:+.3g} µs of the {lat.b_us - lat.a_us:+.4g} µs change)")
+        lines.append(f"(these: {significant(named, 3, sign=True)} µs of the "
+                     f"{significant(lat.b_us - lat.a_us, 4, sign=True)} µs change)")
     return lines
 
 
