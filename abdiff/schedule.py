@@ -34,7 +34,7 @@ from filelock import FileLock, Timeout
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.standby import standing_by
+from abdiff.launchers.warm import standing_by
 from abdiff.progress import Progress
 from abdiff.records import (
     ConfigRuns,
@@ -102,7 +102,8 @@ class Measurement:
         self.sides = sides
         self.seed = seed
         self.processes = 0
-        self.prestarted = 0  # of those, started ahead of their job (--prestart)
+        self.warm_starts = 0  # of those, started ahead or forked (--prestart)
+        self.warm_words = ""  # what the pool calls them (launchers/warm.py)
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
         # were measured at another time than the ones it found (baselines.drift_margin).
         self.session = uuid.uuid4().hex[:12]
@@ -325,7 +326,7 @@ def measure(
     progress = Progress(quiet)
     progress.plan("first rounds", len(slots) * len(configs))
     try:
-        with standing_by(launcher, settings.prestart, measurement.state_dir / "standby",
+        with standing_by(launcher, settings.worker_start, measurement.state_dir / "standby",
                          settings.pass_env, settings.max_memory_bytes) as pool:
             first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
             run_slots(measurement, first, configs, target, launcher, settings, progress)
@@ -351,7 +352,12 @@ def measure(
                           [c for c in configs if c.id in ids or c.id in companions], target,
                           launcher, settings, progress, companions)
                 done += extra
-            measurement.prestarted += pool.taken if pool is not None else 0
+            if pool is not None:
+                measurement.warm_starts += pool.taken
+                measurement.warm_words = pool.words
+                if pool.failure:  # said once the rounds are in: it cost time, not data
+                    print(f"abdiff: {pool.failure}; the workers after it started cold",
+                          file=sys.stderr, flush=True)
     finally:
         progress.close()
     measurement.save(complete=True)

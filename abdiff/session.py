@@ -7,7 +7,6 @@ this module parses arguments or prints reports.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import refuse_write_token
-from abdiff.launchers.standby import prime, unprime
+from abdiff.launchers.warm import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
@@ -63,16 +62,14 @@ class Bench:
     cache_dir: Path
 
 
-# Below this many cores a starting interpreter competes with the timed worker for a core
-# (docs/performance.md measures the A/A spread with and without on 2 and 16 cores).
-PRESTART_MIN_CORES = 4
+WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
 
 
-def prestart_enabled(choice: str) -> bool:
-    """`--prestart auto|on|off`: auto starts workers ahead where the machine has the cores."""
-    if choice == "auto":
-        return (os.cpu_count() or 1) >= PRESTART_MIN_CORES
-    return choice == "on"
+def worker_start(choice: str) -> str:
+    """`--prestart auto|fork|on|off` as a start mode of launchers/warm.py. auto forks:
+    the fork server sleeps while workers measure, so it needs no spare core, and the A/A
+    spread was no wider with it (docs/performance.md, 2 and 16 cores)."""
+    return WORKER_STARTS[choice]
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
@@ -85,9 +82,9 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
                          "or torchrun to start that many ranks (or --np 1 for one)")
     launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
     cache_dir = (args.cache_dir or default_cache_dir()).resolve()
-    prestart = prestart_enabled(args.prestart)
+    start_mode = worker_start(args.prestart)
     # the first worker imports torch while the checks below run and the checkouts are made
-    prime(launcher, prestart, cache_dir / "standby",
+    prime(launcher, start_mode, cache_dir / "standby",
           target.worker_env(), args.pass_env, args.max_memory)
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)
@@ -108,7 +105,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         device=args.device,
         cuda_graph=not args.eager,
         cpu_threads=args.cpu_threads,
-        prestart=prestart,
+        worker_start=start_mode,
         target_options=suite.target_options,
         target_args=args.target_arg,
         pass_env=args.pass_env,
@@ -119,8 +116,8 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
 
 def side_run(bench: Bench, side: SideSpec) -> SideRun:
     checkout = bench.cache.checkout(side)
-    # prestart: whether workers were started ahead of their job (--prestart)
-    env = {"abdiff": __version__, "prestart": bench.settings.prestart,
+    # worker_start: how worker processes started: cold, ahead or fork (--prestart)
+    env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
                     bench.suite.configs, env)
@@ -221,7 +218,8 @@ def measure_and_compare(
         if check_measured is not None:
             notes = notes + check_measured()
         if not args.quiet:
-            ahead = f" ({measurement.prestarted} started ahead)" if measurement.prestarted else ""
+            ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
+                     if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
         return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,

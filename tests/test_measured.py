@@ -86,11 +86,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("prestart", ["off", "on"])
+@pytest.mark.parametrize("prestart", ["off", "on", "fork"])
 def test_nothing_importable_on_both_sides_is_exit_3_after_one_round(demo: Path, tmp_path: Path,
                                                                     prestart: str) -> None:
-    """Also with workers started ahead of their job: the waiting process imports torch
-    fine, then the checkout's harness fails, and that is what is reported."""
+    """Also with workers started ahead of their job or forked: the waiting process (the
+    fork server) imports torch fine, then the checkout's harness fails, and that is what
+    is reported."""
     suite = write_suite(tmp_path / "s.yaml", [1, 2])
     proc = run_abdiff("broken..broken", "--configs", suite, "--repo", demo, "--cache-dir",
                       tmp_path / "cache", "--target", "reference", "--rounds", 3,

@@ -14,8 +14,9 @@ import pytest
 
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
-from abdiff.launchers.standby import StandbyPool, prime, standing_by, unprime
-from abdiff.session import prestart_enabled
+from abdiff.launchers.standby import StandbyPool
+from abdiff.launchers.warm import prime, standing_by, unprime
+from abdiff.session import worker_start
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
 
 REPORT = """
@@ -71,7 +72,7 @@ def test_next_job_runs_in_the_process_started_ahead(tmp_path: Path, pool: Standb
 
 
 def test_a_waiting_process_that_died_is_reported_and_the_rest_start_cold(
-        tmp_path: Path, pool: StandbyPool, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, pool: StandbyPool) -> None:
     a = checkout(tmp_path, "a")
     run(pool, job(a), tmp_path / "w0")
     dead = pool.waiting.proc
@@ -79,8 +80,8 @@ def test_a_waiting_process_that_died_is_reported_and_the_rest_start_cold(
     dead.wait()
     assert run(pool, job(a), tmp_path / "w1").returncode == 0
     assert report(tmp_path / "w1")["pid"] != dead.pid
-    assert "a pre-started worker ended before its job (exit -9" in capsys.readouterr().err
-    assert pool.broken and pool.waiting is None and pool.taken == 0
+    assert pool.failure.startswith("a worker started ahead ended before its job (exit -9")
+    assert pool.waiting is None and pool.taken == 0
     run(pool, job(a), tmp_path / "w2")
     assert pool.started == 1  # no new process waits once one died
 
@@ -105,10 +106,10 @@ def test_another_environment_is_not_handed_to_the_waiting_process(tmp_path: Path
 
 def test_a_primed_pool_serves_the_first_job_too(tmp_path: Path) -> None:
     launcher = LocalLauncher()
-    prime(launcher, True, tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
+    prime(launcher, "ahead", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
     pool = launcher.standby
     assert pool is not None and pool.waiting is not None and pool.started == 1
-    with standing_by(launcher, True, tmp_path / "unused", None, None) as taken:
+    with standing_by(launcher, "ahead", tmp_path / "unused", None, None) as taken:
         assert taken is pool
         assert run(pool, job(checkout(tmp_path, "a")), tmp_path / "w0").returncode == 0
         assert (pool.started, pool.taken) == (2, 1)
@@ -118,13 +119,13 @@ def test_a_primed_pool_serves_the_first_job_too(tmp_path: Path) -> None:
 
 def test_a_primed_pool_no_run_took_is_ended(tmp_path: Path) -> None:
     launcher = LocalLauncher()
-    prime(launcher, True, tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
+    prime(launcher, "ahead", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
     waiting = launcher.standby.waiting.proc
     unprime(launcher)
     assert waiting.wait(timeout=30) is not None and launcher.standby is None
     # off, or a target whose workers' environment differs from job to job: nothing starts
-    prime(launcher, False, tmp_path / "off", {}, None, None)
-    prime(launcher, True, tmp_path / "unknown", None, None, None)
+    prime(launcher, "cold", tmp_path / "off", {}, None, None)
+    prime(launcher, "ahead", tmp_path / "unknown", None, None, None)
     assert launcher.standby is None
 
 
@@ -135,9 +136,7 @@ def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> No
     assert waiting.poll() is not None and pool.waiting is None
 
 
-@pytest.mark.parametrize(("choice", "cores", "enabled"), [
-    ("auto", 2, False), ("auto", 16, True), ("on", 2, True), ("off", 16, False)])
-def test_prestart_choice(monkeypatch: pytest.MonkeyPatch, choice: str, cores: int,
-                         enabled: bool) -> None:
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
-    assert prestart_enabled(choice) is enabled
+@pytest.mark.parametrize(("choice", "mode"), [
+    ("auto", "fork"), ("fork", "fork"), ("on", "ahead"), ("off", "cold")])
+def test_prestart_choice(choice: str, mode: str) -> None:
+    assert worker_start(choice) == mode

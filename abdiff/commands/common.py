@@ -77,10 +77,11 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="accepted and ignored: graph replays are the default on CUDA")
     parser.add_argument("--cpu-threads", type=positive_int, default=1,
                         help="torch threads per worker on the CPU (default 1)")
-    parser.add_argument("--prestart", choices=["auto", "on", "off"], default="auto",
-                        help="start the next worker process (Python, torch import) "
-                             "while the current one measures; auto: on machines with 4 or "
-                             "more cores (default auto)")
+    parser.add_argument("--prestart", choices=["auto", "fork", "on", "off"], default="auto",
+                        help="how local workers skip Python's start and the torch import: "
+                             "fork (each a fork of one process that imported torch once), on "
+                             "(the next one starts while the current one measures), off "
+                             "(every one cold); auto: fork (default auto)")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                         help="pass this credential-like variable to benchmark processes")

@@ -17,7 +17,7 @@ from abdiff.launchers.process import ProcessOutcome, run_process
 from abdiff.targets.base import LaunchSpec
 
 if TYPE_CHECKING:
-    from abdiff.launchers.standby import StandbyPool
+    from abdiff.launchers.warm import WorkerPool
 
 
 class Launcher(ABC):
@@ -27,7 +27,7 @@ class Launcher(ABC):
     ranks: int = 1  # processes one launch starts (each writes its own record log)
     own_lines: re.Pattern[str] | None = None  # the launcher's report lines in the ranks' stderr
     can_prestart: ClassVar[bool] = False  # workers may be started ahead of their job
-    standby: StandbyPool | None = None  # set for a measurement by standby.standing_by
+    standby: WorkerPool | None = None  # set for a measurement by warm.standing_by
 
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:

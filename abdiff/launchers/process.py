@@ -29,7 +29,8 @@ from abdiff.errors import InfrastructureError, InputError
 from abdiff.targets.base import LaunchSpec
 
 if TYPE_CHECKING:
-    from abdiff.launchers.standby import StandbyPool
+    from abdiff.launchers.forkserver import ForkedProcess
+    from abdiff.launchers.warm import WorkerPool
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
@@ -134,7 +135,7 @@ class ProcessOutcome:
         return None
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen | ForkedProcess) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left after a grace period.
 
     The SIGKILL is sent even when the grace period is cut short (a second
@@ -162,9 +163,10 @@ def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
 
 @dataclass
 class StartedProcess:
-    """A worker process in its own session, with the temporary HOME it owns."""
+    """A worker process in its own session (or, forked, its own process group), with the
+    temporary HOME it owns."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProcess
     home: tempfile.TemporaryDirectory
 
     def close(self) -> None:
@@ -175,10 +177,11 @@ class StartedProcess:
         self.home.cleanup()
 
 
-def start_process(spec: LaunchSpec, stdout: Path, stderr: Path, pass_env: list[str] | None,
-                  max_memory_bytes: int | None, stdin: int | None = subprocess.DEVNULL
-                  ) -> StartedProcess:
-    """Start `spec` through guard.py in a session of its own, output appended to the files."""
+def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
+                  pass_env: list[str] | None, max_memory_bytes: int | None,
+                  stdin: int | None = subprocess.DEVNULL) -> StartedProcess:
+    """Start `spec` through guard.py in a session of its own, output appended to the files
+    (stdout may be subprocess.PIPE: the fork server's messages)."""
     hide_environment(pass_env)
     if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
             os.access(spec.cwd / spec.argv[0], os.X_OK)):
@@ -186,7 +189,9 @@ def start_process(spec: LaunchSpec, stdout: Path, stderr: Path, pass_env: list[s
         raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program")
     home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
     try:
-        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+        with contextlib.ExitStack() as files:
+            out = stdout if isinstance(stdout, int) else files.enter_context(open(stdout, "ab"))
+            err = files.enter_context(open(stderr, "ab"))
             proc = subprocess.Popen(
                 guarded(spec.argv, max_memory_bytes),
                 cwd=spec.cwd,
@@ -209,11 +214,11 @@ def run_process(
     timeout_s: float | None,
     pass_env: list[str] | None = None,
     max_memory_bytes: int | None = None,
-    standby: StandbyPool | None = None,
+    standby: WorkerPool | None = None,
 ) -> ProcessOutcome:
     """Run `spec` to completion in its own session; stdout and stderr go to files in log_dir.
 
-    With `standby`, a process it started ahead (launchers/standby.py) takes the job
+    With `standby`, a warm pool's process (launchers/warm.py) takes the job
     when it can, instead of a new one. The timeout is an inactivity limit: it restarts
     whenever `progress_path` grows (the worker logs each config's start), so it bounds
     one config, not the whole round. KeyboardInterrupt and other exceptions kill the

@@ -1,0 +1,166 @@
+"""Workers forked from one process that imported torch once (`--prestart fork`).
+
+The local launcher's jobs go to a fork server (forkserver_process.py), started
+like any worker (guard.py, its own session, the workers' environment, a HOME of
+its own); each job becomes a fork of it, with the job's environment and a fresh
+HOME. A forked worker is not abdiff's child: `ForkedProcess` gives run_process
+what it needs of a Popen (pid, poll, wait), from the server's messages. A job
+the server cannot take (not `python -m` of this Python, another environment)
+starts cold; a server that died is reported once, and the run goes on starting
+workers cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from abdiff.launchers.process import StartedProcess, start_process, worker_environment
+from abdiff.launchers.standby import StandbyPool
+from abdiff.targets.base import LaunchSpec
+
+SERVER_MODULE = "abdiff.launchers.forkserver_process"
+FORK_WAIT_S = 120.0  # for the first job the server may still be importing torch
+
+
+class ForkedProcess:
+    """A worker forked by the server, seen through the server's messages."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.returncode(self.pid, 0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.server.returncode(self.pid, timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0.0)
+        return self.returncode
+
+
+class ForkServer:
+    """One fork server per run, for jobs with the environment it was started with.
+    The interface is StandbyPool's: `take`, `start_waiting`, `close`, `taken`."""
+
+    words = "forked from a warm process"  # how the run's summary names these workers
+
+    def __init__(self, folder: Path, pass_env: list[str] | None = None,
+                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+        self.folder = Path(folder)
+        self.pass_env = pass_env
+        self.max_memory_bytes = max_memory_bytes
+        self.own_folder = own_folder  # made for this server alone (`prime`): removed with it
+        self.server: StartedProcess | None = None
+        self.server_env: dict[str, str] = {}
+        self.exits: dict[int, int] = {}
+        self.pending = b""
+        self.taken = 0
+        self.failure: str | None = None  # why the server stopped: the run's summary says it
+
+    fits = staticmethod(StandbyPool.fits)
+
+    def start_waiting(self, env: dict[str, str]) -> None:
+        """Start the server now (its torch import overlaps the run's own set-up)."""
+        if self.server is None and not self.failure:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            spec = LaunchSpec([sys.executable, "-m", SERVER_MODULE], self.folder, dict(env))
+            self.server = start_process(spec, subprocess.PIPE, self.folder / "server.stderr.txt",
+                                        self.pass_env, self.max_memory_bytes,
+                                        stdin=subprocess.PIPE)
+            self.server_env = dict(env)
+
+    def take(self, spec: LaunchSpec, stdout: Path, stderr: Path) -> StartedProcess | None:
+        """`spec` as a fork of the server, or None: start it cold."""
+        if self.failure or not self.fits(spec):
+            return None
+        self.start_waiting(spec.env)
+        if self.server_env != spec.env:
+            return None
+        home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
+        job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
+               "stderr": str(stderr),
+               "env": worker_environment(spec.env, self.pass_env, Path(home.name))}
+        pid = None
+        try:  # unbuffered: nothing is left to flush (and fail) when it is closed
+            os.write(self.server.proc.stdin.fileno(), (json.dumps(job) + "\n").encode())
+            pid = self._forked_pid(time.monotonic() + FORK_WAIT_S)
+        except BrokenPipeError:
+            self._fail(f"it ended (exit {self.server.proc.wait()})")
+        if pid is None:
+            home.cleanup()
+            return None
+        self.taken += 1
+        return StartedProcess(ForkedProcess(self, pid), home)
+
+    def returncode(self, pid: int, timeout: float | None) -> int | None:
+        """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pid not in self.exits and not self.failure:
+            if self._next_message(deadline) is None:
+                break
+        if pid not in self.exits and self.failure:
+            return -signal.SIGKILL  # a dead server's workers die with it (parent-death signal)
+        return self.exits.get(pid)
+
+    def close(self) -> None:
+        """End the server (the run needs no more workers); a folder of its own goes with
+        it, unless the server failed (its stderr is there)."""
+        if self.server is not None:
+            self.server.proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # then close() kills it
+                self.server.proc.wait(timeout=10)
+            self.server.close()
+            self.server = None
+        if self.own_folder and not self.failure:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _forked_pid(self, deadline: float) -> int | None:
+        while not self.failure:
+            message = self._next_message(deadline)
+            if message is None:
+                self._fail("no worker after the job was sent")
+            elif "pid" in message:
+                return message["pid"]
+        return None
+
+    def _next_message(self, deadline: float | None) -> dict | None:
+        """The server's next message (exits are recorded on the way), None at the
+        deadline or the server's end."""
+        out = self.server.proc.stdout
+        while b"\n" not in self.pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([out], [], [], remaining)[0]:
+                return None
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                self._fail(f"it ended (exit {self.server.proc.wait()})")
+                return None
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        message = json.loads(line)
+        if "exit" in message:
+            self.exits[message["exit"]] = message["returncode"]
+        if "error" in message:
+            self._fail(message["error"])
+            return None
+        return message
+
+    def _fail(self, why: str) -> None:
+        """Keep the first reason; the run goes on with cold starts."""
+        if not self.failure:
+            self.failure = f"the fork server stopped ({why}; its output is in {self.folder})"

@@ -1,0 +1,168 @@
+"""launchers/forkserver.py and forkserver_process.py: each job a fork of one process that
+imported torch once, run as if started in the job's folder with the job's environment;
+its exit, a timeout and a dead server are seen as with a process of abdiff's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import write_suite
+
+from abdiff.cli import main
+from abdiff.launchers import forkserver
+from abdiff.launchers.forkserver import ForkServer
+from abdiff.launchers.local import LocalLauncher
+from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.warm import prime, standing_by
+from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+
+REPORT = """
+import json, os, sys, time
+print(json.dumps({"cwd": os.getcwd(), "path0": sys.path[0], "argv": sys.argv[1:],
+                  "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
+                  "home": os.environ["HOME"], "marker": os.environ.get("ABDIFF_MARKER"),
+                  "torch": "torch" in sys.modules}))
+print("to stderr", file=sys.stderr)
+if sys.argv[1] == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[2]))
+"""
+ENV = {"PYTHONPATH": str(ABDIFF_ROOT), "ABDIFF_MARKER": "job"}
+
+
+def checkout(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "report_job.py").write_text(REPORT)
+    return folder
+
+
+def job(folder: Path, *args: str, env: dict[str, str] | None = None) -> LaunchSpec:
+    return LaunchSpec([sys.executable, "-m", "report_job", *args], folder,
+                      ENV if env is None else env)
+
+
+def run(server: ForkServer, spec: LaunchSpec, log: Path, timeout_s: float = 60
+        ) -> ProcessOutcome:
+    return run_process(spec, log, log / "progress", timeout_s, standby=server)
+
+
+def report(log: Path) -> dict:
+    return json.loads((log / "stdout.txt").read_text().splitlines()[0])
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    server = ForkServer(tmp_path / "forkserver")
+    yield server
+    server.close()
+
+
+def test_each_job_is_a_fork_run_in_its_folder_with_its_environment(
+        tmp_path: Path, server: ForkServer) -> None:
+    a, b = checkout(tmp_path, "a"), checkout(tmp_path, "b")
+    assert run(server, job(a, "run", "0"), tmp_path / "w0").returncode == 0
+    assert run(server, job(b, "run", "3"), tmp_path / "w1").returncode == 3
+    first, second = report(tmp_path / "w0"), report(tmp_path / "w1")
+    parent = server.server.proc.pid
+    for folder, seen in ((a, first), (b, second)):
+        # torch came with the fork; the job's folder is first on sys.path, as with python -m
+        assert (seen["cwd"], seen["path0"], seen["torch"]) == (str(folder), str(folder), True)
+        assert seen["ppid"] == parent and seen["pgid"] == seen["pid"] != parent
+        assert seen["marker"] == "job"
+    assert first["argv"] == ["run", "0"] and first["pid"] != second["pid"]
+    # every worker its own HOME, removed when it ended
+    assert first["home"] != second["home"] and not Path(first["home"]).exists()
+    assert (tmp_path / "w1" / "stderr.txt").read_text() == "to stderr\n"
+    assert server.taken == 2 and server.failure is None
+
+
+def test_a_worker_past_its_timeout_is_killed_with_its_group(tmp_path: Path,
+                                                            server: ForkServer) -> None:
+    outcome = run(server, job(checkout(tmp_path, "a"), "sleep", "0"), tmp_path / "w0",
+                  timeout_s=2)
+    assert outcome.timed_out and outcome.signal_name == "SIGTERM"
+    pid = report(tmp_path / "w0")["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    # the server goes on forking
+    assert run(server, job(checkout(tmp_path, "b"), "run", "0"), tmp_path / "w1").returncode == 0
+
+
+def test_a_dead_server_is_reported_and_the_rest_start_cold(
+        tmp_path: Path, server: ForkServer) -> None:
+    a = checkout(tmp_path, "a")
+    run(server, job(a, "run", "0"), tmp_path / "w0")
+    os.killpg(server.server.proc.pid, signal.SIGKILL)
+    assert run(server, job(a, "run", "0"), tmp_path / "w1").returncode == 0
+    cold = report(tmp_path / "w1")
+    assert cold["torch"] is False and cold["ppid"] == os.getpid()
+    assert server.failure.startswith("the fork server stopped (it ended (exit -9")
+    assert server.taken == 1
+
+
+def test_jobs_it_cannot_take_start_cold(tmp_path: Path, server: ForkServer) -> None:
+    a = checkout(tmp_path, "a")
+    run(server, job(a, "run", "0"), tmp_path / "w0")
+    other = {**ENV, "ABDIFF_MARKER": "other"}  # torch was imported under ENV, not this
+    assert run(server, job(a, "run", "0", env=other), tmp_path / "w1").returncode == 0
+    assert report(tmp_path / "w1")["torch"] is False
+    spec = LaunchSpec(["sh", "-c", "echo cold"], tmp_path)
+    assert run(server, spec, tmp_path / "w2").returncode == 0
+    assert (tmp_path / "w2" / "stdout.txt").read_text() == "cold\n"
+    assert server.taken == 1 and server.failure is None
+
+
+def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: Path) -> None:
+    """A thread that runs on through the fork could hold a lock the copy inherits."""
+    code = textwrap.dedent("""
+        import sys, threading, time
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        from abdiff.launchers.forkserver_process import main
+        sys.exit(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], input=b"{}\n", capture_output=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ABDIFF_ROOT)})
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == {
+        "error": "2 threads after importing torch that a fork does not stop; forking is unsafe"}
+
+
+def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: Path) -> None:
+    launcher = LocalLauncher()
+    prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
+    server = launcher.standby
+    assert isinstance(server, ForkServer) and server.server is not None
+    with standing_by(launcher, "fork", tmp_path / "unused", None, None) as taken:
+        assert taken is server
+        assert run(server, job(checkout(tmp_path, "a"), "run", "0"),
+                   tmp_path / "w0").returncode == 0
+    assert launcher.standby is None and server.server is None
+    assert not any((tmp_path / "standby").iterdir())
+
+
+def test_a_run_whose_server_cannot_start_measures_cold_and_says_so(
+        faulty_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The server's module is missing (as where abdiff's own package is broken): every
+    worker starts cold, the verdicts stand, and the run says once why it was slower."""
+    monkeypatch.setattr(forkserver, "SERVER_MODULE", "abdiff.launchers.no_such_module")
+    rc = main([str(a) for a in [
+        "main..pr", "--configs", write_suite(tmp_path / "s.yaml", [1]), "--repo", faulty_repo,
+        "--cache-dir", tmp_path / "cache", "--target", "reference", "--rounds", 2,
+        "--max-rounds", 2, "--quiet", "--format", "json", "--prestart", "fork"]])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert json.loads(captured.out)["summary"]["measured"] == 1
+    assert re.fullmatch(r"abdiff: the fork server stopped \(it ended \(exit 1\); its output is "
+                        r"in .+\); the workers after it started cold",
+                        captured.err.splitlines()[0])
+    assert "Traceback" not in captured.err
