@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,8 +84,10 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
     cache_dir = (args.cache_dir or default_cache_dir()).resolve()
     start_mode = worker_start(args.prestart)
-    # the first worker imports torch while the checks below run and the checkouts are made
-    prime(launcher, start_mode, cache_dir / "standby",
+    # the first worker (the fork server) imports torch while the checks below run and the
+    # checkouts are made; in the system's temporary folder: a run the checks refuse leaves
+    # the cache untouched
+    prime(launcher, start_mode, Path(tempfile.gettempdir()),
           target.worker_env(), args.pass_env, args.max_memory)
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)

@@ -101,9 +101,10 @@ wanted pr..pr-sometimes && measure pr..pr-sometimes pr..pr-sometimes
 # issue 17: an A/A of 15 rounds per side without extension, recorded for the replay of
 # benchmarks/calibration.py (`--replay .../pr..pr-long/[ab].json --min-effect 0.01`)
 wanted pr..pr-long && measure pr..pr-long pr..pr --rounds 15 --max-rounds 15
-# the same A/A with every worker started cold (benchmarks/prestart_noise.sh compares the two
-# ways with fixed rounds)
+# the same A/A with every worker started cold, and with the next worker started ahead
+# while one measures (benchmarks/prestart_noise.sh compares the ways with fixed rounds)
 wanted pr..pr-cold && measure pr..pr-cold pr..pr --prestart off
+wanted pr..pr-ahead && measure pr..pr-ahead pr..pr --prestart on
 if [ "$DEVICE" = cuda ] && [ "$($PY -c "print(int($(date +%s.%N) - $T0 < $BUDGET_S + 60))")" = 1 ]; then
   $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -5 >"$R/gpu-tests.txt"
 fi
@@ -129,7 +130,8 @@ def round_cv(folder: Path) -> str:
 
 results, planted = Path(sys.argv[1]), sys.argv[2]
 expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted},
-                  "pr..pr-cold": set(), "pr..pr-sometimes": {planted}, "pr..pr-long": set()}
+                  "pr..pr-cold": set(), "pr..pr-ahead": set(), "pr..pr-sometimes": {planted},
+                  "pr..pr-long": set()}
 expected_flags.update({p.name: set() for p in sorted(results.glob("pr..pr-again*"))})
 print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6} {'round CV':>13}  "
       f"{'timing':13} verdicts; flagged; slower; check")
