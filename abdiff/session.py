@@ -174,8 +174,9 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
 def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
     """The rounds of one side (no interleaving partner), kept like a diff's."""
     repo_root = open_repo(args.repo)
+    spec = resolve_rev(repo_root, rev)  # refused before a worker starts
     bench = prepare_bench(args, repo_root)
-    sides = {"A": side_run(bench, resolve_rev(repo_root, rev))}
+    sides = {"A": side_run(bench, spec)}
     where = state_dir(bench, sides, kind)
     with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)

@@ -103,12 +103,12 @@ class StepRunner:
 def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
     repo_root = open_repo(args.repo)
+    spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
+    if spec_b.sha == "WORKTREE":
+        raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     bench = prepare_bench(args, repo_root)
     expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
                           [c.params for c in bench.suite.configs])
-    spec_a, spec_b = resolve_range(repo_root, args.range)
-    if spec_b.sha == "WORKTREE":
-        raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     known = {c.id for c in bench.suite.configs}
     unknown = [c for c in args.config if c not in known]
     if unknown:

@@ -48,14 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
     repo_root = open_repo(args.repo)
+    # the range before the bench: a typo is refused before a worker process starts
+    baseline = parse_baseline_range(args.range)
+    specs = resolve_range(repo_root, args.range) if baseline is None else None
     bench = prepare_bench(args, repo_root)
     expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
                           [c.params for c in bench.suite.configs])
-    baseline = parse_baseline_range(args.range)
     if baseline is not None:
         result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
     else:
-        spec_a, spec_b = resolve_range(repo_root, args.range)
+        spec_a, spec_b = specs
         notes = []
         if spec_a.sha == spec_b.sha:
             notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "

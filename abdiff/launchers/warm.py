@@ -59,8 +59,8 @@ def prime(launcher: Launcher, mode: str, under: Path, env: dict[str, str] | None
     measurement's `standing_by` takes the pool over and ends it."""
     if mode in POOLS and launcher.can_prestart and env is not None and launcher.standby is None:
         under.mkdir(parents=True, exist_ok=True)
-        pool = make_pool(mode, Path(tempfile.mkdtemp(prefix=f"abdiff-{mode}-", dir=under)), pass_env,
-                         max_memory_bytes, own_folder=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"abdiff-{mode}-", dir=under))
+        pool = make_pool(mode, folder, pass_env, max_memory_bytes, own_folder=True)
         pool.start_waiting(env)
         launcher.standby = pool
         atexit.register(pool.close)  # a run that stops before measuring leaves nothing
