@@ -17,6 +17,7 @@ import pytest
 from conftest import write_suite
 
 from abdiff.cli import main
+from abdiff.errors import InfrastructureError
 from abdiff.launchers import forkserver
 from abdiff.launchers.forkserver import ForkServer
 from abdiff.launchers.local import LocalLauncher
@@ -55,6 +56,15 @@ def run(server: ForkServer, spec: LaunchSpec, log: Path, timeout_s: float = 60
     return run_process(spec, log, log / "progress", timeout_s, standby=server)
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` still runs (an orphan's zombie waits for a PID 1 that may not reap)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
 def report(log: Path) -> dict:
     return json.loads((log / "stdout.txt").read_text().splitlines()[0])
 
@@ -90,9 +100,7 @@ def test_a_worker_past_its_timeout_is_killed_with_its_group(tmp_path: Path,
     outcome = run(server, job(checkout(tmp_path, "a"), "sleep", "0"), tmp_path / "w0",
                   timeout_s=2)
     assert outcome.timed_out and outcome.signal_name == "SIGTERM"
-    pid = report(tmp_path / "w0")["pid"]
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    assert not running(report(tmp_path / "w0")["pid"])
     # the server goes on forking
     assert run(server, job(checkout(tmp_path, "b"), "run", "0"), tmp_path / "w1").returncode == 0
 
@@ -107,6 +115,21 @@ def test_a_dead_server_is_reported_and_the_rest_start_cold(
     assert cold["torch"] is False and cold["ppid"] == os.getpid()
     assert server.failure.startswith("the fork server stopped (it ended (exit -9")
     assert server.taken == 1
+
+
+def test_a_server_that_dies_under_a_running_worker_stops_the_run(tmp_path: Path,
+                                                                  server: ForkServer) -> None:
+    """The worker dies with it (parent-death signal): its exit says nothing of the config."""
+    log = tmp_path / "w0"
+    log.mkdir()
+    started = server.take(job(checkout(tmp_path, "a"), "sleep", "0"), log / "stdout.txt",
+                          log / "stderr.txt")
+    os.killpg(server.server.proc.pid, signal.SIGKILL)
+    with pytest.raises(InfrastructureError, match=r"^the fork server stopped \(it ended \(exit "
+                       r"-9\); .*\) while worker \d+ ran; its round is lost"):
+        started.proc.wait(timeout=30)
+    started.close()
+    assert not running(started.proc.pid)
 
 
 def test_jobs_it_cannot_take_start_cold(tmp_path: Path, server: ForkServer) -> None:

@@ -6,8 +6,10 @@ its own); each job becomes a fork of it, with the job's environment and a fresh
 HOME. A forked worker is not abdiff's child: `ForkedProcess` gives run_process
 what it needs of a Popen (pid, poll, wait), from the server's messages. A job
 the server cannot take (not `python -m` of this Python, another environment)
-starts cold; a server that died is reported once, and the run goes on starting
-workers cold.
+starts cold. A server that died between workers is reported once and the run
+goes on starting workers cold; one that died while a worker ran stops the run
+(exit 3, the rounds before kept): that worker died with it, and a crash it did
+not cause must not become its config's verdict.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from abdiff.errors import InfrastructureError
 from abdiff.launchers.process import StartedProcess, start_process, worker_environment
 from abdiff.launchers.standby import StandbyPool
 from abdiff.targets.base import LaunchSpec
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
 FORK_WAIT_S = 120.0  # for the first job the server may still be importing torch
+LOST = "lost"  # the server died while this worker ran: its exit can no longer be known
 
 
 class ForkedProcess:
@@ -41,15 +45,24 @@ class ForkedProcess:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self.server.returncode(self.pid, 0.0)
-        return self.returncode
+        return self._exit(0.0)
 
     def wait(self, timeout: float | None = None) -> int:
+        returncode = self._exit(timeout)
+        if returncode is None:
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0.0)
+        return returncode
+
+    def _exit(self, timeout: float | None) -> int | None:
         if self.returncode is None:
             self.returncode = self.server.returncode(self.pid, timeout)
-        if self.returncode is None:
-            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0.0)
+            if self.returncode == LOST:
+                self.returncode = -signal.SIGKILL  # what the parent-death signal did to it
+                # how it really ended is unknown: blaming the benchmark for a crash would be
+                # a verdict on no evidence
+                raise InfrastructureError(f"{self.server.failure} while worker {self.pid} ran; "
+                                          "its round is lost, the rounds before it are kept "
+                                          "(run the same command again to go on)")
         return self.returncode
 
 
@@ -107,14 +120,15 @@ class ForkServer:
         self.taken += 1
         return StartedProcess(ForkedProcess(self, pid), home)
 
-    def returncode(self, pid: int, timeout: float | None) -> int | None:
-        """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end)."""
+    def returncode(self, pid: int, timeout: float | None) -> int | str | None:
+        """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end);
+        LOST when the server died first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while pid not in self.exits and not self.failure:
             if self._next_message(deadline) is None:
                 break
         if pid not in self.exits and self.failure:
-            return -signal.SIGKILL  # a dead server's workers die with it (parent-death signal)
+            return LOST
         return self.exits.get(pid)
 
     def close(self) -> None:
