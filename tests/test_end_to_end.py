@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import git, run_abdiff, write_suite
+from conftest import git, git_env, run_abdiff, write_suite
 
 from abdiff.demo import build_demo_repo
 from abdiff.records import load_run_file
@@ -33,11 +33,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def diff(demo: Path, rev_range: str, out: Path, *extra: object) -> tuple[int, dict, str]:
     """The mtp suite in 2 rounds, each worker started ahead of its job (--prestart): every
-    worker must still run its own side's code."""
+    worker must still run its own side's code. Temporary files go to out/tmp."""
+    (out / "tmp").mkdir(parents=True)
     done = run_abdiff(rev_range, "--configs", "mtp", "--repo", demo, "--cache-dir",
                       out / "cache", "--rounds", 2, "--max-rounds", 2, "--prestart", "on",
                       "--json", out / "result.json", "--format", "markdown", "--output",
-                      out / "report.md", *extra)
+                      out / "report.md", *extra, env={**git_env(), "TMPDIR": str(out / "tmp")})
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads((out / "result.json").read_text()), done.stderr
 
@@ -54,7 +55,7 @@ def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> Non
     # every worker, the first too (started before the checks and checkouts), was waiting
     started = re.search(r"(\d+) worker processes this run \((\d+) started ahead\)", stderr)
     assert started and started.group(1) == started.group(2), stderr
-    assert not any((tmp_path / "cache" / "standby").iterdir())  # its folder went with it
+    assert not any((tmp_path / "tmp").glob("abdiff-ahead-*"))  # its folder went with it
     configs = by_id(result)
     for cid, config in configs.items():
         q = config["params"]["seq_len_q"]
