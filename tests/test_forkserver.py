@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,10 @@ def test_a_server_that_dies_under_a_running_worker_stops_the_run(tmp_path: Path,
     with pytest.raises(InfrastructureError, match=r"^the fork server stopped \(it ended \(exit "
                        r"-9\); .*\) while worker \d+ ran; its round is lost"):
         started.proc.wait(timeout=30)
-    started.close()
+    started.close()  # SIGKILL to its group; the kill lands a moment later
+    deadline = time.monotonic() + 10
+    while running(started.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not running(started.proc.pid)
 
 
