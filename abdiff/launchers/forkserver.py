@@ -33,7 +33,6 @@ from abdiff.targets.base import LaunchSpec
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
 FORK_WAIT_S = 120.0  # for the first job the server may still be importing torch
-LOST = "lost"  # the server died while this worker ran: its exit can no longer be known
 
 
 class ForkedProcess:
@@ -56,7 +55,8 @@ class ForkedProcess:
     def _exit(self, timeout: float | None) -> int | None:
         if self.returncode is None:
             self.returncode = self.server.returncode(self.pid, timeout)
-            if self.returncode == LOST:
+            if self.returncode is None and self.server.failure:
+                # the server died before this worker's exit came: it died with the server
                 self.returncode = -signal.SIGKILL  # what the parent-death signal did to it
                 # how it really ended is unknown: blaming the benchmark for a crash would be
                 # a verdict on no evidence
@@ -120,15 +120,13 @@ class ForkServer:
         self.taken += 1
         return StartedProcess(ForkedProcess(self, pid), home)
 
-    def returncode(self, pid: int, timeout: float | None) -> int | str | None:
-        """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end);
-        LOST when the server died first."""
+    def returncode(self, pid: int, timeout: float | None) -> int | None:
+        """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end or
+        the server's); None where it is not known."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while pid not in self.exits and not self.failure:
             if self._next_message(deadline) is None:
                 break
-        if pid not in self.exits and self.failure:
-            return LOST
         return self.exits.get(pid)
 
     def close(self) -> None:
