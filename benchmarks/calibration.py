@@ -143,6 +143,7 @@ class Tally:
     unchanged: float = 0.0  # sum over runs of the share of unchanged configs called unchanged
     missed_unchanged: int = 0  # runs in which the shifted config was called unchanged
     noted: int = 0  # runs in which the shifted config was flagged or noted (odd rounds on B)
+    shown: int = 0  # runs in which the shifted config was flagged or significant below threshold
     inconclusive: list[int] = field(default_factory=list)  # per run: unchanged configs undecided
 
     def add(self, other: Tally) -> None:
@@ -240,8 +241,10 @@ def abdiff_adaptive(
     """abdiff's verdicts with the adaptive extension, through `abdiff.stats`.
 
     Returns (verdicts after the first rounds of a run planned without extension, at
-    the full alpha; final verdicts; rounds per side used; and whether the first and
-    the final result note more slow rounds on B than on A), each (runs, configs).
+    the full alpha; final verdicts; rounds per side used; whether the first and the
+    final result note more slow rounds on B than on A; and whether the first and the
+    final result show a slowdown, flagged or significant below the threshold), each
+    (runs, configs).
     Every look of the extension is tested at its alpha-spending level (the budget's
     `sequential.Looks`, as the tool does); `spending=False` tests every look at the
     full alpha, the naive rule the spending replaces. `odd=False` is the rule before
@@ -266,7 +269,8 @@ def abdiff_adaptive(
     used = np.zeros((runs, n_cfg), dtype=int)
     verdicts = np.full((runs, n_cfg), "inconclusive", dtype=object)
     noted = np.zeros((runs, n_cfg), dtype=bool)
-    first = first_noted = None
+    shown = np.zeros((runs, n_cfg), dtype=bool)
+    first = first_noted = first_shown = None
     active = np.ones((runs, n_cfg), dtype=bool)
     picker = np.random.default_rng(0)  # companions are chosen independently of the data
     counting = np.zeros((runs, n_cfg), dtype=bool)  # p_odd known: B has more slow rounds
@@ -312,15 +316,17 @@ def abdiff_adaptive(
             used[r, c] = n
         active[:] = False
         if first is None:  # a run planned without extension: one look at the full alpha
-            first = np.array([[res.verdict for res in stats.latency_verdicts(
-                cache[r], min_effect, alpha, correction=correction)] for r in range(runs)],
-                dtype=object)
+            once = [stats.latency_verdicts(cache[r], min_effect, alpha, correction=correction)
+                    for r in range(runs)]
+            first = np.array([[res.verdict for res in row] for row in once], dtype=object)
             first_noted = np.array([[c.odd_note is not None for c in row] for row in cache])
+            first_shown = np.array([[shows_slowdown(res) for res in row] for row in once])
         for r in np.unique(idx[:, 0]):
             results = stats.latency_verdicts(cache[r], min_effect, alpha, correction=correction,
                                              looks=looks)
             verdicts[r] = [res.verdict for res in results]
             noted[r] = [c.odd_note is not None for c in cache[r]]
+            shown[r] = [shows_slowdown(res) for res in results]
             # the tool's rule (session.undecided_configs): undecided, and not futile
             active[r] = [stats.needs_more_rounds(res)
                          and not stats.futile(res, budget.max_rounds, min_effect)
@@ -335,7 +341,14 @@ def abdiff_adaptive(
         ran_a[:, :, block] = timed[:, :, None]
         ran_b[:, :, block.start + extra_b:block.stop + extra_b] = timed[:, :, None]
         n = min(n + budget.step, budget.max_rounds)
-    return first, verdicts, used, np.stack([first_noted, noted])
+    return first, verdicts, used, np.stack([first_noted, noted]), np.stack([first_shown, shown])
+
+
+def shows_slowdown(result: stats.LatencyResult) -> bool:
+    """Flagged `slower`, or a significant slowdown the result shows as below the threshold
+    (issue 17: a clear change below --min-effect is shown as such, not as a bare verdict)."""
+    below = result.note is not None and "threshold" in result.note
+    return result.verdict == "slower" or (below and (result.ratio or 0) > 1)
 
 
 def odd_round_inputs(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -405,7 +418,8 @@ def anchor_flags(a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = None,
-          verdicts: np.ndarray | None = None, noted: np.ndarray | None = None) -> Tally:
+          verdicts: np.ndarray | None = None, noted: np.ndarray | None = None,
+          shown: np.ndarray | None = None) -> Tally:
     """Summarize signed flags (runs, configs) given which configs are really shifted."""
     null = ~shifted
     false_alarm = (flags[:, null] != 0).any(axis=1)
@@ -424,6 +438,8 @@ def tally(flags: np.ndarray, shifted: np.ndarray, rounds: np.ndarray | None = No
         out.inconclusive = (verdicts[:, null] == "inconclusive").sum(axis=1).tolist()
         if shifted.any():
             out.missed_unchanged = int((verdicts[:, shifted] == "unchanged").any(axis=1).sum())
+    if shown is not None and shifted.any():
+        out.shown = int(shown[:, shifted].all(axis=1).sum())
     if noted is not None and shifted.any():
         out.noted = int(((flags[:, shifted] > 0) | noted[:, shifted]).all(axis=1).sum())
         silent = (verdicts == "unchanged") & ~noted if verdicts is not None else None
@@ -445,27 +461,27 @@ def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, m
     extra = scenario.rounds_b_offset
     span = f"{budget.first}-{budget.max_rounds}"
     for correction in scenario.corrections:
-        first, final, used, noted = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
-                                                    extra)
+        first, final, used, noted, shown = abdiff_adaptive(a, b, budget, min_effect, alpha,
+                                                           correction, extra)
         tag = "" if correction == "holm" else ", BH"
         out[f"abdiff (adaptive {span}{tag})"] = tally(signed(final), shifted, used, final,
-                                                      noted[1])
+                                                      noted[1], shown[1])
         if correction != "holm":
             continue
         fixed = np.full(used.shape, budget.first)
         out[f"abdiff (fixed {budget.first})"] = tally(signed(first), shifted, fixed, first,
-                                                      noted[0])
-        _, final, used, noted = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
-                                                extra, spending=False)
+                                                      noted[0], shown[0])
+        _, final, used, noted, _ = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
+                                                   extra, spending=False)
         out[f"abdiff (adaptive {span}, every look at full alpha)"] = tally(
             signed(final), shifted, used, final, noted[1])
-        first, final, used, noted = abdiff_adaptive(a, b, budget, min_effect, alpha,
-                                                    correction, extra, process=False)
+        first, final, used, noted, _ = abdiff_adaptive(a, b, budget, min_effect, alpha,
+                                                       correction, extra, process=False)
         out[f"abdiff (fixed {budget.first}, no process speeds)"] = tally(
             signed(first), shifted, fixed, first, noted[0])
         out[f"abdiff (adaptive {span}, no process speeds)"] = tally(signed(final), shifted,
                                                                    used, final, noted[1])
-        first, final, used, _ = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
+        first, final, used, _, _ = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
                                                 extra, odd=False)
         out[f"abdiff (fixed {budget.first}, no odd rule)"] = tally(signed(first), shifted, fixed,
                                                                    first)
@@ -601,6 +617,13 @@ def report(title: str, scenario_list: list[Scenario]) -> str:
             if rule.startswith("abdiff"):
                 extra.append([f"+{shift:.0%}: {rule}, shifted config called unchanged",
                               f"{t.missed_unchanged}/{t.runs}", pct(t.missed_unchanged / t.runs)])
+    for shift in (0.01, 0.02):  # a change at or below the threshold: flagged or shown below it
+        sc = by_name[f"+{shift:.0%}"]
+        for rule in ("abdiff (adaptive", "abdiff (fixed"):
+            for name, t in sc.tallies.items():
+                if name.startswith(rule) and "," not in name:
+                    extra.append([f"+{shift:.0%}: {name}, flagged or shown significant below "
+                                  "the threshold", f"{t.shown}/{t.runs}", pct(t.shown / t.runs)])
     if extra:
         lines.append(format_table(["extra scenario", "count", "rate"], extra))
     return "\n".join(lines)

@@ -98,9 +98,11 @@ for i in $(seq 1 "${AA_REPEATS:-0}"); do measure "pr..pr-again$i" pr..pr; done
 wanted pr..pr-slow && measure pr..pr-slow pr..pr-slow
 wanted main..pr && measure main..pr main..pr
 wanted pr..pr-sometimes && measure pr..pr-sometimes pr..pr-sometimes
-# issue 17: an A/A of 15 rounds per side without extension, recorded for the replay of
-# benchmarks/calibration.py (`--replay .../pr..pr-long/[ab].json --min-effect 0.01`)
-wanted pr..pr-long && measure pr..pr-long pr..pr --rounds 15 --max-rounds 15
+# issue 17: an A/A of LONG_ROUNDS (environment; 15) rounds per side without extension,
+# recorded for the replays of benchmarks/calibration.py and power_bound.py
+# (`--replay .../pr..pr-long/[ab].json --min-effect 0.01`)
+LONG_ROUNDS=${LONG_ROUNDS:-15}
+wanted pr..pr-long && measure pr..pr-long pr..pr --rounds "$LONG_ROUNDS" --max-rounds "$LONG_ROUNDS"
 # the same A/A with every worker started cold, and with the next worker started ahead
 # while one measures (benchmarks/prestart_noise.sh compares the ways with fixed rounds)
 wanted pr..pr-cold && measure pr..pr-cold pr..pr --prestart off

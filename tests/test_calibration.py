@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,3 +70,27 @@ def test_one_slow_process_in_twelve_no_longer_makes_configs_undecidable() -> Non
     assert bimodal("abdiff (fixed 5)", "flagged slower") > 20.0
     # 66.7% of 1000 suites with alpha spending (76.8% with the Haybittle-Peto boundary)
     assert bimodal("abdiff (adaptive 5-15)", "flagged slower") > 50.0
+
+
+def test_a_clear_change_below_the_threshold_counts_as_shown() -> None:
+    """The +1% rows' "flagged or shown significant below the threshold" count: a significant
+    slowdown under --min-effect carries the note and counts; a faster one or a bare
+    `unchanged` does not."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from calibration import shows_slowdown
+
+    from abdiff import stats
+
+    rng = np.random.default_rng(17)
+    base = [list(100 * np.exp(rng.normal(0, 0.001, 20))) for _ in range(8)]
+
+    def verdict(factor: float) -> stats.LatencyResult:
+        b = [list(np.asarray(r) * factor * np.exp(rng.normal(0, 0.001))) for r in base]
+        a = [list(np.asarray(r) * np.exp(rng.normal(0, 0.001))) for r in base]
+        return stats.latency_verdicts([stats.compare_latency(a, b)])[0]
+
+    small, large, faster, same = verdict(1.01), verdict(1.05), verdict(1 / 1.01), verdict(1.0)
+    assert small.verdict == "unchanged" and "below the 2% threshold" in small.note
+    assert shows_slowdown(small) and shows_slowdown(large) and large.verdict == "slower"
+    assert "below the 2% threshold" in faster.note and not shows_slowdown(faster)
+    assert same.verdict == "unchanged" and same.note is None and not shows_slowdown(same)
