@@ -1,4 +1,4 @@
-"""How much power any test could have on a simulated profile: tests that know the noise.
+"""How much power a test could have on simulated or recorded rounds: tests that know the noise.
 
 Issue 17 asks for 95% power at +5% with 10 rounds per side and family-wise A/A false
 alarms <= 1% on synthetic data at the noise measured on real CPU rounds. abdiff's rule
@@ -7,17 +7,19 @@ better, by giving rules what no real rule has: the exact null distribution.
 
 Data: benchmarks/calibration.py's generator (`simulate`, its PROFILES), 12 configs, the
 round medians (log) of `--rounds` rounds per side, one look. For each statistic T per
-config, the critical value c is the (1 - fwer) quantile of max over configs of |T| in
-simulated A/A suites, so every test below has family-wise false alarms of exactly
-`fwer` (the configs' dependence through shared process noise and drift included); its
-power is the share of suites with config 0 shifted by `--shift` in which T_0 > c.
+config, standardized by its sd over A/A suites, the critical value c is the (1 - fwer)
+quantile of the largest |T| over the configs of an A/A suite, so every test below has
+family-wise false alarms of exactly `fwer` (the configs' dependence through shared
+process noise and drift included); its power is the share of suites in which T > c for
+the config whose B was shifted by `--shift` (each config in turn).
 
 - mean: difference of the sides' mean log round medians. For normal round noise of
   known variance this is the most powerful test of a shift (Neyman-Pearson); no test
   that must estimate the variance from the same rounds does better.
-- median, Huber: robust location differences (Huber's M-estimate with the profile's
+- median, Huber: robust location differences (Huber's M-estimate with the config's
   round sd as known scale, k = 1.345), which gain where the round noise is heavy-tailed
-  (the generator draws process and config offsets from Student t with 4 d.o.f.).
+  (the generator draws process and config offsets from Student t with 4 d.o.f.) or
+  falls into process states (recorded GPU rounds).
 - paired median: the median of B - A per round index; in a simulated run A's and B's
   round i share a block of the ABBA schedule, so the difference cancels drift over the
   run (a replay shuffles the recorded rounds: its pairs are random). The paired mean is
