@@ -482,7 +482,7 @@ def evaluate(a: np.ndarray, b: np.ndarray, scenario: Scenario, budget: Budget, m
         out[f"abdiff (adaptive {span}, no process speeds)"] = tally(signed(final), shifted,
                                                                    used, final, noted[1])
         first, final, used, _, _ = abdiff_adaptive(a, b, budget, min_effect, alpha, correction,
-                                                extra, odd=False)
+                                                   extra, odd=False)
         out[f"abdiff (fixed {budget.first}, no odd rule)"] = tally(signed(first), shifted, fixed,
                                                                    first)
         out[f"abdiff (adaptive {span}, no odd rule)"] = tally(signed(final), shifted, used, final)

@@ -72,11 +72,13 @@ def test_one_slow_process_in_twelve_no_longer_makes_configs_undecidable() -> Non
     assert bimodal("abdiff (adaptive 5-15)", "flagged slower") > 50.0
 
 
-def test_a_clear_change_below_the_threshold_counts_as_shown() -> None:
+def test_a_clear_change_below_the_threshold_counts_as_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The +1% rows' "flagged or shown significant below the threshold" count: a significant
     slowdown under --min-effect carries the note and counts; a faster one or a bare
     `unchanged` does not."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     from calibration import shows_slowdown
 
     from abdiff import stats
