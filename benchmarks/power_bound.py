@@ -71,7 +71,8 @@ def huber_location(x: np.ndarray, scale: float, steps: int = 30) -> np.ndarray:
     return mu
 
 
-def statistics(log_a: np.ndarray, log_b: np.ndarray, scale: np.ndarray) -> dict[str, np.ndarray]:
+def location_differences(log_a: np.ndarray, log_b: np.ndarray,
+                         scale: np.ndarray) -> dict[str, np.ndarray]:
     """Each oracle statistic per (run, config), from log round medians (runs, configs, rounds);
     `scale` is each config's round sd (the Huber estimate's known scale)."""
     scale = scale[None, :, None]
@@ -126,7 +127,7 @@ def bound_rows(label: str, log_a: np.ndarray, log_b: np.ndarray, scale: np.ndarr
     """
     rounds = str(log_a.shape[-1])
     rows = []
-    for name, t in statistics(log_a, log_b, scale).items():
+    for name, t in location_differences(log_a, log_b, scale).items():
         sd = t.std(0)
         critical = np.quantile(np.abs(t / sd).max(-1), 1 - fwer)
         power = float(((t + np.log1p(shift)) / sd > critical).mean())

@@ -373,3 +373,13 @@ def launcher_env(cluster_env: dict[str, str] | None = None) -> dict[str, str]:
     for name in ("CONTAINER_NAME", "ABDIFF_SRUN_CONTAINER"):  # no pyxis on the test cluster
         env.pop(name, None)
     return env
+
+
+def process_running(pid: int) -> bool:
+    """Whether `pid` still runs: a zombie has ended (an orphan's waits for a PID 1 that may
+    never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")

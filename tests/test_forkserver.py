@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_suite
+from conftest import process_running, write_suite
 
 from abdiff.cli import main
 from abdiff.errors import InfrastructureError
@@ -57,15 +57,6 @@ def run(server: ForkServer, spec: LaunchSpec, log: Path, timeout_s: float = 60
     return run_process(spec, log, log / "progress", timeout_s, standby=server)
 
 
-def running(pid: int) -> bool:
-    """Whether `pid` still runs (an orphan's zombie waits for a PID 1 that may not reap)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
 def report(log: Path) -> dict:
     return json.loads((log / "stdout.txt").read_text().splitlines()[0])
 
@@ -101,7 +92,7 @@ def test_a_worker_past_its_timeout_is_killed_with_its_group(tmp_path: Path,
     outcome = run(server, job(checkout(tmp_path, "a"), "sleep", "0"), tmp_path / "w0",
                   timeout_s=2)
     assert outcome.timed_out and outcome.signal_name == "SIGTERM"
-    assert not running(report(tmp_path / "w0")["pid"])
+    assert not process_running(report(tmp_path / "w0")["pid"])
     # the server goes on forking
     assert run(server, job(checkout(tmp_path, "b"), "run", "0"), tmp_path / "w1").returncode == 0
 
@@ -131,9 +122,9 @@ def test_a_server_that_dies_under_a_running_worker_stops_the_run(tmp_path: Path,
         started.proc.wait(timeout=30)
     started.close()  # SIGKILL to its group; the kill lands a moment later
     deadline = time.monotonic() + 10
-    while running(started.proc.pid) and time.monotonic() < deadline:
+    while process_running(started.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not running(started.proc.pid)
+    assert not process_running(started.proc.pid)
 
 
 def test_jobs_it_cannot_take_start_cold(tmp_path: Path, server: ForkServer) -> None:

@@ -3,13 +3,13 @@ own process (guard.py, no preexec_fn), and dies with abdiff."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import process_running
 
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.process import run_process
@@ -66,16 +66,6 @@ def test_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
     parent.kill()  # SIGKILL: abdiff gets no chance to clean up
     parent.wait()
     deadline = time.monotonic() + 30
-    while _alive(worker):
+    while process_running(worker):
         assert time.monotonic() < deadline, "the worker outlived its parent"
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (reaped by init soon) has already died
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split()[2] == "Z")
