@@ -17,6 +17,7 @@ MASTER_PORT (torchrun sets them; elsewhere 127.0.0.1:29500 unless exported).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 import time
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("MASTER_PORT", "29500")
         dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=rank,
                                 world_size=world_size)
+        # a gloo group left to the interpreter's teardown can abort the rank (SIGABRT,
+        # "terminate called without an active exception"): end it while Python still runs
+        atexit.register(dist.destroy_process_group)
 
     runner = Runner(args.backend, device=device, tp_size=world_size, tp_rank=rank)
     run_pack = runner.create_run_pack(
