@@ -768,7 +768,7 @@ def latency_verdicts(
             else:
                 verdict = "unchanged" if s.p_equivalence < equivalence_alpha else "inconclusive"
                 if p < level:
-                    notes.append(f"below the {min_effect:.0%} threshold")
+                    notes.append(below_threshold_note(min_effect))
         results.append(LatencyResult(
             verdict=verdict,
             ratio=_number(s.ratio),
@@ -789,6 +789,12 @@ def latency_verdicts(
             p_odd=p_odd[i] if s.odd_note and p is not None else None,
         ))
     return results
+
+
+def below_threshold_note(min_effect: float) -> str:
+    """The note of a significant change within the practical threshold: "below the 2%
+    threshold" (one of the `; `-joined parts of `LatencyResult.note`)."""
+    return f"below the {min_effect:.0%} threshold"
 
 
 def detectable_range(results: list[LatencyResult]) -> list[float] | None:

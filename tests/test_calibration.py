@@ -93,6 +93,7 @@ def test_a_clear_change_below_the_threshold_counts_as_shown(
 
     small, large, faster, same = verdict(1.01), verdict(1.05), verdict(1 / 1.01), verdict(1.0)
     assert small.verdict == "unchanged" and "below the 2% threshold" in small.note
-    assert shows_slowdown(small) and shows_slowdown(large) and large.verdict == "slower"
-    assert "below the 2% threshold" in faster.note and not shows_slowdown(faster)
-    assert same.verdict == "unchanged" and same.note is None and not shows_slowdown(same)
+    assert shows_slowdown(small, 0.02) and shows_slowdown(large, 0.02)
+    assert large.verdict == "slower"
+    assert "below the 2% threshold" in faster.note and not shows_slowdown(faster, 0.02)
+    assert same.verdict == "unchanged" and same.note is None and not shows_slowdown(same, 0.02)
