@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from abdiff import stats
+from abdiff.baselines import interleaved
 from abdiff.clocks import clock_notes
 from abdiff.kernel_times import root_cause
 from abdiff.policy import apply_policy
@@ -104,81 +105,39 @@ def kernels_diff(a: dict | None, b: dict | None) -> tuple[dict[str, int], dict[s
     return dict(sorted((cb - ca).items())), dict(sorted((ca - cb).items()))
 
 
-def timed_rounds(config: ConfigRuns, companions: bool = False) -> list[tuple[int, list[float]]]:
+def timed_rounds(config: ConfigRuns) -> list[tuple[int, list[float]]]:
     """(schedule position, iteration latencies) of each round with latencies (list position
-    where no position was recorded); rounds timed as a companion only with `companions`."""
+    where no position was recorded); a companion round of an older run file is not one."""
     return [(i if r.round is None else r.round, r.latency_us) for i, r in enumerate(config.rounds)
-            if r.status == "ok" and r.latency_us and (companions or not r.companion)]
+            if r.status == "ok" and r.latency_us and not r.companion]
 
 
 def latency_samples(config: ConfigRuns) -> list[list[float]]:
     return [latencies for _, latencies in timed_rounds(config)]
 
 
-def round_ids(config: ConfigRuns) -> list[int]:
-    """Schedule position of each round in `latency_samples`."""
-    return [rid for rid, _ in timed_rounds(config)]
-
-
-def process_offsets(run_a: RunFile, run_b: RunFile) -> tuple[dict[str, dict[int, float]],
-                                                              dict[str, dict[int, float]]]:
-    """Per side, config and round id: how much slower the process that timed it ran
-    (`stats.process_offsets` over both sides' processes, judged by its other configs);
-    ({}, {}) where unknown.
-
-    A round's process is the last worker of that round whose order lists the config
-    (earlier ones died before reaching it); companion rounds (RoundRecord.companion)
-    count towards their process's speed. Run files of several sessions (an appended
-    baseline renumbers their rounds) or without orders give ({}, {}): no process is known.
-    """
-    if any(len(run.sessions) > 1 or not run.orders for run in (run_a, run_b)):
-        return {}, {}
-    cells = {}
-    for side, run in (("A", run_a), ("B", run_b)):
-        worker = {(cid, order["round"]): (side, order["round"], order["worker"])
-                  for order in run.orders for cid in order.get("ids", [])}
-        for config in run.configs:
-            for rid, latencies in timed_rounds(config, companions=True):
-                if (config.id, rid) in worker:
-                    cells[config.id, worker[config.id, rid]] = np.log(
-                        stats.round_summary(latencies))
-    row = {cid: i for i, cid in enumerate(sorted({cid for cid, _ in cells}))}
-    column = {process: j for j, process in enumerate(sorted({process for _, process in cells}))}
-    ids, processes = list(row), list(column)
-    matrix = np.full((len(ids), len(processes)), np.nan)
-    for (cid, process), value in cells.items():
-        matrix[row[cid], column[process]] = value
-    offsets = stats.process_offsets(matrix) if ids else matrix
-    sides: dict[str, dict[str, dict[int, float]]] = {"A": {}, "B": {}}
-    for i, cid in enumerate(ids):
-        for j, (side, rid, _) in enumerate(processes):
-            if np.isfinite(offsets[i, j]) and (cid, processes[j]) in cells:
-                sides[side].setdefault(cid, {})[rid] = float(offsets[i, j])
-    return sides["A"], sides["B"]
+def round_medians(config: ConfigRuns) -> dict[int, float]:
+    """Each timed round's median (us) by its schedule position (the round number that
+    pairs it with the other side's round of the same ABBA block)."""
+    return {rid: stats.round_summary(latencies) for rid, latencies in timed_rounds(config)}
 
 
 def latency_results(
     pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float,
-    offsets_a: dict[str, dict[int, float]] | None = None,
-    offsets_b: dict[str, dict[int, float]] | None = None,
-    looks: Looks | None = None,
+    looks: Looks | None = None, paired: bool = True,
 ) -> list[LatencyResult]:
-    """Per-config latency verdicts, with multiple-comparison control across the run;
-    `offsets_a`/`_b` are the sides' `process_offsets`, `looks` the run's adaptive plan
-    (each config tested at its look's alpha-spending level)."""
+    """Per-config latency verdicts, one family-wise test over the run's configs
+    (stats.latency_verdicts); `looks` is the run's adaptive plan, `paired` whether A and
+    B were interleaved (a stored baseline was not)."""
     comparable = [
         i for i, (a, b) in enumerate(pairs)
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
         and latency_samples(a) and latency_samples(b)
     ]
     computed = stats.latency_verdicts(
-        [stats.compare_latency(latency_samples(pairs[i][0]), latency_samples(pairs[i][1]),
-                               min_effect, alpha, a_round_ids=round_ids(pairs[i][0]),
-                               b_round_ids=round_ids(pairs[i][1]),
-                               a_offsets=(offsets_a or {}).get(pairs[i][0].id, {}),
-                               b_offsets=(offsets_b or {}).get(pairs[i][1].id, {}))
+        [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]))
          for i in comparable],
-        min_effect, alpha, looks=looks,
+        min_effect, alpha, looks=looks, paired=paired,
     )
     results = [
         LatencyResult("n/a", rounds_a=len(a.rounds), rounds_b=len(b.rounds)) for a, b in pairs
@@ -241,6 +200,7 @@ def compare_runs(
     alpha: float = stats.DEFAULT_ALPHA,
     notes: list[str] | None = None,
     require_all: bool = False,
+    small_changes: str = "report",
 ) -> Result:
     """The Result of comparing B with A on the configs both measured.
 
@@ -258,14 +218,14 @@ def compare_runs(
         else:
             not_measured.append(config_a.id)
     # B is the side measured with this comparison's plan (a stored baseline's A was not)
-    latencies = latency_results(pairs, min_effect, alpha, *process_offsets(run_a, run_b),
-                                looks=Looks.from_json(run_b.looks))
+    latencies = latency_results(pairs, min_effect, alpha, looks=Looks.from_json(run_b.looks),
+                                paired=interleaved(run_a, run_b) is not False)
     configs = []
     for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
         status_a, error_a = side_status(config_a.rounds)
         status_b, error_b = side_status(config_b.rounds)
         added, removed = kernels_diff(side_kernels(config_a.rounds), side_kernels(config_b.rounds))
-        changed = added or removed or latency.verdict in ("slower", "faster")
+        changed = added or removed or latency.verdict in ("slower", "faster")  # deltas: any
         configs.append(ConfigResult(
             id=config_a.id,
             params=config_b.params or config_a.params,
@@ -280,7 +240,7 @@ def compare_runs(
             latency=latency,
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
-    summary = apply_policy(configs, expect, require_all, len(not_measured))
+    summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes)
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])

@@ -18,7 +18,8 @@ from typing import Any
 from abdiff.errors import InputError
 from abdiff.records import ConfigResult
 
-VERDICTS = ("still-failing", "unintended", "inconclusive", "expected", "unchanged")
+VERDICTS = ("still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
+SMALL_CHANGES = ("report", "gate")  # --small-changes: a change below the threshold fails or not
 NOTHING_MEASURED_EXIT = 3  # no config produced a measurement on either side: the tool failed
 
 
@@ -44,25 +45,37 @@ def in_scope(params: dict[str, Any], expect: dict[str, list[str]]) -> bool:
     return all(str(params.get(key)) in values for key, values in expect.items())
 
 
-def changed(config: ConfigResult) -> bool:
-    """Anything observable differs between A and B (a different failure included)."""
+def latency_changed(config: ConfigResult, small_changes: str = "report") -> bool:
+    """Latency flagged slower or faster; one below the threshold only when it gates."""
+    latency = config.latency
+    return latency.verdict in ("slower", "faster") and (
+        not latency.below_threshold or small_changes == "gate")
+
+
+def changed(config: ConfigResult, small_changes: str = "report") -> bool:
+    """Anything observable differs between A and B (a different failure included); a
+    latency change below the threshold counts only with `small_changes` "gate"."""
     if config.status_change in ("fixed", "broken", "failure-changed"):
         return True
     return bool(
         config.facts_changed
         or config.kernels_added
         or config.kernels_removed
-        or config.latency.verdict in ("slower", "faster")
+        or latency_changed(config, small_changes)
     )
 
 
-def verdict(config: ConfigResult) -> str:
+def verdict(config: ConfigResult, small_changes: str = "report") -> str:
+    """The config's verdict. A latency change that is real but below the threshold is
+    `small-change` (shown, exit 0) unless `small_changes` is "gate": never `unchanged`."""
     if config.status_change == "broken":
         return "unintended"
-    if changed(config):
+    if changed(config, small_changes):
         return "expected" if config.in_scope else "unintended"
     if not measured(config):
         return "still-failing"  # the same failure on both sides: nothing was measured
+    if config.latency.verdict in ("slower", "faster"):
+        return "small-change"
     if config.latency.verdict == "inconclusive":
         return "inconclusive"
     return "unchanged"
@@ -86,14 +99,16 @@ def exit_code(configs: list[ConfigResult], require_all: bool, not_compared: int 
 
 
 def apply_policy(configs: list[ConfigResult], expect: dict[str, list[str]],
-                 require_all: bool = False, not_compared: int = 0) -> dict[str, Any]:
+                 require_all: bool = False, not_compared: int = 0,
+                 small_changes: str = "report") -> dict[str, Any]:
     """Set `in_scope` and `verdict` on each config; return the summary with the exit code.
 
     `not_compared` counts configs with no rounds on a side (they are not in `configs`)."""
     for config in configs:
         config.in_scope = in_scope(config.params, expect)
-        config.verdict = verdict(config)
+        config.verdict = verdict(config, small_changes)
     counts = {name: sum(c.verdict == name for c in configs) for name in VERDICTS}
     return {**counts, "configs": len(configs), "measured": sum(map(measured, configs)),
             "not_compared": not_compared, "require_all": require_all,
+            "small_changes": small_changes,
             "exit_code": exit_code(configs, require_all, not_compared)}

@@ -26,7 +26,8 @@ RESULT_SCHEMAS = ("abdiff.result/1", RESULT_SCHEMA)
 Status = Literal["ok", "failed", "aborted", "timeout"]
 StatusChange = Literal["same", "fixed", "broken", "still-failing", "failure-changed"]
 LatencyVerdict = Literal["unchanged", "slower", "faster", "inconclusive", "n/a"]
-Verdict = Literal["unchanged", "expected", "unintended", "inconclusive", "still-failing"]
+Verdict = Literal["unchanged", "expected", "unintended", "inconclusive", "still-failing",
+                  "small-change"]
 Microseconds = Annotated[float, Min(0, exclusive=True)]
 Count = Annotated[int, Min(0)]
 
@@ -103,7 +104,7 @@ class LatencyResult:
     ratio: float | None = None
     ci: Annotated[list[float], Len(2, 2)] | None = None  # [low, high]
     p: float | None = None
-    p_equivalence: float | None = None
+    p_equivalence: float | None = None  # result/2 files only (TOST); v3 decides by the interval
     rounds_a: Count = 0
     rounds_b: Count = 0
     method: str | None = None
@@ -112,9 +113,15 @@ class LatencyResult:
     a_spread_us: float | None = None  # normal-consistent MAD of those round medians, us
     b_spread_us: float | None = None
     detectable: float | None = None  # smallest change seen with 80% power (fraction)
+    # result/2 files only (odd rounds set aside); v3's Huber location keeps every round
     set_aside_a: list[dict[str, Any]] = field(default_factory=list)  # {"round", "median_us"}
     set_aside_b: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None  # e.g. "below the 2% threshold"
+    # slower/faster with the ratio inside +-min_effect: real, small (stats.latency_verdicts)
+    below_threshold: bool = False
+    level: float | None = None  # the family level spent up to the look that decided (p <= it)
+    se: float | None = None  # standard error of log(ratio): interval = ratio * exp(+-q se)
+    rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
     # raw one-sided p that B has more slow rounds than A (stats), when it has
     p_odd: float | None = None
     # Each side's round medians (us), in round order: the HTML report's distributions.

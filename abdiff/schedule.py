@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -44,8 +44,7 @@ from abdiff.records import (
     write_run_file,
 )
 from abdiff.rounds import RoundSettings, order_seed, run_round
-from abdiff.sequential import Looks
-from abdiff.stats import PROCESS_MIN_CONFIGS
+from abdiff.sequential import DEFAULT_STEP, Looks
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 
@@ -59,7 +58,7 @@ SESSION_ENV_KEYS = ("host", "device_name", "gpu_uuid", "driver", "clock_policy")
 class Plan:
     rounds: int = 5  # first rounds per side
     max_rounds: int = 15  # adaptive ceiling per side
-    step: int = 2  # rounds per side of each adaptive block
+    step: int = DEFAULT_STEP  # rounds per side of each adaptive block
 
     def looks(self) -> Looks:
         """When configs are looked at: the levels their tests spend (sequential.py)."""
@@ -248,10 +247,8 @@ def run_slots(
     launcher: Launcher,
     settings: RoundSettings,
     progress: Progress,
-    companions: frozenset[str] = frozenset(),
 ) -> None:
-    """Run each (side, round) slot for the configs that lack that round; save after each.
-    The rounds of `companions` are recorded as such (RoundRecord.companion)."""
+    """Run each (side, round) slot for the configs that lack that round; save after each."""
     for side, round_index in slots:
         todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
                 and not measurement.settled_failure(side, c.id)]
@@ -266,8 +263,7 @@ def run_slots(
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,
-                               lambda cid, record, side=side: measurement.add(
-                                   side, cid, replace(record, companion=cid in companions)),
+                               lambda cid, record, side=side: measurement.add(side, cid, record),
                                lambda worker, side=side, r=round_index:
                                order_seed(measurement.seed, side, r, worker))
         finally:
@@ -287,17 +283,6 @@ def run_slots(
                       time.monotonic() - started)
 
 
-def pick_companions(configs: list[Config], undecided: set[str],
-                    rng: random.Random) -> frozenset[str]:
-    """Decided configs to time beside the undecided ones in an adaptive round, so that
-    each undecided one has PROCESS_MIN_CONFIGS others in its process: the process's speed
-    is then known (stats.process_offsets), and a round slow beyond it counts as one of
-    this config's (stats.pooled_odd_rate_test). Chosen at random (the run's seed)."""
-    decided = [c.id for c in configs if c.id not in undecided]
-    wanted = max(0, PROCESS_MIN_CONFIGS + 1 - len(undecided))
-    return frozenset(rng.sample(decided, min(wanted, len(decided))))
-
-
 def measure(
     measurement: Measurement,
     configs: list[Config],
@@ -305,15 +290,14 @@ def measure(
     launcher: Launcher,
     settings: RoundSettings,
     plan: Plan,
-    undecided: Callable[[], dict[str, bool]] | None,
+    undecided: Callable[[], set[str]] | None,
     quiet: bool = False,
     after_first_round: Callable[[], None] | None = None,
 ) -> Measurement:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
-    `undecided` names the configs that need more rounds (None: no extension), each with
-    whether its slow rounds are being counted: then the block's rounds get companions
-    (`pick_companions`), so that their processes' speed is known.
+    `undecided` names the configs that need more rounds (None: no extension); a block
+    runs only them, on both sides, so their rounds stay paired.
     `after_first_round` runs once every side has its first round; it raises to stop
     there (nothing could run: no more worker processes are spent), the rounds kept.
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
@@ -336,21 +320,16 @@ def measure(
                       progress)
             done = plan.rounds
             while undecided is not None and done < plan.max_rounds:
-                wanted = undecided()
-                ids = set(wanted)
+                ids = undecided()
                 if not ids:
                     break
                 extra = min(plan.step, plan.max_rounds - done)
                 block_slots = [s for s in schedule(extra, rng, start=done)
                                if s[0] in measurement.sides]
                 block = [c for c in configs if c.id in ids]
-                companions = (pick_companions(configs, ids, rng) if any(wanted.values())
-                              else frozenset())
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
-                              "configs", len(block_slots) * (len(block) + len(companions)))
-                run_slots(measurement, block_slots,
-                          [c for c in configs if c.id in ids or c.id in companions], target,
-                          launcher, settings, progress, companions)
+                              "configs", len(block_slots) * len(block))
+                run_slots(measurement, block_slots, block, target, launcher, settings, progress)
                 done += extra
             if pool is not None:
                 measurement.warm_starts += pool.taken

@@ -187,18 +187,17 @@ def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
 
 
 def undecided_configs(
-    run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float, max_rounds: int
-) -> Callable[[], dict[str, bool]]:
-    """Which configs still need rounds: latency inconclusive, flagged without the
-    overwhelming evidence that lets a flag stand early, or with B's share of slow rounds
-    promising (stats.needs_more_rounds), unless `max_rounds` could not plausibly decide
-    them (stats.futile); each with whether its slow rounds are being counted (B has more
-    than A: its rounds need companions, schedule.pick_companions)."""
+    run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float, max_rounds: int,
+    alpha: float = DEFAULT_ALPHA,
+) -> Callable[[], set[str]]:
+    """Which configs still need rounds: latency inconclusive (stats.needs_more_rounds),
+    unless `max_rounds` could not plausibly decide them (stats.futile)."""
 
-    def undecided() -> dict[str, bool]:
-        result = compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA)
-        return {c.id: c.latency.p_odd is not None for c in result.configs
-                if needs_more_rounds(c.latency) and not futile(c.latency, max_rounds, min_effect)}
+    def undecided() -> set[str]:
+        result = compare_runs(run_a, run_b, expect, min_effect, alpha)
+        return {c.id for c in result.configs
+                if needs_more_rounds(c.latency)
+                and not futile(c.latency, max_rounds, min_effect, alpha, len(result.configs))}
 
     return undecided
 
@@ -217,7 +216,8 @@ def measure_and_compare(
         measurement = Measurement.open(where, sides, args.resume, args.seed)
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(args.rounds, max_rounds),
-                undecided_configs(run_a, run_b, expect, min_effect, max_rounds), args.quiet,
+                undecided_configs(run_a, run_b, expect, min_effect, max_rounds, args.alpha),
+                args.quiet,
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
         if check_measured is not None:
             notes = notes + check_measured()
@@ -226,8 +226,8 @@ def measure_and_compare(
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
-        return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,
-                            args.require_all)
+        return compare_runs(run_a, run_b, expect, min_effect, args.alpha, notes,
+                            args.require_all, args.small_changes)
 
 
 def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, name: str,

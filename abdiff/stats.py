@@ -1,195 +1,109 @@
-"""Latency statistics: round-level tests, equivalence, multiple-comparison control.
+"""Latency verdicts: paired rounds, a robust moderated statistic, one family-wise test.
 
-What a verdict means (DESIGN.md, "Statistics"; the method and its calibration
-are in docs/statistics.md):
+Pure functions of numbers (round medians in, `LatencyResult`s out); compare.py is
+the only caller that knows configs and run files. The method and its calibration
+are in docs/statistics.md.
 
-- The unit of evidence is the **round** (one fresh process). Iterations inside
-  a process share its state (memory placement, clocks, caches, JIT), so they
-  are not independent draws; pooling them overstates the evidence by the
-  number of iterations. Each round is reduced to one number
-  (`round_summary`: the median of its iterations), and the tests run on those
-  per-round numbers, so between-round (between-process) variance is in every
-  p-value and interval.
-- Differences are tested on the log scale, where a slowdown is a ratio B/A and
-  between-round noise is close to multiplicative.
-- **slower/faster**: Welch's t-test (`scipy.stats.ttest_ind`, `equal_var=False`)
-  on the log round medians, Holm-adjusted across the configs of one run, below
-  the level of the config's look (alpha itself for a run without adaptive
-  rounds, else its alpha-spending share: abdiff/sequential.py), *and* the
-  point ratio beyond the practical threshold `min_effect`.
-- **unchanged**: an equivalence test, TOST (two one-sided Welch tests against
-  +-log(1 + min_effect)), below `equivalence_alpha`.
-- **inconclusive**: neither; the scheduler adds rounds (`needs_more_rounds`).
-- **odd rounds** (one process far slower than the side's others) are set
-  aside before the tests (`odd_rounds`) and listed; a B side with more slow
-  rounds than A is tested on its own and joins the Holm family, so a change
-  that makes a config sometimes slow is a finding and not noise. Where the
-  other configs of each process show how fast that process ran
-  (`process_offsets`), only rounds slow *beyond their process* count, and the
-  rate is tested against every other config's (`pooled_odd_rate_test`);
-  elsewhere against A's alone (`odd_rate_test`, Fisher exact).
-- Every result carries absolute times per side and the smallest change the
-  run could have detected (`detectable_effect`).
-
-scipy has no Holm procedure (only Benjamini-Hochberg/Yekutieli in
-`scipy.stats.false_discovery_control`), so Holm's step-down is the few lines in
-`holm` below; every test and interval is scipy's.
+- **Unit of evidence: the round.** Each round (one fresh process per side) is
+  reduced to the median of its timed iterations (`round_summary`); iterations of
+  one process share its state and are not independent draws.
+- **Pairs.** A and B rounds with the same round number ran in the same ABBA
+  block, next to each other in time. The test works on the paired differences
+  d = log(B round) - log(A round), so a state of the machine that lasts several
+  rounds (a clock level, a neighbour's job) hits both members of a pair and
+  cancels instead of inflating the variance. A stored baseline was not
+  interleaved with B: its comparison is unpaired (`paired=False`).
+- **A location a slow round cannot drag**: Huber's M-estimate of the
+  differences (HUBER_K), its scale the normal-consistent median of |d| (the
+  same for every sign pattern, so the permutation below keeps it), its standard
+  error from the influence function.
+- **Variance borrowed across the suite** (limma's moderated t, `moderate`): each
+  config's variance is shrunk toward a prior fitted to all configs' variances
+  (`fit_f_dist`), so a config with few rounds is not decided by one lucky small
+  variance.
+- **One family-wise test at the promised level.** Under "no change" A and B are
+  exchangeable within a pair, so flipping the sign of pair k for every config at
+  once is as likely as what was measured; the distribution of the largest
+  |t| over the suite's configs under all such flips (Westfall-Young max-T) gives
+  the threshold `q` that is exceeded by chance with probability `alpha` for the
+  whole family, the correlation between configs included (no Holm, no
+  Bonferroni). Sign patterns are enumerated when there are few enough
+  (EXACT_FLIPS_UP_TO pairs), else drawn (FLIPS). With too few pairs for the
+  permutation to reach the level (`permutation_reaches`), the threshold is the t
+  quantile with Bonferroni over the configs (valid, conservative).
+- **Looks.** An adaptive run looks at its configs at the plan's looks
+  (sequential.Looks). The level is spent over the looks (`sequential.spent`):
+  the thresholds of all looks are set jointly on the same sign flips, so the
+  chance of any false flag at any look is the cumulative spending.
+- **One estimator per row.** ratio = exp(location), interval = exp(location +-
+  q * se), p = the share of sign flips whose max |t| reaches this config's |t|;
+  p <= the look's level exactly when the interval excludes 1. `detectable` =
+  exp((q + z_0.8) * se) - 1, `a_us`/`b_us` are the Huber locations of each
+  side's log round medians (their ratio is close to, not equal to, `ratio`:
+  the ratio is the paired estimate).
+- **Verdicts.** `slower`/`faster`: the interval excludes 1 (when the ratio is
+  within `min_effect`, `below_threshold` is set: a real change, small; the
+  policy decides whether it fails the gate). `unchanged`: the interval lies
+  inside +-min_effect and `detectable` <= min_effect. `inconclusive`: neither;
+  the note says how far the run resolves and how many rounds would decide.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 from abdiff.records import LatencyResult
-from abdiff.sequential import Looks, look_level
+from abdiff.sequential import Looks, spent
 
 DEFAULT_MIN_EFFECT = 0.02
-"""Practical threshold and equivalence margin: changes within +-2% are "unchanged"."""
+"""Practical threshold: a change within +-2% is labelled "below the threshold"."""
 
-DEFAULT_ALPHA = 0.005
-"""Family-wise error rate for slower/faster across the configs of one run (Holm).
-
-The target is at most 1 false alarm per 100 A/A suite runs. The adaptive
-extension's looks (5 rounds, then +2 per side up to 15) share it through alpha
-spending (abdiff/sequential.py), which bounds the family's error by alpha for
-normal statistics; real rounds are not exactly normal (bimodal process states,
-heavy tails), which is why the level is half the 1% target. Measured
-(benchmarks/calibration.py, docs/statistics.md): with the Haybittle-Peto
-boundary that came before the spending, 0.01 gave about 1.0% for independent
-configs with normal round noise and 1.4% on real host-timed H200 rounds, 0.005
-gave 0.4-0.7% and 0.9%; with the spending, 0.005 gives 0.0-0.1% on the
-simulated profiles and on 15-round H200 graph replays (the fourth run).
-"""
-
-DEFAULT_EQUIVALENCE_ALPHA = 0.05
-"""Level of the TOST for "unchanged" (the standard 90% interval inside the margin).
-
-No multiplicity adjustment is needed for equivalence: the claim "every config
-is unchanged" is an intersection-union test, which holds at the per-test level.
-"""
+DEFAULT_ALPHA = 0.01
+"""Family-wise false-alarm rate: the chance that a run with no change flags any config
+slower or faster, over all configs and looks (calibrated: docs/statistics.md)."""
 
 MIN_ROUNDS = 3
-"""Fewer rounds than this on a side: no decisive verdict, always inconclusive.
+"""Fewer pairs than this: no verdict (the variance of a difference needs some rounds)."""
 
-With two rounds the between-round variance rests on one degree of freedom per
-side; the t-test is formally valid but a single odd process decides it.
-"""
+HUBER_K = 1.345
+"""Huber's tuning constant (95% efficiency at the normal): differences farther than
+1.345 robust scales from the location count as if they were that far."""
 
-ODD_DISTANCE = 12.0
-"""A round is odd when it lies this many robust scales above the other rounds' median.
+EXACT_FLIPS_UP_TO = 13
+"""Up to this many pairs every sign pattern (2**13 = 8192) is enumerated."""
 
-The robust scale (`odd_rounds`) is floored at ODD_SCALE_FLOOR, so a round must
-be at least 6% slow. Calibrated (docs/statistics.md; 1500 A/A suite runs of
-the cpu-2core profile, 5 rounds per side): at 6 scales, trimming the heavy
-tails of noisy CPU rounds raised A/A false alarms from 0.13% without the rule
-to 0.60%; at 12 they are 0.27%, and the GPU-like profile with 8% of processes
-25% slow is decided as well as at 6.
-"""
+FLIPS = 8192
+"""Above EXACT_FLIPS_UP_TO, this many sign patterns are drawn (the observed one first)."""
 
-ODD_SCALE_FLOOR = 0.005
-"""Smallest robust scale (log units, about 0.5%) used by the odd-round rule.
-
-Device-timed rounds can agree to 0.05%; without a floor, a round 0.5% off would
-be "odd" and quiet configs would be over-trimmed. With the floor a round must be
-at least ODD_DISTANCE * 0.5% = 6% slower than the others to be set aside.
-"""
-
-PROCESS_MIN_CONFIGS = 3
-"""Other configs a process must have run for its speed to be known (`process_offsets`).
-
-With three, one of them odd cannot move their median; with fewer the process's
-speed is unknown and its rounds do not count towards `pooled_odd_rate_test`.
-"""
-
-ODD_PROMISING = 0.025
-"""Adaptive runs: B's slow rounds with a raw `p_odd` below this ask for more rounds.
-
-In a quiet 12-config suite one slow B round of 5 is p = 0.021 and gets one more
-block, where one of 7 (p = 0.029) stops; two of n stay below it, and their config
-is measured until B's share decides (companions keep its process speed known).
-Calibration (gpu-odd, B slow in 40% of processes): flagged in 33% of suites at 5
-rounds, 77% adaptive at 0.025, 84% at 0.05 (a 600-suite check), where one stray
-slow round would be extended for four blocks instead of one (docs/statistics.md).
-"""
+TAIL_FLIPS = 2
+"""The permutation decides a look only when its level leaves at least this many sign
+patterns in the rejection region; otherwise the t quantile with Bonferroni does."""
 
 DETECTABLE_POWER = 0.8
-"""Power at which `detectable` (the smallest change a run could see) is computed."""
+"""Power at which `detectable` (the smallest change a run flags) is computed."""
 
-CORRECTIONS = ("holm", "bh")
+BIMODAL_SHARE = 0.25
+"""Each level of a two-level side holds at least this share of its rounds."""
 
-_METHOD = "Welch t on log round medians"
+LEVELS_AGREE = 0.25
+"""Levels are taken off only where both sides' gaps agree within this share."""
 
-
-@dataclass
-class LatencyStats:
-    """One config's latency comparison before multiple-comparison control.
-
-    `ratio` is B/A (the geometric mean of B's kept round medians over A's);
-    `ci` is its 90% confidence interval (the TOST's); `p_difference` the raw
-    two-sided Welch p-value; `p_equivalence` the TOST p-value against the
-    margin (+-`min_effect`); `se` and `df` the standard error and Welch degrees
-    of freedom of the log difference (for `detectable_effect`). NaN where the
-    rounds do not define them. `rounds_a`/`rounds_b` count every round,
-    set-aside ones included; `set_aside_a`/`_b` are the odd rounds left out of
-    the test ({"round": index, "median_us": value}); `p_odd` is the one-sided
-    Fisher exact p-value that B has more slow rounds (`slow_rounds`) than A,
-    `odd_note` says so in words and `odd_excess` is how much slower they are.
-    Where process speeds are known (`process_offsets`), `known_a`/`_b` count the
-    rounds whose process speed is known and `specific_a`/`_b` those among them
-    slow beyond their process; `latency_verdicts` then tests B's share against
-    the other configs' (`pooled_odd_rate_test`) and replaces `p_odd`.
-    """
-
-    ratio: float
-    ci: tuple[float, float]
-    p_difference: float
-    p_equivalence: float
-    rounds_a: int
-    rounds_b: int
-    method: str
-    se: float = float("nan")
-    df: float = float("nan")
-    a_us: float = float("nan")
-    b_us: float = float("nan")
-    a_spread_us: float = float("nan")
-    b_spread_us: float = float("nan")
-    set_aside_a: list[dict] = field(default_factory=list)
-    set_aside_b: list[dict] = field(default_factory=list)
-    p_odd: float = 1.0
-    odd_note: str | None = None
-    odd_excess: float = 0.0
-    known_a: int = 0
-    known_b: int = 0
-    specific_a: int = 0
-    specific_b: int = 0
-
-
-@dataclass(frozen=True)
-class RoundTests:
-    """Vectorized results of `round_level_tests` (one entry per row)."""
-
-    ratio: np.ndarray
-    ci_low: np.ndarray
-    ci_high: np.ndarray
-    p_difference: np.ndarray
-    p_equivalence: np.ndarray
-    se: np.ndarray
-    df: np.ndarray
+BIMODAL_SEPARATION = 6.0
+"""Two levels are reported when their gap is this many within-level SDs (and >= 1%)."""
 
 
 def round_summary(latencies_us: list[float]) -> float:
     """One round's latency: the median of its timed iterations (us).
 
-    The median, not the mean: heavy-tailed outlier iterations (a preemption, a
-    page fault, a GC pause, an allocator growth) shift a mean by their size
-    but a median by at most one rank, so one stray iteration cannot move a
-    round. Warm-up iterations are assumed already excluded by the worker.
+    A median moves at most one rank for a stray iteration (a preemption, a page
+    fault, an allocator growth), so one outlier cannot move a round.
     """
     if len(latencies_us) == 0:
         raise ValueError("a round with no timed iterations has no latency")
@@ -200,650 +114,530 @@ def round_summary(latencies_us: list[float]) -> float:
 
 
 def round_variation(rounds: list[list[float]]) -> float | None:
-    """Round-to-round variation: sample standard deviation over mean of the round medians.
-
-    The between-process noise the verdicts must see through; None below two rounds.
-    """
+    """Sample SD over mean of the round medians; None below two rounds."""
     if len(rounds) < 2:
         return None
     medians = np.array([round_summary(r) for r in rounds])
     return float(medians.std(ddof=1) / medians.mean())
 
 
-def odd_rounds(log_medians: np.ndarray, log_other: np.ndarray | None = None) -> np.ndarray:
-    """Which rounds of one side are odd: far slower than the median of the side's other rounds.
+@dataclass(frozen=True)
+class ConfigRounds:
+    """One config's round medians (us) per side, by round number."""
 
-    `log_medians` is 1-D (one side) or 2-D (rows of sides, rounds along the
-    last axis); `log_other` the other side's rounds (same rows), which only
-    lend the scale more rounds. Round i is odd when x_i - median(others) >
-    ODD_DISTANCE * max(scale, ODD_SCALE_FLOOR), `others` being the side's
-    other rounds and `scale` the normal-consistent median absolute deviation
-    (`scipy.stats.median_abs_deviation`, scale="normal") of their residuals
-    around that median, pooled with the other side's residuals around its
-    median: leaving the round itself out keeps one slow process from widening
-    the scale it is judged by, and pooling keeps a scale from four rounds from
-    being small by chance. At most a minority of rounds is odd
-    ((n - 1) // 2, the farthest first) and never so many that fewer than
-    MIN_ROUNDS remain. Only slow rounds are odd: what makes a process odd (a
-    noisy neighbour, a clock dip, an unlucky memory placement) slows it down;
-    when most rounds of a side are slow, the fast ones are not set aside and
-    the side's spread keeps its verdict undecided (calibration: setting aside
-    fast rounds too turned 3 slow processes out of 5 into a false alarm).
-    Fewer than MIN_ROUNDS + 1 rounds: none is odd.
+    a: dict[int, float]
+    b: dict[int, float]
+
+
+def huber(x: np.ndarray, mask: np.ndarray, scale: np.ndarray, iterations: int = 6
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Huber M-estimates of location over the last axis, where `mask` holds.
+
+    Returns (location, unit variance): the variance of one observation's
+    contribution, scale**2 * E[psi**2] / E[psi']**2 * n / (n - 1), so that
+    unit variance / n is the location's squared standard error. `scale` is fixed
+    (broadcast against the leading axes). Newton steps from the clipped mean.
     """
-    x = np.atleast_2d(np.asarray(log_medians, dtype=float))
-    rows, n = x.shape
-    odd = np.zeros((rows, n), dtype=bool)
-    cap = min((n - 1) // 2, n - MIN_ROUNDS)
-    if cap <= 0:
-        return odd.reshape(np.shape(log_medians))
-    others = x[:, np.array([[j for j in range(n) if j != i] for i in range(n)])]  # (rows, n, n-1)
-    center = np.median(others, axis=-1)
-    residuals = others - center[..., None]
-    if log_other is not None:
-        y = np.atleast_2d(np.asarray(log_other, dtype=float))
-        y = y - np.median(y, axis=-1, keepdims=True)
-        residuals = np.concatenate(
-            [residuals, np.broadcast_to(y[:, None, :], (rows, n, y.shape[-1]))], axis=-1)
-    scale = np.maximum(sps.median_abs_deviation(residuals, axis=-1, scale="normal"),
-                       ODD_SCALE_FLOOR)
-    distance = (x - center) / scale  # slow side only: see the docstring
-    order = np.argsort(-distance, axis=-1, kind="stable")[:, :cap]
-    farthest = np.take_along_axis(distance, order, axis=-1) > ODD_DISTANCE
-    np.put_along_axis(odd, order, farthest, axis=-1)
-    return odd.reshape(np.shape(log_medians))
+    n = mask.sum(axis=-1)
+    safe_n = np.maximum(n, 1)
+    s = np.maximum(scale, 1e-12)[..., None]
+    x = np.where(mask, x, 0.0)
+    loc = (np.clip(x / s, -HUBER_K, HUBER_K) * mask).sum(axis=-1) / safe_n * s[..., 0]
+    for _ in range(iterations):
+        r = (x - loc[..., None]) / s
+        inside = (np.abs(r) <= HUBER_K) & mask
+        psi = np.where(mask, np.clip(r, -HUBER_K, HUBER_K), 0.0)
+        slope = np.maximum(inside.sum(axis=-1), 1)
+        loc = loc + s[..., 0] * psi.sum(axis=-1) / slope
+    r = (x - loc[..., None]) / s
+    psi = np.where(mask, np.clip(r, -HUBER_K, HUBER_K), 0.0)
+    slope = np.maximum(((np.abs(r) <= HUBER_K) & mask).sum(axis=-1), 1) / safe_n
+    unit = s[..., 0] ** 2 * (psi ** 2).sum(axis=-1) / safe_n / slope ** 2
+    return loc, unit * safe_n / np.maximum(n - 1, 1)
 
 
-def robust_spread(values: np.ndarray) -> float:
-    """Normal-consistent median absolute deviation (`scipy.stats.median_abs_deviation`)."""
-    return float(sps.median_abs_deviation(values, scale="normal"))
+def trigamma_inverse(y: np.ndarray) -> np.ndarray:
+    """x with trigamma(x) = y (Newton's method as in limma's trigammaInverse)."""
+    y = np.asarray(y, dtype=float)
+    x = 0.5 + 1 / y
+    for _ in range(50):
+        tri = special.polygamma(1, x)
+        step = tri * (1 - tri / y) / special.polygamma(2, x)
+        x = x + step
+        if np.all(-step / x < 1e-8):
+            break
+    return x
 
 
-@functools.lru_cache(maxsize=4096)
-def odd_rate_test(slow_b: int, rounds_b: int, slow_a: int, rounds_a: int) -> float:
-    """One-sided Fisher exact p-value that B's share of slow rounds exceeds A's.
+def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """limma's fitFDist over the last axis: the prior (d0, s0^2) of the variances.
 
-    `scipy.stats.fisher_exact` on the 2x2 table (slow, other) x (B, A),
-    alternative "greater": a PR that makes a config *sometimes* slow shows as
-    more slow processes on B than on A, even when the odd rounds are set aside
-    from the shift test.
+    e = log s^2 - digamma(d/2) + log(d/2); the excess of var(e) over the mean
+    trigamma(d/2) is trigamma(d0/2); s0^2 = exp(mean e + digamma(d0/2) - log(d0/2)).
+    No excess: d0 = inf and s0^2 = the mean variance.
     """
-    table = [[slow_b, rounds_b - slow_b], [slow_a, rounds_a - slow_a]]
-    return float(sps.fisher_exact(table, alternative="greater").pvalue)
+    v = np.maximum(variance, 1e-300)
+    e = np.log(v) - special.digamma(df / 2) + np.log(df / 2)
+    excess = e.var(axis=-1, ddof=1) - special.polygamma(1, df / 2).mean(axis=-1)
+    positive = excess > 0
+    d0 = np.full(excess.shape, np.inf)
+    if positive.any():
+        d0[positive] = 2 * trigamma_inverse(excess[positive])
+    with np.errstate(over="ignore", invalid="ignore"):
+        s0 = np.exp(e.mean(axis=-1) + special.digamma(d0 / 2) - np.log(d0 / 2))
+    s0 = np.where(positive, s0, v.mean(axis=-1))
+    return d0, s0
 
 
-def process_offsets(log_medians: np.ndarray) -> np.ndarray:
-    """How much slower each round's process ran, judged by the process's other configs.
+def moderate(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior variances (d s^2 + d0 s0^2) / (d + d0) and their degrees of freedom,
+    the prior fitted over the last axis (configs); fewer than 3 configs: unchanged."""
+    if variance.shape[-1] < 3:
+        return variance, df
+    d0, s0 = fit_f_dist(variance, df)
+    d0 = np.minimum(d0, df.sum(axis=-1))[..., None]  # limma caps the prior at the pooled df
+    posterior = (df * variance + d0 * s0[..., None]) / (df + d0)
+    return posterior, df + d0
 
-    `log_medians` is (..., configs, processes): log round medians of the
-    processes of *both* sides, NaN where a config did not run in that process.
-    A config's deviation in a process is its value minus its median over all
-    processes; the offset of config c in process p is the median of the *other*
-    configs' deviations in p (so an odd value of c itself is not in it), NaN
-    where fewer than PROCESS_MIN_CONFIGS others ran there. A process that ran
-    every config 25% slow has offset log(1.25) for each; a config slow only in
-    itself keeps its slowness after the offset is taken off. Both sides share
-    one reference so that, with the offsets taken off, A's and B's rounds of a
-    config are on one level again: per side, a config's median would carry
-    that side's share of the process noise, and a quiet config would differ
-    between A and B by more than its own noise.
+
+def _paired_once(d: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                              np.ndarray]:
+    mask = np.isfinite(d)
+    scale = 1.4826 * np.array([np.median(np.abs(row[m])) if m.any() else 0.0
+                               for row, m in zip(d, mask, strict=True)])
+    x = signs[:, None, :] * np.where(mask, d, 0.0)[None]
+    loc, unit = huber(x, np.broadcast_to(mask, x.shape), scale)
+    n = mask.sum(axis=-1).astype(float)
+    variance, df = moderate(unit, np.broadcast_to(np.maximum(n - 1, 1), unit.shape))
+    return loc, np.sqrt(variance / np.maximum(n, 1)), np.broadcast_to(df, loc.shape)
+
+
+def paired_statistics(d: np.ndarray, signs: np.ndarray, d_levelled: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(location, standard error, df, levelled) of each config under each sign pattern.
+
+    `d` is (configs, pairs), NaN where a pair is missing; `signs` (patterns, pairs).
+    `d_levelled`: the same differences with two-level processes taken off
+    (`take_off_levels`); per config and pattern the larger |t| of the two is the
+    statistic (`levelled` says which), so a shift within the levels and a change in
+    how often B sits on the high level are both seen, and every sign pattern is judged
+    by the same rule. Arrays of shape (patterns, configs).
     """
-    x = np.asarray(log_medians, dtype=float)
-    configs = x.shape[-2]
+    loc, se, df = _paired_once(d, signs)
+    if d_levelled is None:
+        return loc, se, df, np.zeros(loc.shape, bool)
+    loc_l, se_l, df_l = _paired_once(d_levelled, signs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        levelled = np.abs(loc_l) * se > np.abs(loc) * se_l  # |t_l| > |t| without dividing
+    return (np.where(levelled, loc_l, loc), np.where(levelled, se_l, se),
+            np.where(levelled, df_l, df), levelled)
+
+
+def round_offsets(log_medians: np.ndarray) -> np.ndarray:
+    """How much slower each round ran in all configs: per round (column), the median over
+    configs (rows) of their deviation from their own median; 0 with fewer than 3 configs."""
+    if log_medians.shape[0] < 3:
+        return np.zeros(log_medians.shape[1])
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN is the answer
-        deviation = x - np.nanmedian(x, axis=-1, keepdims=True)
-        others = np.repeat(deviation[..., None, :, :], configs, axis=-3)  # (..., c, c', p)
-        others[..., np.arange(configs), np.arange(configs), :] = np.nan
-        offsets = np.nanmedian(others, axis=-2)
-    enough = np.isfinite(others).sum(axis=-2) >= PROCESS_MIN_CONFIGS
-    return np.where(enough, offsets, np.nan)
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no offset
+        deviation = log_medians - np.nanmedian(log_medians, axis=-1, keepdims=True)
+        offsets = np.nanmedian(deviation, axis=0)
+    return np.nan_to_num(offsets)
 
 
-def pooled_odd_rate_test(slow_b: np.ndarray, rounds_b: np.ndarray, slow_a: np.ndarray,
-                         rounds_a: np.ndarray) -> np.ndarray:
-    """One-sided p-value, per config, that B's share of rounds slow beyond their process is
-    higher than this config's share would be without a change, judged by all the others.
+def take_off_levels(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray,
+                                                                   list[Levels | None]]:
+    """B - A per pair with two-level processes taken off, and the levels found per config.
 
-    Inputs are per config (1-D, or rows of configs): B's and A's counts of such
-    rounds (`specific_b`, `specific_a`) among those whose process speed is known.
-    For config c the reference is an empirical Bayes prior: the pooled share m of
-    every other config's A and B counts (with half a round added each way, so that
-    none in hundreds is not taken for "never"), and how much the counts of those
-    sides and c's own A side spread beyond what binomial draws give (Pearson
-    dispersion, a beta-binomial intra-class correlation rho): prior Beta(m k,
-    (1 - m) k) with k = (1 - rho) / rho, at most the pooled rounds + 1. That prior
-    is updated with c's own A rounds, and p is the chance of B's count or more
-    under the resulting beta-binomial (`scipy.stats.betabinom`). When every
-    config is quiet, three of five B rounds slow is far outside what a hundred
-    quiet rounds let happen by chance; when sides differ in how often they have
-    odd rounds (c's A side among them), the prior widens and c's A rounds weigh
-    more, so an odd-prone config is not flagged for being itself. A config with
-    none on B gets 1.
+    Each round's offset shared by all configs (`round_offsets`: a machine state) is taken
+    off first; then, where *both* sides' rounds sit on two levels (`two_levels`, each
+    side on its own, so a shift of B does not blur them), each side's rounds above its
+    midpoint are moved down by its gap. A config on one level on either side keeps its
+    differences: B sitting on a level A never reaches is a change, not noise. Under no
+    change the sides are alike, so the levelled differences stay symmetric about 0
+    (calibrated: docs/statistics.md).
     """
-    xb, nb, xa, na = (np.atleast_2d(np.asarray(v, dtype=float))
-                      for v in (slow_b, rounds_b, slow_a, rounds_a))
-    cell_x = np.concatenate([xa, xb], axis=0)  # (2, configs)
-    cell_n = np.concatenate([na, nb], axis=0)
-    ref_x = cell_x.sum() - cell_x.sum(axis=0)  # leave config c out, both its sides
-    ref_n = cell_n.sum() - cell_n.sum(axis=0)
-    share = (ref_x + 0.5) / (ref_n + 1)
-    configs = cell_x.shape[1]
-    p = np.ones(configs)
-    for c in range(configs):
-        others = (np.arange(configs) != c) & (cell_n > 0).all(axis=0)
-        x = np.append(cell_x[:, others].ravel(), xa[0, c])
-        n = np.append(cell_n[:, others].ravel(), na[0, c])
-        m = share[c]
-        rho = 0.0
-        if len(n) > 1 and n.mean() > 1:
-            pearson = float(np.sum((x - n * m) ** 2 / (n * m * (1 - m))))
-            rho = max(0.0, (pearson / (len(n) - 1) - 1) / (n.mean() - 1))
-        weight = min((1 - rho) / rho if rho > 0 else math.inf, ref_n[c] + 1)
-        if xb[0, c] > 0:
-            p[c] = sps.betabinom.sf(xb[0, c] - 1, nb[0, c], m * weight + xa[0, c],
-                                    (1 - m) * weight + na[0, c] - xa[0, c])
-    return p
+    d = log_b - log_a
+    own_a = log_a - round_offsets(log_a)[None]
+    own_b = log_b - round_offsets(log_b)[None]
+    found: list[Levels | None] = []
+    for c in range(len(d)):
+        level_a, level_b = two_levels(own_a[c]), two_levels(own_b[c])
+        if level_a is None or level_b is None or not math.isclose(
+                level_a.gap, level_b.gap, rel_tol=LEVELS_AGREE):
+            found.append(None)
+            continue
+        found.append(level_a)
+        gap = math.log1p((level_a.gap + level_b.gap) / 2)  # one gap: the sides stay alike
+        d[c] -= gap * ((own_b[c] > level_b.cut).astype(float)
+                       - (own_a[c] > level_a.cut).astype(float))
+    return d, found
 
 
-def detectable_effect(se: np.ndarray, df: np.ndarray, level: float | np.ndarray,
-                      min_effect: float, power: float = DETECTABLE_POWER) -> np.ndarray:
-    """Smallest relative slowdown a test with this se and df flags with `power`.
+def unpaired_statistics(a: np.ndarray, b: np.ndarray, labels: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(location of B - A, standard error, df) per relabelling of whole rounds.
 
-    A slowdown delta (log) is flagged when the two-sided test at `level`
-    rejects and the ratio exceeds 1 + min_effect. With the usual normal-shift
-    approximation of the noncentral t (Welch's statistic ~ t_df + delta/se),
-    each holds with probability `power` from delta = se * (t_{1-level/2} +
-    t_power) and delta = log(1 + min_effect) + se * t_power respectively
-    (quantiles: `scipy.stats.t.ppf`); the larger is returned as a fraction
-    (exp(delta) - 1). `level` may differ per config (its look's level). NaN
-    where se or df are not finite.
+    `a` (configs, rounds of A) and `b` (configs, rounds of B), NaN where missing;
+    `labels` (patterns, rounds of A + B): True where a round counts as B. The scale is
+    the pooled rounds' (the same under every relabelling).
     """
-    se = np.asarray(se, dtype=float)
-    df = np.asarray(df, dtype=float)
-    with np.errstate(invalid="ignore"):
-        t_power = sps.t.ppf(power, df)
-        significant = se * (sps.t.ppf(1 - np.asarray(level) / 2, df) + t_power)
-        practical = math.log1p(min_effect) + se * t_power
-    return np.expm1(np.maximum(significant, practical))
+    pooled = np.concatenate([a, b], axis=-1)
+    mask = np.isfinite(pooled)
+    centre = np.array([np.median(row[m]) if m.any() else 0.0
+                       for row, m in zip(pooled, mask, strict=True)])
+    scale = 1.4826 * np.array([np.median(np.abs(row[m] - c)) if m.any() else 0.0
+                               for row, m, c in zip(pooled, mask, centre, strict=True)])
+    x = np.broadcast_to(np.where(mask, pooled - centre[:, None], 0.0)[None],
+                        (labels.shape[0], *pooled.shape))
+    in_b = mask[None] & labels[:, None, :]
+    in_a = mask[None] & ~labels[:, None, :]
+    loc_b, unit_b = huber(x, in_b, scale)
+    loc_a, unit_a = huber(x, in_a, scale)
+    nb, na = in_b.sum(axis=-1), in_a.sum(axis=-1)
+    df = np.maximum(na + nb - 2, 1).astype(float)
+    pooled_unit = (np.maximum(na - 1, 0) * unit_a + np.maximum(nb - 1, 0) * unit_b) / df
+    variance, df = moderate(pooled_unit, df)
+    se = np.sqrt(variance * (1 / np.maximum(na, 1) + 1 / np.maximum(nb, 1)))
+    return loc_b - loc_a, se, df
 
 
-def _compact(x: np.ndarray, kept: int) -> np.ndarray:
-    """Rows' finite values first (NaN marks a set-aside round), cut to `kept` columns."""
-    return np.sort(x, axis=-1)[:, :kept]
+def sign_patterns(pairs: int, rng: np.random.Generator) -> np.ndarray:
+    """All 2**pairs sign patterns (few pairs) or FLIPS random ones; the observed first."""
+    if pairs <= EXACT_FLIPS_UP_TO:
+        bits = (np.arange(2 ** pairs)[:, None] >> np.arange(pairs)[None]) & 1
+        return 1.0 - 2.0 * bits
+    drawn = rng.choice([-1.0, 1.0], size=(FLIPS, pairs))
+    drawn[0] = 1.0
+    return drawn
 
 
-def round_level_tests(
-    log_a: np.ndarray, log_b: np.ndarray, margin: float, confidence: float
-) -> RoundTests:
-    """Welch's t-test, its confidence interval and a TOST on per-round log summaries.
+def label_patterns(rounds_a: int, rounds_b: int, rng: np.random.Generator) -> np.ndarray:
+    """FLIPS relabellings of the pooled rounds as B (True) or A; the observed first."""
+    observed = np.r_[np.zeros(rounds_a, bool), np.ones(rounds_b, bool)]
+    patterns = np.array([rng.permutation(observed) for _ in range(FLIPS)])
+    patterns[0] = observed
+    return patterns
 
-    `log_a` and `log_b` are 1-D (one comparison) or 2-D (rows of independent
-    comparisons, rounds along the last axis; rows must match, round counts
-    may differ between the sides). NaN marks a round left out (set aside);
-    each side needs at least 2 rounds that are not NaN.
 
-    Method: `scipy.stats.ttest_ind(log_b, log_a, equal_var=False)` (Welch,
-    Welch-Satterthwaite degrees of freedom) for the difference of mean log
-    round medians; its `confidence_interval(confidence)` exponentiated gives
-    the ratio interval. Equivalence: two one-sided Welch tests (TOST) of
-    H0: diff >= +log(1+margin) and H0: diff <= -log(1+margin); the TOST
-    p-value is the larger of the two. `se` is the standard error of the
-    difference (the sides' `scipy.stats.sem` combined), `df` Welch's.
+def permutation_reaches(patterns: int, level: float) -> bool:
+    """Whether `patterns` equally likely sign patterns can resolve `level` (TAIL_FLIPS)."""
+    return patterns * level >= TAIL_FLIPS
 
-    Assumptions: rounds are independent (each a fresh process, interleaved
-    with the other side so slow drift hits both alike); log round medians are
-    roughly normal within a side (the median of many iterations is close to
-    normal; Welch's test is robust to moderate departures and does not assume
-    equal variances or equal round counts). It is NOT robust to a systematic
-    difference between sides that is not the code (e.g. running all A rounds
-    before all B rounds while the machine heats up): the schedule's
-    interleaving is what makes that assumption hold.
 
-    Rows in which both sides are constant (no round-to-round variation at all,
-    e.g. hand-written run files) have no variance to test against; for them the
-    difference is exact: p_difference is 0 if the means differ and 1 if not,
-    the interval is the point, and p_equivalence is 0 inside the margin, 1
-    outside.
+@dataclass(frozen=True)
+class Look:
+    """One look of the run: the pairs it uses (round numbers below `rounds`), the
+    configs it judges, its cumulative level, and what it found."""
+
+    rounds: int
+    family: tuple[int, ...]
+    level: float  # the cumulative level spent up to this look (alpha at the last)
+    threshold: float  # q: |t| at or above it flags
+    method: str
+
+
+@dataclass(frozen=True)
+class Tested:
+    """One config's statistics at its look."""
+
+    location: float
+    se: float
+    df: float
+    p: float
+    look: int
+    levelled: bool  # the statistic with two levels taken off was the larger
+
+
+def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
+    """The looks the run reached, in rounds per side: the plan's looks below the most
+    rounds any config got, then that count (an interrupted plan spends its rest there)."""
+    if looks is None:
+        return [rounds]
+    planned = [n for n in looks.rounds() if MIN_ROUNDS <= n < rounds]
+    return [*planned, rounds]
+
+
+def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks: Looks | None,
+                paired: bool, seed: int = 0) -> tuple[list[Look], dict[int, Tested]]:
+    """The family-wise test over looks. `matrix_a`/`matrix_b` are (configs, rounds) log
+    round medians by round number (NaN where missing; the same width when `paired`).
+    Returns the looks and, per config with enough rounds, its statistics at the last
+    look that judged it.
+
+    Look j spends the cumulative level `spent` up to its share of the planned rounds
+    (all of alpha at the last look reached). Its p-value for a config is the chance,
+    over the sign patterns, that an earlier permutation look flagged or this look's
+    largest |t| reaches the config's (plus what earlier Bonferroni looks spent): the
+    config is flagged when p is at most the look's cumulative level, which is exactly
+    when |t| >= q, the threshold that sets the interval.
     """
-    a = np.atleast_2d(np.asarray(log_a, dtype=float))
-    b = np.atleast_2d(np.asarray(log_b, dtype=float))
-    if a.shape[0] != b.shape[0]:
-        raise ValueError("log_a and log_b must have the same number of rows")
-    kept_a = np.isfinite(a).sum(axis=-1)
-    kept_b = np.isfinite(b).sum(axis=-1)
-    if kept_a.min(initial=2) < 2 or kept_b.min(initial=2) < 2:
-        raise ValueError("each side needs at least 2 rounds for a round-level test")
-    if not 0 < confidence < 1:
-        raise ValueError("confidence must be between 0 and 1")
-    delta = math.log1p(margin)
-    rows = a.shape[0]
-    out = {name: np.empty(rows) for name in ("diff", "p_diff", "p_eq", "low", "high", "se", "df")}
-    # Rows with the same kept counts are tested together (NaNs compacted away).
-    for na, nb in set(zip(kept_a.tolist(), kept_b.tolist(), strict=True)):
-        rows_here = (kept_a == na) & (kept_b == nb)
-        va, vb = _compact(a[rows_here], na), _compact(b[rows_here], nb)
-        diff = vb.mean(axis=-1) - va.mean(axis=-1)
-        p_diff = np.empty(len(diff))
-        p_eq = np.empty(len(diff))
-        low = diff.copy()
-        high = diff.copy()
-        se = np.hypot(sps.sem(va, axis=-1), sps.sem(vb, axis=-1))
-        df = np.full(len(diff), np.nan)
-        constant = (np.ptp(va, axis=-1) == 0) & (np.ptp(vb, axis=-1) == 0)
-        p_diff[constant] = np.where(diff[constant] != 0, 0.0, 1.0)
-        p_eq[constant] = np.where(np.abs(diff[constant]) < delta, 0.0, 1.0)
-        var = ~constant
-        if var.any():
-            va, vb = va[var], vb[var]
-            welch = sps.ttest_ind(vb, va, equal_var=False, axis=-1)
-            interval = welch.confidence_interval(confidence_level=confidence)
-            # H1: diff < +delta, and H1: diff > -delta (shifting B shifts the mean only).
-            upper = sps.ttest_ind(vb - delta, va, equal_var=False, axis=-1, alternative="less")
-            lower = sps.ttest_ind(vb + delta, va, equal_var=False, axis=-1, alternative="greater")
-            p_diff[var] = welch.pvalue
-            p_eq[var] = np.maximum(upper.pvalue, lower.pvalue)
-            low[var] = interval.low
-            high[var] = interval.high
-            df[var] = welch.df
-        for name, value in (("diff", diff), ("p_diff", p_diff), ("p_eq", p_eq), ("low", low),
-                            ("high", high), ("se", se), ("df", df)):
-            out[name][rows_here] = value
-    return RoundTests(np.exp(out["diff"]), np.exp(out["low"]), np.exp(out["high"]),
-                      out["p_diff"], out["p_eq"], out["se"], out["df"])
-
-
-def _round_medians(rounds: list[list[float]], round_ids: list[int] | None) -> tuple[np.ndarray,
-                                                                                   list[int]]:
-    """Each non-empty round's summary (us) and its round index; empty rounds are skipped."""
-    ids = list(range(len(rounds))) if round_ids is None else list(round_ids)
-    kept = [(round_summary(r), i) for r, i in zip(rounds, ids, strict=True) if len(r) > 0]
-    return np.array([m for m, _ in kept]), [i for _, i in kept]
-
-
-def set_aside(log_medians: np.ndarray, log_other: np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """Odd rounds of each side (row) set aside: (log medians with them as NaN, `odd_rounds`)."""
-    x = np.atleast_2d(np.asarray(log_medians, dtype=float))
-    odd = odd_rounds(x, log_other)
-    return np.where(odd, np.nan, x), odd
-
-
-def slow_rounds(log_medians: np.ndarray, kept_other: np.ndarray,
-                pooled_scale: bool = False) -> np.ndarray:
-    """Rounds of one side that are odd against the *other* side: per row, how many.
-
-    The `odd_rounds` rule with the other side's kept rounds as reference:
-    x_i - median(other) > ODD_DISTANCE * max(MAD(other), ODD_SCALE_FLOOR). It
-    counts B's slow processes even when they are most of B's rounds (a PR that
-    makes a config sometimes slow), and A's against B alike, so that under no
-    change both counts have the same distribution (`odd_rate_test`). With
-    `pooled_scale` the MAD is of both sides' residuals around their own medians:
-    where the count is tested against the whole suite (`pooled_odd_rate_test`),
-    a scale from the other side's five rounds alone that is small by chance
-    would let ordinary noisy rounds count. NaN rounds (unknown) count for neither.
-    """
-    x = np.atleast_2d(np.asarray(log_medians, dtype=float))
-    other = np.atleast_2d(np.asarray(kept_other, dtype=float))
-    center = np.nanmedian(other, axis=-1, keepdims=True)
-    spread = other - center
-    if pooled_scale:
-        spread = np.concatenate([spread, x - np.nanmedian(x, axis=-1, keepdims=True)], axis=-1)
-    scale = np.maximum(sps.median_abs_deviation(spread, axis=-1, scale="normal",
-                                                nan_policy="omit"), ODD_SCALE_FLOOR)
-    return ((x - center) / scale[:, None] > ODD_DISTANCE).sum(axis=-1)
-
-
-def slow_excess(log_b: np.ndarray, slow_b: int, kept_a: np.ndarray) -> float:
-    """How much slower B's `slow_b` slowest rounds are than A: median over A's kept median, - 1."""
-    if slow_b == 0:
-        return 0.0
-    return float(np.expm1(np.median(np.sort(log_b)[-slow_b:]) - np.nanmedian(kept_a)))
-
-
-def _odd_note(slow_a: int, slow_b: int, rounds_a: int, rounds_b: int,
-              excess: float, beyond: str = "") -> str | None:
-    """'3 of 7 B rounds 25% slow, 0 of 7 A rounds' when B has more slow rounds than A."""
-    if slow_b <= slow_a:
-        return None
-    return (f"{slow_b} of {rounds_b} B rounds {excess:.0%} slow{beyond}, "
-            f"{slow_a} of {rounds_a} A rounds")
-
-
-def _check_levels(min_effect: float, alpha: float) -> None:
-    if not (math.isfinite(min_effect) and min_effect >= 0):
-        raise ValueError(f"min_effect must be a non-negative number, got {min_effect}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
-
-
-def compare_latency(
-    a_rounds: list[list[float]],
-    b_rounds: list[list[float]],
-    min_effect: float = DEFAULT_MIN_EFFECT,
-    alpha: float = DEFAULT_ALPHA,
-    *,
-    equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
-    a_round_ids: list[int] | None = None,
-    b_round_ids: list[int] | None = None,
-    a_offsets: dict[int, float] | None = None,
-    b_offsets: dict[int, float] | None = None,
-) -> LatencyStats:
-    """Compare one config's latency, B against A, at the level of rounds.
-
-    `a_rounds`/`b_rounds` hold each round's timed iteration latencies (us);
-    rounds may have different iteration counts and the sides different round
-    counts; `a_round_ids`/`b_round_ids` name the rounds (schedule positions,
-    default 0, 1, ...). Each round becomes its median (`round_summary`). Odd
-    rounds (`odd_rounds`: one slow process) are set aside per side and listed;
-    `round_level_tests` compares the remaining log medians with Welch's t-test
-    (two sided, `p_difference`) and a TOST against +-log(1 + min_effect)
-    (`p_equivalence`). `p_odd` (`odd_rate_test`) asks whether B has more slow
-    odd rounds than A: a change that makes a config only sometimes slow.
-    `a_offsets`/`b_offsets` map round ids to their process's offset
-    (`process_offsets`; missing or NaN: unknown); with them, slow rounds are
-    counted after the offset is taken off (`specific_a`/`_b` of `known_a`/`_b`),
-    so a process that ran every config slow is no finding of this config's, and
-    `latency_verdicts` tests the counts against the other configs'.
-    Iterations are never pooled across rounds.
-
-    Absolute times: `a_us`/`b_us` are the median of the side's kept round
-    medians, `a_spread_us`/`b_spread_us` their normal-consistent MAD.
-
-    `ci` is the (1 - 2 * equivalence_alpha) interval of the ratio B/A, 90% by
-    default: the interval the TOST uses, so "unchanged" is exactly "the
-    interval lies inside +-min_effect", and every "slower"/"faster" (raw
-    p < alpha < 2 * equivalence_alpha) has an interval that excludes 1.
-    `alpha` is only validated here: the p-values do not depend on it, the
-    family-wise level is applied by `latency_verdicts`.
-
-    Few rounds never crash and never decide: with fewer than 2 rounds on a
-    side there is no between-round variance, so `ci`, `p_difference` and
-    `p_equivalence` are NaN (the ratio is still the ratio of round medians);
-    `latency_verdicts` calls anything under MIN_ROUNDS inconclusive. Empty
-    rounds are ignored; a non-positive or non-finite latency is a ValueError.
-    """
-    _check_levels(min_effect, alpha)
-    if not 0 < equivalence_alpha < 0.5:
-        raise ValueError(f"equivalence_alpha must be between 0 and 0.5, got {equivalence_alpha}")
-    confidence = 1 - 2 * equivalence_alpha
-    medians_a, ids_a = _round_medians(a_rounds, a_round_ids)
-    medians_b, ids_b = _round_medians(b_rounds, b_round_ids)
-    na, nb = len(medians_a), len(medians_b)
-    nan = float("nan")
-    if na == 0 or nb == 0:
-        return LatencyStats(nan, (nan, nan), nan, nan, na, nb, f"{_METHOD}: no rounds")
-    all_a, all_b = np.log(medians_a), np.log(medians_b)
-    (log_a,), (odd_a,) = set_aside(all_a, all_b)
-    (log_b,), (odd_b,) = set_aside(all_b, all_a)
-    kept_a, kept_b = log_a[~odd_a], log_b[~odd_b]
-    off_a = np.array([(a_offsets or {}).get(i, np.nan) for i in ids_a], dtype=float)
-    off_b = np.array([(b_offsets or {}).get(i, np.nan) for i in ids_b], dtype=float)
-    known_a, known_b = int(np.isfinite(off_a).sum()), int(np.isfinite(off_b).sum())
-    process = {}
-    if known_a >= MIN_ROUNDS and known_b >= 1:
-        # rounds of a known process, its speed taken off: only slowness of this config counts
-        own_a, own_b = all_a - off_a, all_b - off_b
-        slow_a = int(slow_rounds(own_a, own_b, pooled_scale=True)[0])
-        slow_b = int(slow_rounds(own_b, own_a, pooled_scale=True)[0])
-        process = dict(known_a=known_a, known_b=known_b, specific_a=slow_a, specific_b=slow_b)
-        odd_excess = slow_excess(own_b[np.isfinite(own_b)], slow_b, own_a)
-        odd_note = _odd_note(slow_a, slow_b, known_a, known_b, odd_excess,
-                             " beyond the rest of their process")
+    rng = np.random.default_rng(seed)
+    configs = matrix_a.shape[0]
+    d = matrix_b - matrix_a if paired else np.full((configs, 0), np.nan)
+    d_levelled, levels = take_off_levels(matrix_a, matrix_b) if paired else (d, [])
+    with_levels = any(found is not None for found in levels)
+    if paired:
+        counts = np.isfinite(d).sum(axis=-1)
     else:
-        slow_a = int(slow_rounds(all_a, kept_b)[0])
-        slow_b = int(slow_rounds(all_b, kept_a)[0])
-        odd_excess = slow_excess(all_b, slow_b, kept_a)
-        odd_note = _odd_note(slow_a, slow_b, na, nb, odd_excess)
-    sides = dict(
-        a_us=float(np.exp(np.median(kept_a))), b_us=float(np.exp(np.median(kept_b))),
-        a_spread_us=robust_spread(np.exp(kept_a)), b_spread_us=robust_spread(np.exp(kept_b)),
-        set_aside_a=[{"round": ids_a[i], "median_us": float(medians_a[i])}
-                     for i in np.flatnonzero(odd_a)],
-        set_aside_b=[{"round": ids_b[i], "median_us": float(medians_b[i])}
-                     for i in np.flatnonzero(odd_b)],
-        p_odd=odd_rate_test(slow_b, nb, slow_a, na), odd_note=odd_note, odd_excess=odd_excess,
-        **process,
-    )
-    ratio = float(np.exp(kept_b.mean() - kept_a.mean()))
-    if na < 2 or nb < 2:
-        return LatencyStats(ratio, (nan, nan), nan, nan, na, nb,
-                            f"{_METHOD}: needs 2+ rounds per side for a test", **sides)
-    tests = round_level_tests(log_a, log_b, min_effect, confidence)
-    method = f"{_METHOD}, {100 * confidence:g}% CI; TOST +-{100 * min_effect:g}%"
-    if (np.ptp(kept_a) == 0) and (np.ptp(kept_b) == 0):
-        method += " (no round-to-round variation: exact)"
-    if odd_a.any() or odd_b.any():
-        method += (f"; odd rounds set aside (>{ODD_DISTANCE:g} robust scales): "
-                   f"{odd_a.sum()} A, {odd_b.sum()} B")
-    return LatencyStats(
-        ratio=float(tests.ratio[0]),
-        ci=(float(tests.ci_low[0]), float(tests.ci_high[0])),
-        p_difference=float(tests.p_difference[0]),
-        p_equivalence=float(tests.p_equivalence[0]),
-        rounds_a=na,
-        rounds_b=nb,
-        method=method,
-        se=float(tests.se[0]),
-        df=float(tests.df[0]),
-        **sides,
-    )
+        counts = np.minimum(np.isfinite(matrix_a).sum(axis=-1),
+                            np.isfinite(matrix_b).sum(axis=-1))
+    judged = [c for c in range(configs) if counts[c] >= MIN_ROUNDS]
+    if not judged:
+        return [], {}
+    if paired:
+        most = max(int(np.flatnonzero(np.isfinite(d[c]))[-1]) + 1 for c in judged)
+        rounds_at = _spending_rounds(looks, most)
+        patterns = sign_patterns(most, rng)
+    else:
+        most = int(counts.max())
+        rounds_at = [most]
+        patterns = label_patterns(matrix_a.shape[1], matrix_b.shape[1], rng)
+    total = rounds_at[-1] if looks is None else max(looks.max_rounds, rounds_at[-1])
+    cumulative = [spent(alpha, n / total) for n in rounds_at]  # all of alpha at the plan's end
+    exceeded = np.zeros(len(patterns), bool)  # an earlier permutation look flagged
+    permutation_spent = 0.0
+    flagged: set[int] = set()
+    found: list[Look] = []
+    tested: dict[int, Tested] = {}
+    for j, rounds in enumerate(rounds_at):
+        before = cumulative[j - 1] if j else 0.0
+        share = cumulative[j] - before
+        last = j == len(rounds_at) - 1
+        if paired:
+            family = tuple(c for c in judged if c not in flagged
+                           and np.isfinite(d[c, :rounds]).sum() >= MIN_ROUNDS
+                           and (last or counts[c] >= rounds))
+        else:
+            family = tuple(judged)
+        if not family:
+            continue
+        rows = list(family)
+        if paired:
+            loc, se, df, levelled = paired_statistics(
+                d[rows, :rounds], patterns[:, :rounds],
+                d_levelled[rows, :rounds] if with_levels else None)
+            distinct = 2 ** rounds if rounds <= EXACT_FLIPS_UP_TO else len(patterns)
+        else:
+            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows], patterns)
+            levelled = np.zeros(loc.shape, bool)
+            distinct = len(patterns)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
+        if permutation_reaches(distinct, share):
+            peak = t.max(axis=-1)
+            budget = permutation_spent + share
+            free = np.sort(peak[~exceeded])[::-1]
+            allowed = int(math.floor(budget * len(patterns) + 1e-9)) - int(exceeded.sum())
+            if allowed <= 0 or not len(free):
+                q = math.inf
+            elif allowed >= len(free):
+                q = 0.0
+            else:
+                q = float(np.nextafter(free[allowed], np.inf))
+            p_values = [before - permutation_spent
+                        + float((exceeded | (peak >= t[0, i])).mean()) for i in range(len(rows))]
+            exceeded |= peak >= q
+            permutation_spent = budget
+            method = (f"{'sign-flip' if paired else 'relabelling'} max-T over {len(family)} "
+                      f"configs")
+        else:
+            q = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
+            p_values = [before + min(1.0, 2 * float(sps.t.sf(t[0, i], df[0, i])) * len(family))
+                        for i in range(len(rows))]
+            method = f"moderated t, Bonferroni over {len(family)} configs"
+        found.append(Look(rounds, family, cumulative[j], q, method))
+        for i, c in enumerate(rows):
+            tested[c] = Tested(float(loc[0, i]), float(se[0, i]), float(df[0, i]),
+                               min(1.0, p_values[i]), len(found) - 1, bool(levelled[0, i]))
+            if t[0, i] >= q:
+                flagged.add(c)
+    return found, tested
 
 
-def holm(p_values: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values (strong family-wise error control).
+@dataclass(frozen=True)
+class Levels:
+    """Rounds that sit on two levels: `gap` (fraction) apart, `low`/`high` rounds on each,
+    `cut` the log value between them."""
 
-    Sorted ascending, p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)).
-    Valid under any dependence between the tests. (scipy.stats has no Holm.)
+    gap: float
+    low: int
+    high: int
+    cut: float
+
+
+def two_levels(log_medians: np.ndarray) -> Levels | None:
+    """The two levels of a set of log round medians, or None when they are on one.
+
+    The best split of the sorted values into two groups (1-D two-means); two levels
+    when each holds BIMODAL_SHARE of the rounds and their gap is at least 1% and
+    BIMODAL_SEPARATION pooled within-group SDs.
     """
-    p = np.asarray(p_values, dtype=float)
-    m = len(p)
-    if m == 0:
-        return p.copy()
-    order = np.argsort(p, kind="stable")
-    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    adjusted = np.empty(m)
-    adjusted[order] = np.minimum(stepped, 1.0)
-    return adjusted
-
-
-def _decidable(s: LatencyStats) -> bool:
-    return (
-        s.rounds_a >= MIN_ROUNDS
-        and s.rounds_b >= MIN_ROUNDS
-        and math.isfinite(s.p_difference)
-        and math.isfinite(s.ratio)
-    )
+    x = np.sort(log_medians[np.isfinite(log_medians)])
+    n = len(x)
+    least = max(2, math.ceil(BIMODAL_SHARE * n))
+    best: tuple[float, int] | None = None
+    for cut in range(least, n - least + 1):
+        within = x[:cut].var() * cut + x[cut:].var() * (n - cut)
+        if best is None or within < best[0]:
+            best = (within, cut)
+    if best is None:
+        return None
+    within, cut = best
+    low, high = float(x[:cut].mean()), float(x[cut:].mean())
+    sd = math.sqrt(within / max(n - 2, 1))
+    if high - low < math.log(1.01) or high - low < BIMODAL_SEPARATION * sd:
+        return None
+    return Levels(math.expm1(high - low), cut, n - cut, (low + high) / 2)
 
 
 def _number(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def latency_verdicts(
-    stats: list[LatencyStats],
-    min_effect: float = DEFAULT_MIN_EFFECT,
-    alpha: float = DEFAULT_ALPHA,
-    *,
-    equivalence_alpha: float = DEFAULT_EQUIVALENCE_ALPHA,
-    correction: str = "holm",
-    looks: Looks | None = None,
-) -> list[LatencyResult]:
-    """Verdicts for the configs of one run, with multiple-comparison control.
+def _side_location(values: np.ndarray) -> tuple[float, float]:
+    """Huber location and robust spread (us) of one side's log round medians."""
+    if len(values) == 0:
+        return float("nan"), float("nan")
+    scale = 1.4826 * float(np.median(np.abs(values - np.median(values))))
+    loc, _ = huber(values[None], np.ones((1, len(values)), bool), np.array([scale]))
+    level = float(np.exp(loc[0]))
+    return level, level * (math.expm1(scale) if scale > 0 else 0.0)
 
-    The family is every config with a decidable test (at least MIN_ROUNDS
-    rounds per side and a finite p-value). A config's p-value in the family
-    is Welch's `p_difference`; when B has more slow odd rounds than A it is
-    the Bonferroni combination 2 * min(p_difference, p_odd), so a change that
-    makes a config only sometimes slow can be flagged too. Where process speeds
-    are known for more than PROCESS_MIN_CONFIGS configs, p_odd is
-    `pooled_odd_rate_test` of their counts, else `compare_latency`'s Fisher test.
-    `correction`
-    "holm" (default) controls the family-wise error rate strongly: even when
-    some configs really change (the expected scope of a PR), the chance of
-    flagging any unchanged config stays below alpha; "bh" (Benjamini-Hochberg,
-    `scipy.stats.false_discovery_control`) controls only the false discovery
-    rate and lets the unchanged configs be flagged more often when others
-    change (calibration: docs/statistics.md).
 
-    `looks`: the run's adaptive plan (`sequential.Looks`). A config is then tested
-    at the level of the look its round count has reached, not at alpha: the
-    family's level there is m times `sequential.look_level` at alpha / m (m the
-    family size, so Holm's first step is exactly the spending design's per-config
-    test; its later steps are at the same ratio of their own level). None: one
-    look, the full alpha. `level` below means that level.
+def _matrix(configs: list[ConfigRounds], side: str) -> np.ndarray:
+    width = 1 + max((max(getattr(c, side), default=-1) for c in configs), default=-1)
+    out = np.full((len(configs), max(width, 1)), np.nan)
+    for i, c in enumerate(configs):
+        for r, value in getattr(c, side).items():
+            out[i, r] = math.log(value)
+    return out
 
-    Per config, in this order:
-    - slower: adjusted p < level and ratio > 1 + min_effect, or adjusted p <
-      level driven by p_odd with B's slow rounds more than min_effect slower
-      than A (`note` says how many and by how much);
-    - faster: adjusted p < level and ratio < 1 / (1 + min_effect);
-    - unchanged: TOST p < equivalence_alpha (the ratio's 1 - 2*equivalence_alpha
-      interval lies inside [1/(1+min_effect), 1+min_effect]); a significant but
-      negligible change is also "unchanged", with `note` "below the 2% threshold";
-    - inconclusive: anything else, including fewer than MIN_ROUNDS rounds.
 
-    `detectable` is `detectable_effect` at level / (family size), the strictest
-    level Holm tests a config at. `min_effect` must be the one given
-    to `compare_latency` (it set the TOST margin). The result's `p` is the
-    **adjusted** p-value (None when the config is not in the family),
-    `p_equivalence` the raw TOST p (no adjustment, see
-    DEFAULT_EQUIVALENCE_ALPHA), `ci` the per-config 90% interval of
-    `compare_latency`.
-    """
-    _check_levels(min_effect, alpha)
-    if not 0 < equivalence_alpha < 1:
-        raise ValueError(f"equivalence_alpha must be between 0 and 1, got {equivalence_alpha}")
-    if correction not in CORRECTIONS:
-        raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, got {correction!r}")
-    family = [i for i, s in enumerate(stats) if _decidable(s)]
-    pooled = [i for i, s in enumerate(stats) if s.known_b > 0]
-    p_odd = [s.p_odd for s in stats]
-    if len(pooled) > PROCESS_MIN_CONFIGS:  # process speeds known: B's share against the others'
-        counts = np.array([[stats[i].specific_b, stats[i].known_b, stats[i].specific_a,
-                            stats[i].known_a] for i in pooled])
-        for i, p in zip(pooled, pooled_odd_rate_test(*counts.T).tolist(), strict=True):
-            p_odd[i] = p
-    by_odd = {i for i in family if stats[i].odd_note and p_odd[i] < stats[i].p_difference
-              and stats[i].odd_excess > min_effect}
-    raw = np.array([min(1.0, 2 * min(stats[i].p_difference, p_odd[i]))
-                    if stats[i].odd_note else stats[i].p_difference for i in family], dtype=float)
-    if correction == "holm":
-        adjusted_family = holm(raw)
-    else:
-        adjusted_family = sps.false_discovery_control(raw, method="bh") if len(raw) else raw
-    adjusted = dict(zip(family, adjusted_family.tolist(), strict=True))
-    label = f"Holm over {len(family)}" if correction == "holm" else f"BH over {len(family)}"
-    size = max(1, len(family))
-    spending = looks is not None and len(looks.rounds()) > 1
-    looked = [min(s.rounds_a, s.rounds_b) for s in stats]
-    # each config's level at Holm's first step; the family's level is `size` times it
-    config_levels = np.array([look_level(looks, n, alpha / size) for n in looked])
-    detectable = detectable_effect(np.array([s.se for s in stats]),
-                                   np.array([s.df for s in stats]), config_levels, min_effect)
+def rounds_to_resolve(half_width: float, rounds: int, min_effect: float, q: float) -> int:
+    """Rounds per side at which `detectable` would reach `min_effect` (se ~ 1/sqrt(n))."""
+    z = sps.norm.ppf(DETECTABLE_POWER)
+    needed = rounds * ((half_width * (q + z) / q) / math.log1p(min_effect)) ** 2
+    return max(rounds + 1, math.ceil(needed))
 
-    upper = 1 + min_effect
-    lower = 1 / (1 + min_effect)
+
+def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
+                     alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
+                     paired: bool = True) -> list[LatencyResult]:
+    """Verdicts for the configs of one run (see the module docstring)."""
+    if not 0 < min_effect < 1:
+        raise ValueError(f"min_effect must be between 0 and 1, got {min_effect}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be between 0 and 0.5, got {alpha}")
+    log_a, log_b = _matrix(configs, "a"), _matrix(configs, "b")
+    if paired:  # one column per round number on both sides
+        width = max(log_a.shape[1], log_b.shape[1])
+        log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
+        log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
+    found, tested = test_family(log_a, log_b, alpha, looks, paired)
+    z = float(sps.norm.ppf(DETECTABLE_POWER))
+    margin = math.log1p(min_effect)
     results = []
-    for i, s in enumerate(stats):
-        ci = [_number(s.ci[0]), _number(s.ci[1])]
-        p = adjusted.get(i)
-        notes = [s.odd_note] if s.odd_note else []
-        level = float(config_levels[i]) * size if spending else alpha
-        if p is None:
-            verdict = "inconclusive"
-            method = f"{s.method}; fewer than {MIN_ROUNDS} rounds on a side: no verdict"
+    for i, c in enumerate(configs):
+        a_values = np.log(np.array(list(c.a.values()), dtype=float))
+        b_values = np.log(np.array(list(c.b.values()), dtype=float))
+        a_us, a_spread = _side_location(a_values)
+        b_us, b_spread = _side_location(b_values)
+        notes = []
+        for side, values in (("A", a_values), ("B", b_values)):
+            levels = two_levels(values)
+            if levels:
+                notes.append(f"{side}'s processes sit on two levels {levels.gap:.1%} apart "
+                             f"({levels.low} and {levels.high} rounds)")
+        common: dict[str, Any] = dict(rounds_a=len(c.a), rounds_b=len(c.b), a_us=_number(a_us),
+                      b_us=_number(b_us), a_spread_us=_number(a_spread),
+                      b_spread_us=_number(b_spread))
+        if i not in tested:
+            results.append(LatencyResult(
+                "inconclusive", ratio=_number(b_us / a_us) if a_values.size and b_values.size
+                else None, method=f"fewer than {MIN_ROUNDS} {'pairs of ' * paired}rounds: "
+                "no verdict", note="; ".join([f"needs at least {MIN_ROUNDS} rounds per side "
+                                             "(--rounds)", *notes]), **common))
+            continue
+        s = tested[i]
+        look = found[s.look]
+        q = look.threshold
+        half = q * s.se
+        low, high = s.location - half, s.location + half
+        detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
+        if math.isfinite(q) and (low > 0 or high < 0):
+            verdict = "slower" if s.location > 0 else "faster"
+            below = abs(s.location) < margin
+            if below:
+                notes.insert(0, below_threshold_note(min_effect))
+        elif high < margin and low > -margin and detectable <= min_effect:
+            verdict, below = "unchanged", False
         else:
-            method = f"{s.method}; {label}"
-            if spending:
-                method += (f"; look {looks.index(looked[i]) + 1} of {len(looks.rounds())} at "
-                           f"level {level:.2g} (alpha spending)")
-            if p < level and i in by_odd:
-                verdict = "slower"
-                method += "; flagged by B's share of slow rounds (Fisher exact, one-sided)"
-            elif p < level and s.ratio > upper:
-                verdict = "slower"
-            elif p < level and s.ratio < lower:
-                verdict = "faster"
+            verdict, below = "inconclusive", False
+            rounds = min(len(c.a), len(c.b))
+            if math.isfinite(half):
+                needed = rounds_to_resolve(half, rounds, min_effect, q)
+                common["rounds_needed"] = needed
+                notes.insert(0, f"{rounds} rounds resolve +-{math.expm1(half):.1%}; about "
+                                f"{needed} would decide +-{min_effect:.0%} (--max-rounds "
+                                f"{needed})")
             else:
-                verdict = "unchanged" if s.p_equivalence < equivalence_alpha else "inconclusive"
-                if p < level:
-                    notes.append(below_threshold_note(min_effect))
+                notes.insert(0, "too few rounds for this level: run with more --rounds")
+        position = (f"; look {s.look + 1} of {len(found)} at {look.rounds} rounds, level "
+                    f"{look.level:.2g}" if len(found) > 1 else "")
         results.append(LatencyResult(
             verdict=verdict,
-            ratio=_number(s.ratio),
-            ci=ci if all(c is not None for c in ci) else None,
-            p=p,
-            p_equivalence=_number(s.p_equivalence),
-            rounds_a=s.rounds_a,
-            rounds_b=s.rounds_b,
-            method=method,
-            a_us=_number(s.a_us),
-            b_us=_number(s.b_us),
-            a_spread_us=_number(s.a_spread_us),
-            b_spread_us=_number(s.b_spread_us),
-            detectable=_number(detectable[i]) if p is not None else None,
-            set_aside_a=s.set_aside_a,
-            set_aside_b=s.set_aside_b,
+            ratio=math.exp(s.location),
+            ci=[math.exp(low), math.exp(high)] if math.isfinite(half) else None,
+            p=s.p,
+            method=(("Huber location of paired log round differences" if paired else
+                     "difference of each side's Huber location of log round medians")
+                    + f"{' with the two levels taken off' * s.levelled}, moderated t; "
+                    f"{look.method}; interval at q={q:.2f} (family level {alpha:g})" + position),
+            detectable=_number(detectable),
+            se=s.se,
             note="; ".join(notes) or None,
-            p_odd=p_odd[i] if s.odd_note and p is not None else None,
+            below_threshold=below,
+            level=look.level,
+            **common,
         ))
     return results
 
 
 def below_threshold_note(min_effect: float) -> str:
-    """The note of a significant change within the practical threshold: "below the 2%
-    threshold" (one of the `; `-joined parts of `LatencyResult.note`)."""
+    """The note of a change that is real but within the practical threshold."""
     return f"below the {min_effect:.0%} threshold"
 
 
 def detectable_range(results: list[LatencyResult]) -> list[float] | None:
-    """[smallest, largest] `detectable` of a run's configs (the summary's range); None if none."""
+    """[smallest, largest] `detectable` of a run's configs; None if none."""
     values = [r.detectable for r in results if r.detectable is not None]
     return [min(values), max(values)] if values else None
 
 
 def needs_more_rounds(result: LatencyResult) -> bool:
-    """True when this config should get more interleaved rounds (if the budget allows).
+    """More rounds can decide only an inconclusive config; a flag or `unchanged` is final
+    (the looks' levels have paid for stopping there)."""
+    return result.verdict == "inconclusive"
 
-    - inconclusive: yes, more rounds may decide it (a change that is significant at the
-      full alpha but not yet at its look's level, `sequential.look_level`, is
-      inconclusive until a later look decides it);
-    - not flagged slower while B's share of slow rounds is promising (`p_odd` below
-      ODD_PROMISING): yes, more rounds decide whether B is sometimes slow;
-    - otherwise no: a flag at a look's level is final (the spending function has paid
-      for the looks), and so is `unchanged`.
 
-    The scheduler must ask this for every config with a latency result, whatever
-    its policy verdict.
+def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT,
+           alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
+    """True when `max_rounds` per side could not plausibly decide.
+
+    The standard error is projected to `max_rounds` (~ 1/sqrt(rounds)) and the last
+    look's threshold approximated by the normal quantile with Bonferroni over `configs`
+    (the sign-flip max-T's is a little smaller): more rounds are futile when the
+    projected interval could neither fit inside +-min_effect around the ratio nor
+    exclude 1 from it. The early looks' thresholds are far larger (few pairs, little
+    level spent), so projecting the current interval would stop configs too soon.
     """
-    if result.verdict == "inconclusive":
-        return True
-    return result.verdict != "slower" and result.p_odd is not None and result.p_odd < ODD_PROMISING
-
-
-def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT) -> bool:
-    """True when more rounds, up to `max_rounds` per side, could not plausibly decide.
-
-    A futility boundary for the adaptive extension: the interval's half-width
-    on the log scale is projected to `max_rounds` rounds per side
-    (half-width ~ 1/sqrt(rounds), the t quantile's shrinkage ignored, which
-    errs towards extending). `unchanged` needs |log ratio| + half-width below
-    log(1 + min_effect); `slower`/`faster` needs |log ratio| above the
-    half-width. When neither can happen, extending spends time and cannot
-    change the answer. A change significant at the full alpha but not yet at its
-    look's level has a difference within reach, so it is still extended.
-    """
-    if result.ci is None or result.ratio is None or result.ratio <= 0:
-        return False
     rounds = min(result.rounds_a, result.rounds_b)
-    if rounds < MIN_ROUNDS or rounds >= max_rounds:
-        return rounds >= max_rounds
-    low, high = result.ci
-    if low <= 0:
+    if rounds >= max_rounds:
+        return True
+    if result.se is None or result.ratio is None:
         return False
-    half_width = (math.log(high) - math.log(low)) / 2 * math.sqrt(rounds / max_rounds)
+    q_end = float(sps.norm.isf(alpha / (2 * max(configs, 1))))
+    half = q_end * result.se * math.sqrt(rounds / max_rounds)
     distance = abs(math.log(result.ratio))
-    equivalence_reachable = distance + half_width < math.log1p(min_effect)
-    difference_reachable = distance > half_width
-    return not (equivalence_reachable or difference_reachable)
+    return not (distance + half < math.log1p(min_effect) or distance > half)

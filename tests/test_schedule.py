@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
-from abdiff.compare import round_ids
 from abdiff.records import RoundRecord, load_run_file, write_run_file
 from abdiff.schedule import (
     FAILURE_REPEATS,
@@ -16,11 +15,9 @@ from abdiff.schedule import (
     Plan,
     SideRun,
     empty_run,
-    pick_companions,
     schedule,
 )
 from abdiff.sequential import Looks
-from abdiff.stats import PROCESS_MIN_CONFIGS
 from abdiff.suites import Config
 
 
@@ -84,54 +81,24 @@ def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
     assert Looks.from_json(saved.looks).rounds() == (3,)
 
 
-def one_block(tmp_path: Path, counted: bool) -> tuple[Measurement, FakeLauncher]:
-    """An adaptive run whose first config is undecided once (`counted`: its slow rounds
-    are being counted), then nothing; checks that it was asked again after the block."""
+def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
+    """The first config is undecided once, then nothing; asked again after the block."""
     asked = []
 
-    def undecided() -> dict[str, bool]:
+    def undecided() -> set[str]:
         asked.append(1)
-        return {CONFIGS[0].id: counted} if len(asked) == 1 else {}
+        return {CONFIGS[0].id} if len(asked) == 1 else set()
 
     launcher = FakeLauncher(lambda side, cid, r: 100.0)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8),
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8, 2),
                                    undecided=undecided)
     assert len(asked) == 2  # asked again after the block, and stopped
-    return measurement, launcher
-
-
-def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
-    measurement, launcher = one_block(tmp_path, counted=False)
     # the run file says when configs were looked at: their tests' levels depend on it
     assert measurement.sides["B"].run.looks == {"first": 2, "max_rounds": 8, "step": 2}
-    rounds = {c.id: len(c.rounds) for c in measurement.sides["A"].run.configs}
-    assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
+    for side in ("A", "B"):  # both sides of the block: the rounds stay paired
+        rounds = {c.id: len(c.rounds) for c in measurement.sides[side].run.configs}
+        assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
     assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
-
-
-def test_slow_rounds_being_counted_are_measured_beside_companions(tmp_path: Path) -> None:
-    measurement, launcher = one_block(tmp_path, counted=True)
-    # the decided configs were timed beside it (their process's speed is then known), as
-    # companions: their rounds do not count for their own latency test
-    for config in measurement.sides["A"].run.configs:
-        assert [r.round for r in config.rounds] == [0, 1, 2, 3]
-        assert [r.companion for r in config.rounds] == \
-            [False, False] + [config.id != CONFIGS[0].id] * 2
-        assert round_ids(config) == ([0, 1, 2, 3] if config.id == CONFIGS[0].id else [0, 1])
-    assert all(sorted(ids) == sorted(c.id for c in CONFIGS)
-               for _, r, ids in launcher.workers if r >= 2)
-
-
-def test_companions_fill_an_adaptive_round_up_to_a_known_process_speed() -> None:
-    configs = [Config(f"c{i}", {}) for i in range(8)]
-    rng = random.Random(1)
-    assert len(pick_companions(configs, {"c0"}, rng)) == PROCESS_MIN_CONFIGS
-    two = pick_companions(configs, {"c0", "c5"}, rng)
-    assert len(two) == PROCESS_MIN_CONFIGS - 1 and not two & {"c0", "c5"}
-    assert pick_companions(configs, {f"c{i}" for i in range(4)}, rng) == frozenset()
-    # the same seed picks the same ones: a resumed run measures the same rounds
-    assert pick_companions(configs, {"c0"}, random.Random(1)) == \
-        pick_companions(configs, {"c0"}, random.Random(1))
 
 
 def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:

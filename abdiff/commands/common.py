@@ -11,7 +11,7 @@ from pathlib import Path
 from abdiff import stats
 from abdiff.errors import InputError
 from abdiff.files import write_atomic
-from abdiff.policy import NOTHING_MEASURED_EXIT
+from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES
 from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
 from abdiff.reports.common import clip, final_line
@@ -35,6 +35,14 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def probability(text: str) -> float:
+    """A family false-alarm rate: a number in (0, 0.5)."""
+    value = positive_float(text)
+    if value >= 0.5:
+        raise argparse.ArgumentTypeError(f"{text!r} must be below 0.5 (e.g. 0.01 for 1%)")
     return value
 
 
@@ -101,6 +109,12 @@ def add_compare_options(parser: argparse.ArgumentParser) -> None:
                         help="configs allowed to change (repeatable; default: the suite's)")
     parser.add_argument("--min-effect", type=positive_float, default=stats.DEFAULT_MIN_EFFECT * 100,
                         metavar="PCT", help="smallest latency change that matters, in percent")
+    parser.add_argument("--alpha", type=probability, default=stats.DEFAULT_ALPHA,
+                        help="family false-alarm rate of the latency verdicts over all configs "
+                             f"and looks (default {stats.DEFAULT_ALPHA:g})")
+    parser.add_argument("--small-changes", choices=SMALL_CHANGES, default="report",
+                        help="a latency change that is real but below --min-effect: report it "
+                             "(exit 0, the default) or gate on it like any change")
     parser.add_argument("--format", choices=sorted(FORMATS), default="table",
                         help="report format on stdout (or --output)")
     parser.add_argument("--output", type=Path, metavar="FILE", help="write the report here")

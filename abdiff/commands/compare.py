@@ -15,7 +15,6 @@ from abdiff.commands.common import (
 from abdiff.compare import compare_runs
 from abdiff.policy import parse_expect
 from abdiff.records import load_run_file
-from abdiff.stats import DEFAULT_ALPHA
 from abdiff.suites import builtin_suites, load_suite
 
 
@@ -51,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
         notes.append("a run file predates session records, so whether A and B were measured "
                      f"interleaved is unknown; latency uses the interleaved {min_effect:.1%} "
                      "margin")
-    result = compare_runs(run_a, run_b, expect, margin, DEFAULT_ALPHA, notes,
-                          args.require_all)
+    result = compare_runs(run_a, run_b, expect, margin, args.alpha, notes,
+                          args.require_all, args.small_changes)
     if margin != min_effect:
         note_margin_effects(result, min_effect, margin, f"run file A ({args.run_a.name})")
     return finish(result, args)
