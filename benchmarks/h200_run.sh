@@ -99,7 +99,7 @@ wanted pr..pr-slow && measure pr..pr-slow pr..pr-slow
 wanted main..pr && measure main..pr main..pr
 wanted pr..pr-sometimes && measure pr..pr-sometimes pr..pr-sometimes
 # issue 17: an A/A of LONG_ROUNDS (environment; 15) rounds per side without extension,
-# recorded for the replays of benchmarks/calibration.py and power_bound.py
+# recorded for the replays of benchmarks/verdicts.py
 # (`--replay .../pr..pr-long/[ab].json --min-effect 0.01`)
 LONG_ROUNDS=${LONG_ROUNDS:-15}
 wanted pr..pr-long && measure pr..pr-long pr..pr --rounds "$LONG_ROUNDS" --max-rounds "$LONG_ROUNDS"
