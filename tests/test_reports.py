@@ -90,7 +90,8 @@ def test_ordering_and_summary_sentence() -> None:
     clean.configs = [c for c in clean.configs if c.verdict != "unintended"]
     clean.configs[0].verdict = "still-failing"
     assert common.verdict_line(clean) == (
-        "no unintended change (6 measured, 1 still failing, 1 inconclusive, 2 not measured)")
+        "no unintended change found, but latency undecided for 1 of 4 configs; 6 measured, "
+        "1 still failing, 1 inconclusive, 2 not measured")
     assert common.summary_sentence(clean).endswith(
         "0 unintended, 1 expected, 2 unchanged, 1 inconclusive, 1 still-failing")
     assert [c.verdict for c in common.ordered(clean)][0] == "still-failing"
@@ -206,8 +207,15 @@ def test_markdown_clean_run_reads_as_a_pass() -> None:
     result.configs = [c for c in result.configs if c.verdict != "unintended"]
     text = markdown.render(result)
     assert "Unintended changes" not in text
+    # an undecided latency keeps exit 0 but not the green mark, and says what would decide
     assert text.splitlines()[1] == (
-        ":white_check_mark: **abdiff: no unintended change (5 measured, 1 inconclusive)**")
+        ":warning: **abdiff: no unintended change found, but latency undecided for 1 of 4 "
+        "configs; 5 measured, 1 inconclusive**")
+    for config in result.configs:
+        if config.verdict == "inconclusive":
+            config.verdict, config.latency.verdict = "unchanged", "unchanged"
+    assert markdown.render(result).splitlines()[1] == (
+        ":white_check_mark: **abdiff: no unintended change (5 measured)**")
 
 
 def test_markdown_first_line_when_nothing_was_measured() -> None:
@@ -509,19 +517,20 @@ def test_every_format_says_which_timing_was_used() -> None:
     assert json.loads(json_report.render(result))["summary"]["timing"] == "graph replay"
 
 
-def test_headline_says_when_latency_was_undecided_for_most_configs() -> None:
-    undecided = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, 0.4, 5, 5)
+def test_headline_says_when_latency_was_undecided_and_what_would_decide() -> None:
+    undecided = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, 0.4, 5, 5,
+                              rounds_needed=31)
     configs = [_config("TRTLLM", bs, 1, "inconclusive", latency=undecided) for bs in (8, 16, 32)]
     configs.append(_config("TRTLLM", 64, 1, "unchanged"))
     result = make_result(configs=configs, summary={"exit_code": 0})
-    headline = ("no unintended change found, but latency undecided for 3 of 4 configs "
-                "(4 measured, 3 inconclusive)")
+    headline = ("no unintended change found, but latency undecided for 3 of 4 configs (about "
+                "31 rounds per side would decide them: --max-rounds 31); 4 measured, "
+                "3 inconclusive")
     assert common.verdict_line(result) == headline
     assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
+    assert markdown.render(result).splitlines()[1].startswith(":warning:")
     assert table_report.render(result).splitlines()[-1].startswith(f"abdiff: {headline}; ")
-    half = make_result(configs=configs[1:] + [_config("DSA", 8, 1, "unchanged")])
-    assert "undecided" not in common.verdict_line(half)  # 2 of 4: not most
-    flagged = make_result()  # 1 of 5 timed configs undecided: the headline is unchanged
+    flagged = make_result()  # an unintended change leads; the summary counts the undecided
     assert common.verdict_line(flagged) == "1 unintended change"
 
 

@@ -21,10 +21,10 @@ from abdiff.records import ConfigResult, LatencyResult, Result, Side
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
 # sides) leads: it hides whatever else the change did to that config.
 VERDICT_ORDER: tuple[str, ...] = (
-    "still-failing", "unintended", "inconclusive", "expected", "unchanged")
+    "still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
 SUMMARY_ORDER: tuple[str, ...] = (
-    "unintended", "expected", "unchanged", "inconclusive", "still-failing")
+    "unintended", "expected", "small-change", "unchanged", "inconclusive", "still-failing")
 DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
 ELLIPSIS = "\u2026"
@@ -130,19 +130,25 @@ def summary_sentence(result: Result) -> str:
     tally = counts(result)
     extra = [v for v in tally if v not in SUMMARY_ORDER]
     parts = [f"{tally[v]} {v}" for v in (*SUMMARY_ORDER, *extra)
-             if tally[v] or v != "still-failing"]
+             if tally[v] or v not in ("still-failing", "small-change")]
     return f"{measured_sentence(result)}; {', '.join(parts)}"
 
 
 def latency_undecided(result: Result) -> str | None:
-    """"latency undecided for 8 of 12 configs" when more than half of the configs with
-    latency on both sides got no latency verdict; None otherwise. Such a run checked
-    status, facts and kernels, but not speed, and its headline must say so."""
+    """"latency undecided for 3 of 12 configs (about 31 rounds per side would decide:
+    --max-rounds 31)" when any config with latency on both sides got no latency verdict;
+    None otherwise. Such a run checked status, facts and kernels, but not all speeds, and
+    its headline must say so and what would decide them."""
     timed = [c for c in result.configs if c.latency.verdict != "n/a"]
-    undecided = sum(c.latency.verdict == "inconclusive" for c in timed)
-    if not timed or 2 * undecided <= len(timed):
+    undecided = [c for c in timed if c.latency.verdict == "inconclusive"]
+    if not undecided:
         return None
-    return f"latency undecided for {undecided} of {len(timed)} configs"
+    text = f"latency undecided for {len(undecided)} of {len(timed)} configs"
+    needed = [c.latency.rounds_needed for c in undecided if c.latency.rounds_needed]
+    if needed:
+        text += (f" (about {max(needed)} rounds per side would decide them: --max-rounds "
+                 f"{max(needed)})")
+    return text
 
 
 def verdict_line(result: Result) -> str:
@@ -152,9 +158,8 @@ def verdict_line(result: Result) -> str:
     tally = counts(result)
     n = tally["unintended"]
     undecided = latency_undecided(result)
-    if n:
-        line = f"{n} unintended change{'' if n == 1 else 's'}"
-        return f"{line}; {undecided}" if undecided else line
+    if n:  # what fails the gate first; the summary sentence counts the undecided
+        return f"{n} unintended change{'' if n == 1 else 's'}"
     if exit_code(result) == 1 and result.summary.get("require_all") is True:
         return "not every config measured (--require-all)"
     measured, planned = measured_counts(result)
@@ -165,16 +170,20 @@ def verdict_line(result: Result) -> str:
         words.append(f"{tally['still-failing']} still failing")
     if tally["inconclusive"]:
         words.append(f"{tally['inconclusive']} inconclusive")
+    if tally["small-change"]:
+        words.append(f"{tally['small-change']} below the threshold")
     if planned > measured:
         words.append(f"{planned - measured} not measured")
     if undecided:  # status, facts and kernels were checked, speed mostly not
-        return f"no unintended change found, but {undecided} ({', '.join(words)})"
+        return f"no unintended change found, but {undecided}; {', '.join(words)}"
     return f"no unintended change ({', '.join(words)})"
 
 
 def passed(result: Result) -> bool:
-    """Exit 0 with something measured: the run is green."""
-    return exit_code(result) == 0 and measured_counts(result)[0] > 0
+    """Exit 0, something measured and every latency decided: the run is green (an
+    undecided latency keeps exit 0 but not the green mark)."""
+    return (exit_code(result) == 0 and measured_counts(result)[0] > 0
+            and latency_undecided(result) is None)
 
 
 def final_line(result: Result) -> str:

@@ -36,6 +36,7 @@ SHRINK = (0, 0, 3, 2, 1, 1, 2)  # the config id never wraps: grep finds it
 OPTIONAL = (3, 4, 5)  # facts, kernels, times: left out when no config has any
 SEP = "  "
 _COLOURS = {"unintended": "1;31", "still-failing": "1;35", "inconclusive": "33",
+            "small-change": "34",
             "expected": "36", "unchanged": "32"}
 
 
