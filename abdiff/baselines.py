@@ -28,7 +28,6 @@ FINGERPRINT_KEYS = ("target", "device", "device_name", "device_count", "driver",
 # Where the baseline's machine differs from this one in these, latency is still comparable
 # (another host with the same GPU model, driver and software): a note, never a refusal.
 NOTE_KEYS = ("host", "gpu_uuid", "clock_policy")
-BASELINE_MARGIN_FACTOR = 2.0  # the fallback when a baseline has a single session
 DRIFT_COVERAGE = 0.95  # of the prediction bound on a new session's shift
 PREFIX = "baseline:"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -153,18 +152,18 @@ def drift_margin(baseline: RunFile, min_effect: float, what: str) -> Margin:
     the baseline's k sessions has variance sigma^2 (1 + 1/k); its two-sided
     DRIFT_COVERAGE prediction bound t(df) * sigma * sqrt(1 + 1/k) widens the
     margin multiplicatively, (1 + min_effect) * exp(bound) - 1. With one session
-    nothing is known of the drift and the margin is BASELINE_MARGIN_FACTOR x
-    min_effect.
+    nothing is known of the drift: the margin stays `min_effect` (a guessed factor would
+    let a measured 3% change pass as noise) and the reason says the drift is missing.
     """
     from scipy import stats as scipy_stats
 
     drift = session_drift(baseline)
     if drift is None:
-        wide = min_effect * BASELINE_MARGIN_FACTOR
-        return Margin(wide, f"{what} has one measuring session, so its drift is unknown: latency "
-                            f"uses a fixed {wide:.1%} margin ({BASELINE_MARGIN_FACTOR:g}x "
-                            f"--min-effect); `abdiff baseline refresh NAME --append` in another "
-                            "session lets abdiff measure it")
+        return Margin(min_effect, f"{what} has one measuring session, so the drift between "
+                                  f"sessions is not measured and not allowed for: latency uses "
+                                  f"the same-session {min_effect:.1%} threshold, and a change "
+                                  "may be drift; `abdiff baseline refresh NAME --append` in "
+                                  "another session measures it")
     bound = float(scipy_stats.t.ppf(0.5 + DRIFT_COVERAGE / 2, drift.df)) * drift.sigma \
         * math.sqrt(1 + 1 / drift.sessions)
     wide = (1 + min_effect) * math.exp(bound) - 1
@@ -183,16 +182,17 @@ def interleaved(run_a: RunFile, run_b: RunFile) -> bool | None:
 
 
 def note_margin_effects(result: Result, min_effect: float, margin: float, what: str) -> None:
-    """Say where the widened margin decided: a config whose interval lies wholly beyond
-    +-min_effect but was not flagged is reported as such, never as a bare `unchanged`."""
+    """Say where the drift-widened margin decided: a change flagged beyond +-min_effect
+    but labelled below the (widened) threshold says both numbers."""
     for config in result.configs:
         latency = config.latency
-        if latency.verdict in ("slower", "faster") or not latency.ci or latency.ratio is None:
+        if not latency.below_threshold or not latency.ci or latency.ratio is None:
             continue
-        low, high = latency.ci
-        if low > 1 + min_effect or high < 1 / (1 + min_effect):
+        if abs(math.log(latency.ratio)) > math.log1p(min_effect):
+            low, high = latency.ci
             latency.note = (f"{latency.ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]: beyond "
-                            f"{min_effect:.0%}, within {what}'s {margin:.1%} margin")
+                            f"{min_effect:.0%}, within {what}'s {margin:.1%} margin of "
+                            "measured drift")
 
 
 def parse_baseline_range(text: str) -> tuple[str, str] | None:

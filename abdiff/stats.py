@@ -12,7 +12,10 @@ are in docs/statistics.md.
   d = log(B round) - log(A round), so a state of the machine that lasts several
   rounds (a clock level, a neighbour's job) hits both members of a pair and
   cancels instead of inflating the variance. A stored baseline was not
-  interleaved with B: its comparison is unpaired (`paired=False`).
+  interleaved with B: its comparison is unpaired (`paired=False`, each side's
+  location and variance on its own, Welch's degrees of freedom, the t quantile
+  with Bonferroni over the configs: a baseline's sessions are not exchangeable
+  with B's rounds, so no permutation is).
 - **A location a slow round cannot drag**: Huber's M-estimate of the
   differences (HUBER_K), its scale the normal-consistent median of |d| (the
   same for every sign pattern, so the permutation below keeps it), its standard
@@ -274,32 +277,36 @@ def take_off_levels(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray,
     return d, found
 
 
-def unpaired_statistics(a: np.ndarray, b: np.ndarray, labels: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(location of B - A, standard error, df) per relabelling of whole rounds.
-
-    `a` (configs, rounds of A) and `b` (configs, rounds of B), NaN where missing;
-    `labels` (patterns, rounds of A + B): True where a round counts as B. The scale is
-    the pooled rounds' (the same under every relabelling).
-    """
-    pooled = np.concatenate([a, b], axis=-1)
-    mask = np.isfinite(pooled)
+def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                 np.ndarray]:
+    """Per config (rows): Huber location, moderated unit variance, its df, and n."""
+    mask = np.isfinite(x)
     centre = np.array([np.median(row[m]) if m.any() else 0.0
-                       for row, m in zip(pooled, mask, strict=True)])
+                       for row, m in zip(x, mask, strict=True)])
     scale = 1.4826 * np.array([np.median(np.abs(row[m] - c)) if m.any() else 0.0
-                               for row, m, c in zip(pooled, mask, centre, strict=True)])
-    x = np.broadcast_to(np.where(mask, pooled - centre[:, None], 0.0)[None],
-                        (labels.shape[0], *pooled.shape))
-    in_b = mask[None] & labels[:, None, :]
-    in_a = mask[None] & ~labels[:, None, :]
-    loc_b, unit_b = huber(x, in_b, scale)
-    loc_a, unit_a = huber(x, in_a, scale)
-    nb, na = in_b.sum(axis=-1), in_a.sum(axis=-1)
-    df = np.maximum(na + nb - 2, 1).astype(float)
-    pooled_unit = (np.maximum(na - 1, 0) * unit_a + np.maximum(nb - 1, 0) * unit_b) / df
-    variance, df = moderate(pooled_unit, df)
-    se = np.sqrt(variance * (1 / np.maximum(na, 1) + 1 / np.maximum(nb, 1)))
-    return loc_b - loc_a, se, df
+                               for row, m, c in zip(x, mask, centre, strict=True)])
+    loc, unit = huber(np.where(mask, x - centre[:, None], 0.0), mask, scale)
+    n = mask.sum(axis=-1).astype(float)
+    variance, df = moderate(unit[None], np.maximum(n - 1, 1)[None])
+    return centre + loc, variance[0], df[0], n
+
+
+def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                              np.ndarray]:
+    """(location of B - A, standard error, Welch-Satterthwaite df) per config, each side's
+    Huber location and moderated variance on its own (shape (1, configs)).
+
+    For sides measured apart (a stored baseline): their rounds are not exchangeable (a
+    baseline spans sessions), so no relabelling is; the t quantile with Bonferroni over
+    the configs sets the threshold.
+    """
+    loc_a, var_a, df_a, n_a = _side_statistics(a)
+    loc_b, var_b, df_b, n_b = _side_statistics(b)
+    part_a, part_b = var_a / np.maximum(n_a, 1), var_b / np.maximum(n_b, 1)
+    se = np.sqrt(part_a + part_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = (part_a + part_b) ** 2 / (part_a ** 2 / df_a + part_b ** 2 / df_b)
+    return (loc_b - loc_a)[None], se[None], np.nan_to_num(df, nan=1.0)[None]
 
 
 def sign_patterns(pairs: int, rng: np.random.Generator) -> np.ndarray:
@@ -310,14 +317,6 @@ def sign_patterns(pairs: int, rng: np.random.Generator) -> np.ndarray:
     drawn = rng.choice([-1.0, 1.0], size=(FLIPS, pairs))
     drawn[0] = 1.0
     return drawn
-
-
-def label_patterns(rounds_a: int, rounds_b: int, rng: np.random.Generator) -> np.ndarray:
-    """FLIPS relabellings of the pooled rounds as B (True) or A; the observed first."""
-    observed = np.r_[np.zeros(rounds_a, bool), np.ones(rounds_b, bool)]
-    patterns = np.array([rng.permutation(observed) for _ in range(FLIPS)])
-    patterns[0] = observed
-    return patterns
 
 
 def permutation_reaches(patterns: int, level: float) -> bool:
@@ -392,7 +391,7 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
     else:
         most = int(counts.max())
         rounds_at = [most]
-        patterns = label_patterns(matrix_a.shape[1], matrix_b.shape[1], rng)
+        patterns = np.ones((1, 1))  # no permutation: the t quantile decides
     total = rounds_at[-1] if looks is None else max(looks.max_rounds, rounds_at[-1])
     cumulative = [spent(alpha, n / total) for n in rounds_at]  # all of alpha at the plan's end
     exceeded = np.zeros(len(patterns), bool)  # an earlier permutation look flagged
@@ -419,9 +418,9 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
                 d_levelled[rows, :rounds] if with_levels else None)
             distinct = 2 ** rounds if rounds <= EXACT_FLIPS_UP_TO else len(patterns)
         else:
-            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows], patterns)
+            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
             levelled = np.zeros(loc.shape, bool)
-            distinct = len(patterns)
+            distinct = 1
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
         if permutation_reaches(distinct, share):
@@ -439,8 +438,7 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
                         + float((exceeded | (peak >= t[0, i])).mean()) for i in range(len(rows))]
             exceeded |= peak >= q
             permutation_spent = budget
-            method = (f"{'sign-flip' if paired else 'relabelling'} max-T over {len(family)} "
-                      f"configs")
+            method = f"sign-flip max-T over {len(family)} configs"
         else:
             q = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
             p_values = [before + min(1.0, 2 * float(sps.t.sf(t[0, i], df[0, i])) * len(family))
@@ -499,9 +497,10 @@ def _side_location(values: np.ndarray) -> tuple[float, float]:
     """Huber location and robust spread (us) of one side's log round medians."""
     if len(values) == 0:
         return float("nan"), float("nan")
-    scale = 1.4826 * float(np.median(np.abs(values - np.median(values))))
-    loc, _ = huber(values[None], np.ones((1, len(values)), bool), np.array([scale]))
-    level = float(np.exp(loc[0]))
+    centre = float(np.median(values))
+    scale = 1.4826 * float(np.median(np.abs(values - centre)))
+    loc, _ = huber(values[None] - centre, np.ones((1, len(values)), bool), np.array([scale]))
+    level = float(np.exp(centre + loc[0]))
     return level, level * (math.expm1(scale) if scale > 0 else 0.0)
 
 
@@ -525,8 +524,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
                      alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
                      paired: bool = True) -> list[LatencyResult]:
     """Verdicts for the configs of one run (see the module docstring)."""
-    if not 0 < min_effect < 1:
-        raise ValueError(f"min_effect must be between 0 and 1, got {min_effect}")
+    if not 0 < min_effect < math.inf:
+        raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be between 0 and 0.5, got {alpha}")
     log_a, log_b = _matrix(configs, "a"), _matrix(configs, "b")
