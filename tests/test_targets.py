@@ -127,3 +127,16 @@ def test_a_name_taken_twice_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(InputError, match="target 'reference' is registered by both abdiff "
                                          "and toy-plugin; uninstall one"):
         registered()
+
+
+def test_the_trtllm_preflight_does_not_import_its_target() -> None:
+    """One-way: target.py imports preflight.py (its GPU and model checks), never back."""
+    import ast
+
+    tree = ast.parse((ROOT / "abdiff/targets/trtllm/preflight.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "abdiff.targets.trtllm.target" not in imported
+    assert "abdiff.targets.trtllm.preflight" in {
+        node.module for node in ast.walk(ast.parse(
+            (ROOT / "abdiff/targets/trtllm/target.py").read_text()))
+        if isinstance(node, ast.ImportFrom)}

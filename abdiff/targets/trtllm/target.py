@@ -574,13 +574,12 @@ def suite_models(suite: Suite) -> dict[str, str]:
     Without a checkout, the TRTLLM model is the one upstream's config_gen.yaml names.
     """
     options = TrtllmOptions.parse(suite.target_options, {})
-    backends = sorted({c.params.get("backend") for c in suite.configs} - {None})
-    models = {}
-    for backend in backends:
-        models[backend] = (options.model or options.models.get(backend)
-                           or BACKEND_DEFAULTS.get(backend, {}).get("model")
-                           or FALLBACK_CONFIG["model"])
-    return models
+    backends = sorted({str(c.params["backend"]) for c in suite.configs
+                       if c.params.get("backend") is not None})
+    return {backend: str(options.model or options.models.get(backend)
+                         or BACKEND_DEFAULTS.get(backend, {}).get("model")
+                         or FALLBACK_CONFIG["model"])
+            for backend in backends}
 
 
 # -- the target ------------------------------------------------------------------------
