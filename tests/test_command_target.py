@@ -371,6 +371,26 @@ def test_a_dying_benchmark_fails_its_first_unreported_config(tmp_path: Path) -> 
     assert "Check failed: n > 0" in after_mark  # the death's reason follows the mark
 
 
+def test_a_round_isolates_the_dying_benchmark(tmp_path: Path) -> None:
+    """Through the real round runner and local launcher: the aborting benchmark's config is
+    `aborted` with its check's line, and a second process measures the other."""
+    from abdiff.launchers.local import LocalLauncher
+    from abdiff.rounds import RoundSettings, run_round
+    from abdiff.suites import Config
+
+    (tmp_path / "bench.py").write_text(CRASHING_PY)
+    configs = [Config(i, config_params("gbench", i)) for i in ("BM_first", "BM_second")]
+    settings = RoundSettings(facts=[], warmup_times=0, run_times=3, timeout_s=60,
+                             target_options={"command": [sys.executable, "bench.py"]})
+    records: dict = {}
+    output = run_round(CommandTarget(), LocalLauncher(), tmp_path, configs, settings, 0,
+                       tmp_path / "round", records.__setitem__)
+    assert output.processes == 2
+    assert records["BM_first"].status == "aborted"
+    assert records["BM_first"].error == "SIGABRT: bench.cc:12: Check failed: n > 0"
+    assert records["BM_second"].status == "ok" and records["BM_second"].latency_us == [1.0]
+
+
 # ---------------------------------------------------------------- end to end
 
 @pytest.mark.slow

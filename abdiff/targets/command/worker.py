@@ -86,7 +86,8 @@ def main(argv: list[str]) -> int:
     stderr = (work / "benchmark.stderr.txt").read_text(encoding="utf-8", errors="replace")
     if culprit is not None:
         writer.start(culprit)  # the death below is this config's status
-    sys.stderr.write(stderr + (f"{why}\n" if why and culprit is not None else ""))
+    # what abdiff saw first, the benchmark's own lines last: a death's reason is the last line
+    sys.stderr.write((f"{why}\n" if why and culprit is not None else "") + stderr)
     sys.stderr.flush()
     writer.close()
     if culprit is None:
