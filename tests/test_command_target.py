@@ -444,3 +444,10 @@ def test_sample_files_are_little_endian_float32(tmp_path: Path) -> None:
     assert read_sample_times(path, 3) == pytest.approx([1.0, 2.0, 4.0], rel=1e-6)
     with pytest.raises(ValueError, match="holds 3 samples, its summary says 4"):
         read_sample_times(path, 4)
+
+
+def test_several_ranks_are_refused(tmp_path: Path) -> None:
+    job = RoundJob(configs=[], facts=[], record_path=str(tmp_path / "r.jsonl"), round=0,
+                   ranks=2, target_options={"command": ["./bench"]})
+    with pytest.raises(InputError, match="not 2 ranks; leave out --np"):
+        CommandTarget().round_command(tmp_path, tmp_path / "job.json", job)

@@ -116,5 +116,8 @@ class CommandTarget(Target):
         return {"PYTHONPATH": str(ABDIFF_ROOT)}
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        if job.ranks > 1:
+            raise InputError(f"the command target runs one benchmark process per round, not "
+                             f"{job.ranks} ranks; leave out --np (and the suite's tp)")
         argv = [sys.executable, "-m", "abdiff.targets.command.worker", str(job_path)]
         return LaunchSpec(argv, Path(checkout), self.worker_env())
