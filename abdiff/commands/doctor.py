@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
                 suite_failed = suite_failed or not finding.ok
 
     reports: list[HookReport] = []
-    if repo_root is not None and args.range:
+    if not target.hooks:  # its worker relies on nothing inside the benchmark's code
+        print(f"\ntarget {target_cls.name} has no hooks: nothing to check in the code")
+    elif repo_root is not None and args.range:
         from abdiff.checkouts import CheckoutCache, default_cache_dir
         from abdiff.revs import resolve_range
 
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if behaviours is not None:  # what of the benchmark's own flow the probe relies on
             print("\nrun.py behaviours the probe relies on:")
             print(behaviours([(r.label, r.path) for r in reports]))
-    elif repo_root is None:
+    elif repo_root is None and target.hooks:
         print("\nno repository here: hooks not checked (give --repo PATH or a range)")
     code = exit_code(checks, target_cls.name, reports)
     return 3 if code == 0 and suite_failed else code
