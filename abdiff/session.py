@@ -78,7 +78,6 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
-    suite = with_configs(suite, target.configs(suite, repo_root))
     launcher_name = args.launcher or target.default_launcher
     if launcher_name == "local" and not args.np and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
@@ -97,6 +96,8 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         if problem:
             unprime(launcher)
             raise InfrastructureError(problem)
+    # what the suite means for this target (the command target may run its benchmark once)
+    suite = with_configs(suite, target.configs(suite, repo_root))
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
