@@ -311,6 +311,20 @@ def test_bad_command_blocks_are_one_clear_line(tmp_path: Path, block: object,
     assert "\n" not in str(caught.value)
 
 
+def test_expect_names_the_benchmarks_params() -> None:
+    from abdiff.suites.loader import with_configs
+
+    block = {"command": ["./bench"], "benchmarks": ["BM_a/8", "BM_b"]}
+    suite = parse_suite({"target": block, "expect": {"family": "BM_a"}}, "s", "s.yaml")
+    chosen = with_configs(suite, CommandTarget().configs(suite, Path(".")))
+    assert chosen.param_keys() == ["benchmark", "family"]
+    assert chosen.expect == {"family": ["BM_a"]}
+    wrong = parse_suite({"target": block, "expect": {"backend": "DSA"}}, "s", "s.yaml")
+    with pytest.raises(InputError, match="s.yaml: expect has unknown key 'backend'; allowed: "
+                                         "benchmark, family"):
+        with_configs(wrong, CommandTarget().configs(wrong, Path(".")))
+
+
 def test_a_matrix_is_refused() -> None:
     matrix = {"run_type": "GEN", "backend": "DSA", "batch_size": 1, "seq_len_q": 1,
               "seq_len_kv_cache": 1}
