@@ -90,6 +90,7 @@ def test_a_third_party_target_is_found_through_its_entry_point(plugin: Path,
     assert detect_target(tmp_path / "repo") is toy  # detected like the built-ins
 
 
+@pytest.mark.slow  # doctor's machine checks import torch: 3-6 s on 2 cores
 def test_the_abdiff_command_lists_a_plugin_target(plugin: Path) -> None:
     env = {**git_env(), "PYTHONPATH": f"{plugin}:{ROOT}"}
     done = run_abdiff("doctor", "--target", "toy", env=env)
