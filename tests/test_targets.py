@@ -8,6 +8,7 @@ importlib.metadata and by the `abdiff` command in a fresh process.
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -130,10 +131,36 @@ def test_a_name_taken_twice_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
         registered()
 
 
+def imports_of(path: Path) -> set[str]:
+    """The abdiff modules a file imports, at the top or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("abdiff"):
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("abdiff")}
+    return found
+
+
+def test_no_import_circle_through_the_targets() -> None:
+    """Every import under abdiff/targets and abdiff/suites, lazy ones included, points one
+    way: no module reaches itself again."""
+    modules = {}
+    for path in [*(ROOT / "abdiff/targets").rglob("*.py"), *(ROOT / "abdiff/suites").rglob("*.py")]:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph = {name: imports_of(path) & modules.keys() for name, path in modules.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(m == goal or (m not in seen and reaches(m, goal, seen | {m}))
+                   for m in graph[start])
+
+    circles = [name for name in graph if reaches(name, name, {name})]
+    assert circles == []
+
+
 def test_the_trtllm_preflight_does_not_import_its_target() -> None:
     """One-way: target.py imports preflight.py (its GPU and model checks), never back."""
-    import ast
-
     tree = ast.parse((ROOT / "abdiff/targets/trtllm/preflight.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert "abdiff.targets.trtllm.target" not in imported
