@@ -47,7 +47,8 @@ from abdiff.schedule import (
 )
 from abdiff.stats import DEFAULT_ALPHA, futile, needs_more_rounds
 from abdiff.suites import Suite, load_suite
-from abdiff.targets import detect_target
+from abdiff.suites.loader import with_configs
+from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
 
 
@@ -77,7 +78,7 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_write_token()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
-    launcher_name = args.launcher or getattr(target, "default_launcher", "local")
+    launcher_name = args.launcher or target.default_launcher
     if launcher_name == "local" and not args.np and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
                          "or torchrun to start that many ranks (or --np 1 for one)")
@@ -90,16 +91,13 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     prime(launcher, start_mode, Path(tempfile.gettempdir()),
           target.worker_env(), args.pass_env, args.max_memory)
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
-        problem = preflight(target.name, args.device, launcher_name)
-        if problem is None and "GPU" in type(target).requires and launcher_name != "srun":
-            # the suite's models built for another GPU generation (`target.sm`) would fail on
-            # both sides: nothing measured (under srun the ranks' GPUs are not this machine's)
-            from abdiff.targets.trtllm.preflight import gpu_problem, local_gpus
-
-            problem = gpu_problem(suite, local_gpus())
+        problem = (preflight(target.name, args.device, launcher_name)
+                   or target.preflight(suite, launcher_name))
         if problem:
             unprime(launcher)
             raise InfrastructureError(problem)
+    # what the suite means for this target (the command target may run its benchmark once)
+    suite = with_configs(suite, target.configs(suite, repo_root))
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
@@ -121,6 +119,7 @@ def side_run(bench: Bench, side: SideSpec) -> SideRun:
     checkout = bench.cache.checkout(side)
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
+           "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
                     bench.suite.configs, env)

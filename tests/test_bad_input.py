@@ -140,7 +140,7 @@ SUITE_CASES = {
                          "batch_size: [1], seq_len_q: [1], seq_len_kv_cache: [64]}\n",
                          r"facts must be a list or null, got str"),
     "empty matrix": ("matrix: {}\n", r"matrix is missing field 'run_type'"),
-    "no matrix": ("description: nothing to run\n", r"the document is missing field 'matrix'"),
+    "no matrix": ("description: nothing to run\n", r"target reference needs a 'matrix'"),
     "key without values": ("matrix: {run_type: [], backend: [DSA]}\n",
                            r"matrix.run_type must have at least 1 item"),
     "matrix missing a key": ("matrix: {run_type: [GEN], backend: [DSA]}\n",

@@ -38,7 +38,6 @@ from abdiff.reports import bisect as bisect_report
 from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.schedule import Plan
 from abdiff.session import Bench, measure_and_compare, prepare_bench, side_run
-from abdiff.targets.layerwise import MATRIX_KEYS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
+    expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     known = {c.id for c in bench.suite.configs}
     unknown = [c for c in args.config if c not in known]

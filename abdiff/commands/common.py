@@ -69,7 +69,8 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help=f"first rounds per side (default {Plan.rounds})")
     parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS",
                         help="kill a worker that makes no progress for this long (default 600)")
-    parser.add_argument("--target", help="reference or trtllm (default: detected)")
+    parser.add_argument("--target", help="reference, trtllm, command, or one an installed "
+                        "package registers (docs/targets.md; default: detected)")
     parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                         help="extra argument passed to the target's benchmark (repeatable)")
     parser.add_argument("--launcher", choices=["local", "mpirun", "srun", "torchrun"],

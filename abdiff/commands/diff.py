@@ -21,7 +21,6 @@ from abdiff.commands.common import (
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Plan
 from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
-from abdiff.targets.layerwise import MATRIX_KEYS
 
 
 def looks_like_range(word: str) -> bool:
@@ -52,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = parse_baseline_range(args.range)
     specs = resolve_range(repo_root, args.range) if baseline is None else None
     bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
+    expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     if baseline is not None:
         result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)

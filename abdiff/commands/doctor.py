@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of a range")
     parser.add_argument("range", nargs="?", metavar="A..B",
                         help="check the hooks in both sides (no GPU needed)")
-    parser.add_argument("--target", help="reference or trtllm (default: detected)")
+    parser.add_argument("--target", help="a registered target: reference, trtllm, command, "
+                        "or one a package adds (default: detected)")
     parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
     parser.add_argument("--cache-dir", type=Path, help="checkout cache folder")
     parser.add_argument("--configs", metavar="SUITE",
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         missing_for,
     )
     from abdiff.revs import open_repo
-    from abdiff.targets import TARGET_CLASSES, target_class
+    from abdiff.targets import target_class, target_names
 
     repo_root: Path | None = None
     if args.repo or args.range:
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
             repo_root = open_repo(None)
         except (InputError, InfrastructureError):
             repo_root = None  # the machine checks need no repository
-    classes = [target_class(name) for name in TARGET_CLASSES]
+    names = target_names()
+    classes = [target_class(name) for name in names]
     detected = next((t for t in classes if repo_root and t.detect(repo_root)), None)
     target_cls = target_class(args.target) if args.target else (
         detected or target_class("reference"))
@@ -63,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
         print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
         print()
     checks = machine_checks(classes)
-    print(machine_table(checks, sorted(TARGET_CLASSES)))
+    print(machine_table(checks, sorted(names)))
     print()
-    for name in sorted(TARGET_CLASSES):
+    for name in sorted(names):
         missing = missing_for(checks, name)
         chosen = " (chosen)" if name == target_cls.name else ""
         state = f"cannot run here: needs {', '.join(missing)}" if missing else "can run here"
@@ -74,15 +76,22 @@ def run(args: argparse.Namespace) -> int:
     suite_failed = False
     if args.configs:
         from abdiff.suites import load_suite
-        from abdiff.targets.trtllm.preflight import local_gpus, suite_findings
 
-        print(f"\nsuite {args.configs} (trtllm):")
-        for finding in suite_findings(load_suite(args.configs), local_gpus()):
-            print(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
-            suite_failed = suite_failed or not finding.ok
+        suite = load_suite(args.configs)
+        # no target chosen: every target that has something to say about the suite
+        asked = [target] if args.target or detected else [cls() for cls in classes]
+        for each in asked:
+            findings = each.suite_findings(suite)
+            if findings:
+                print(f"\nsuite {args.configs} ({each.name}):")
+            for finding in findings:
+                print(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
+                suite_failed = suite_failed or not finding.ok
 
     reports: list[HookReport] = []
-    if repo_root is not None and args.range:
+    if not target.hooks:  # its worker relies on nothing inside the benchmark's code
+        print(f"\ntarget {target_cls.name} has no hooks: nothing to check in the code")
+    elif repo_root is not None and args.range:
         from abdiff.checkouts import CheckoutCache, default_cache_dir
         from abdiff.revs import resolve_range
 
@@ -102,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if behaviours is not None:  # what of the benchmark's own flow the probe relies on
             print("\nrun.py behaviours the probe relies on:")
             print(behaviours([(r.label, r.path) for r in reports]))
-    elif repo_root is None:
+    elif repo_root is None and target.hooks:
         print("\nno repository here: hooks not checked (give --repo PATH or a range)")
     code = exit_code(checks, target_cls.name, reports)
     return 3 if code == 0 and suite_failed else code

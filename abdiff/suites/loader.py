@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,7 +29,9 @@ Scalar = str | int | float | bool
 class SuiteFile:
     """A suite's YAML document, as written (unknown keys are rejected: they are typos)."""
 
-    matrix: Matrix
+    # the layer-wise configs; a target whose configs come from the benchmark itself (the
+    # command target) takes none (Target.configs)
+    matrix: Matrix | None = None
     description: str = ""
     warmup_times: NonNegative = 3  # iterations before timing, per config and round
     run_times: Positive = 20  # timed iterations per config and round
@@ -60,6 +62,11 @@ class Suite:
     target_options: dict[str, Any] = field(default_factory=dict)
     tp: int = 1
 
+    def param_keys(self) -> list[str]:
+        """The keys the configs' params have, in their first config's order (what
+        `expect` and --expect may name)."""
+        return list(dict.fromkeys(key for config in self.configs for key in config.params))
+
 
 def builtin_suites() -> dict[str, Path]:
     """Built-in suite names mapped to their files (package data)."""
@@ -77,7 +84,7 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
         raise InputError(f"{where}: a suite must be a YAML mapping with a 'matrix'")
     document = from_json(SuiteFile, data, where, reject_unknown=True)
     matrix = {key: value if isinstance(value, list) else [value]
-              for key, value in asdict(document.matrix).items()}
+              for key, value in asdict(document.matrix).items()} if document.matrix else {}
     for key, values in matrix.items():
         if len(set(values)) != len(values):
             raise InputError(f"{where}: matrix.{key} lists a value twice")
@@ -88,12 +95,13 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
             "pass --yes to run it anyway"
         )
     expect = document.expect or {}
-    for key in expect:
-        if key not in matrix:
-            raise InputError(f"{where}: expect has unknown key '{key}'; "
-                             f"allowed: {', '.join(MATRIX_KEYS)}")
+    if matrix:  # else the target's configs are checked against it (with_configs)
+        for key in expect:
+            if key not in matrix:
+                raise InputError(f"{where}: expect has unknown key '{key}'; "
+                                 f"allowed: {', '.join(MATRIX_KEYS)}")
     configs = []
-    for combo in itertools.product(*matrix.values()):
+    for combo in itertools.product(*matrix.values()) if matrix else ():
         params = dict(zip(matrix, combo, strict=True))
         configs.append(Config(config_id(params), params))
     return Suite(
@@ -138,3 +146,15 @@ def load_suite(name_or_path: str, allow_large: bool = False) -> Suite:
         data, note = translate(data, path)
         print(f"abdiff: {note}", file=sys.stderr)
     return parse_suite(data, name, str(path), allow_large)
+
+
+def with_configs(suite: Suite, configs: list[Config]) -> Suite:
+    """`suite` measuring `configs` (what its target says the suite means), its `expect`
+    checked against their params."""
+    chosen = replace(suite, configs=configs)
+    keys = chosen.param_keys()
+    for key in suite.expect:
+        if key not in keys:
+            raise InputError(f"{suite.source}: expect has unknown key '{key}'; "
+                             f"allowed: {', '.join(keys) or 'none'}")
+    return chosen

@@ -1,11 +1,20 @@
-"""The one interface every target implements.
+"""The one protocol every target implements.
 
-A target answers a few questions about a repository at one checkout: how to
-start a worker round for a list of configs (`round_command`), which hook points
-its worker relies on (`hooks`; `hook_problems` says which are missing there),
-what of the machine it needs (`needs`, `requires`), and what it records of the
-environment (`env_info`). `abdiff doctor` asks these instead of knowing targets
-by name. Everything else (schedule, launch, compare) is shared by all targets.
+A target answers a few questions about a repository at one checkout:
+
+- which configs a suite means for it (`configs`: the suite's matrix, or what the
+  benchmark itself reports);
+- how to start a worker round for a list of configs (`round_command`: argv, working
+  folder, environment; `worker_env` where the environment is the same for every job);
+- what its worker records beside latency: the environment (`env_info`), facts and
+  kernels (`capture_pass`: the worker captures kernels in a pass of its own);
+- what it needs before anything runs: the machine (`needs`, `requires`), the code
+  (`hooks`, `hook_problems`), and the suite on this machine (`preflight`,
+  `suite_findings`).
+
+`abdiff doctor`, the session and the rounds ask these instead of knowing targets by
+name; a target is found by name through the `abdiff.targets` entry point group
+(abdiff/targets/__init__.py). Everything else (schedule, launch, compare) is shared.
 """
 
 from __future__ import annotations
@@ -13,14 +22,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from abdiff.errors import InputError
 from abdiff.protocol import RoundJob
 from abdiff.targets.hooks import Hook, missing_hooks
+
+if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no import at run time
+    from abdiff.suites import Config, Suite
 
 # The folder holding the abdiff package: on a worker's PYTHONPATH, so it imports this
 # abdiff also where abdiff is not installed (run from a source tree)
 ABDIFF_ROOT = Path(__file__).resolve().parents[2]
+
+__all__ = ["ABDIFF_ROOT", "Finding", "LaunchSpec", "RoundJob", "Target"]
 
 
 @dataclass
@@ -30,6 +45,14 @@ class LaunchSpec:
     argv: list[str]
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of a suite's check on this machine (`abdiff doctor --configs`)."""
+
+    ok: bool
+    text: str
 
 
 class Target(ABC):
@@ -51,6 +74,19 @@ class Target(ABC):
     def detect(cls, root: Path) -> bool:
         """True when the repository at `root` has this target's layout."""
 
+    @property
+    def default_launcher(self) -> str:
+        """The launcher used when --launcher is not given."""
+        return "local"
+
+    def configs(self, suite: Suite, repo_root: Path) -> list[Config]:
+        """The configs `suite` means for this target, decided once, before any checkout
+        (`repo_root` is the repository's working tree). By default the suite's matrix."""
+        if not suite.configs:
+            raise InputError(f"{suite.source}: target {self.name} needs a 'matrix' in the "
+                             "suite (the configs to measure)")
+        return suite.configs
+
     @abstractmethod
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
         """The command that runs `job` inside `checkout`, importing that checkout's code."""
@@ -67,3 +103,12 @@ class Target(ABC):
     def env_info(self, checkout: Path) -> dict[str, Any]:
         """Extra environment facts recorded in the run file's `env`."""
         return {}
+
+    def preflight(self, suite: Suite, launcher: str) -> str | None:
+        """Why `suite` cannot run on this machine at all, checked before any checkout (the
+        machine's components are doctor.preflight's); None when nothing stands in the way."""
+        return None
+
+    def suite_findings(self, suite: Suite) -> list[Finding]:
+        """What `abdiff doctor --configs SUITE` says about the suite on this machine."""
+        return []

@@ -1,7 +1,8 @@
 """Can this machine's GPUs and Hugging Face cache run a suite's models? (no torch, no hub)
 
 Two questions `abdiff doctor --configs SUITE` (and a run's preflight) asks
-before any rank starts:
+before any rank starts (TrtllmTarget.preflight and .suite_findings; this module
+imports nothing of the target, the target imports it):
 
 - the compute capability: upstream's checkpoints are built for one GPU
   generation (NVFP4 checkpoints and the DeepGEMM MoE path need SM100+, the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abdiff.suites import Suite, builtin_suites, load_suite
+from abdiff.targets.base import Finding
 
 SM_NAMES = {90: "Hopper (H100, H200)", 100: "Blackwell (B200, GB200)",
             103: "Blackwell Ultra (B300, GB300)", 120: "Blackwell (RTX PRO 6000)"}
@@ -36,14 +38,6 @@ class Gpu:
     index: int
     name: str
     sm: int  # compute capability as major * 10 + minor: 90, 100, 103
-
-
-@dataclass
-class Finding:
-    """One line of the check: what was checked, and whether it holds."""
-
-    ok: bool
-    text: str
 
 
 def local_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
@@ -111,23 +105,6 @@ def gpu_problem(suite: Suite, gpus: list[Gpu]) -> str | None:
             f"{gpu.index} is {gpu.name} (SM{gpu.sm}): {fix}")
 
 
-def suite_models(suite: Suite) -> dict[str, str]:
-    """backend -> the model its configs run, as the target chooses it (see translate_configs).
-
-    Without a checkout, the TRTLLM model is the one upstream's config_gen.yaml names.
-    """
-    from abdiff.targets.trtllm.target import BACKEND_DEFAULTS, FALLBACK_CONFIG, TrtllmOptions
-
-    options = TrtllmOptions.parse(suite.target_options, {})
-    backends = sorted({c.params.get("backend") for c in suite.configs} - {None})
-    models = {}
-    for backend in backends:
-        models[backend] = (options.model or options.models.get(backend)
-                           or BACKEND_DEFAULTS.get(backend, {}).get("model")
-                           or FALLBACK_CONFIG["model"])
-    return models
-
-
 def hub_cache(environ: Mapping[str, str]) -> Path:
     """The Hugging Face hub cache the ranks read (huggingface_hub's own precedence)."""
     if environ.get("HF_HUB_CACHE"):
@@ -159,9 +136,10 @@ def config_problem(model: str, environ: Mapping[str, str]) -> str | None:
     return fix
 
 
-def suite_findings(suite: Suite, gpus: list[Gpu],
+def suite_findings(suite: Suite, gpus: list[Gpu], models: dict[str, str],
                    environ: Mapping[str, str] | None = None) -> list[Finding]:
-    """What `abdiff doctor --configs SUITE` prints: the GPU check, then each model's config."""
+    """What `abdiff doctor --configs SUITE` prints: the GPU check, then each model's config
+    (`models`: backend -> model, as the target chooses them)."""
     env = os.environ if environ is None else environ
     findings = []
     wanted = suite_sm(suite)
@@ -174,7 +152,7 @@ def suite_findings(suite: Suite, gpus: list[Gpu],
     elif wanted:
         findings.append(Finding(True, f"suite {suite.name}: models for {sm_text(wanted)}; no "
                                       "GPU here to check (the ranks' nodes must have one)"))
-    for backend, model in suite_models(suite).items():
+    for backend, model in models.items():
         why = config_problem(model, env)
         findings.append(Finding(why is None, f"{backend} model {model}: config readable offline"
                                 if why is None else f"{backend} model {model}: {why}"))

@@ -54,10 +54,12 @@ import yaml
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import path_under_root
 from abdiff.revs import run_git
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
+from abdiff.suites import Suite
+from abdiff.targets.base import ABDIFF_ROOT, Finding, LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
+from abdiff.targets.trtllm.preflight import HF_VARIABLES, gpu_problem, local_gpus, suite_findings
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -566,6 +568,20 @@ def installed_info(package: Path | None) -> dict[str, Any]:
     return info
 
 
+def suite_models(suite: Suite) -> dict[str, str]:
+    """backend -> the model its configs run, as the target chooses it (see translate_configs).
+
+    Without a checkout, the TRTLLM model is the one upstream's config_gen.yaml names.
+    """
+    options = TrtllmOptions.parse(suite.target_options, {})
+    backends = sorted({str(c.params["backend"]) for c in suite.configs
+                       if c.params.get("backend") is not None})
+    return {backend: str(options.model or options.models.get(backend)
+                         or BACKEND_DEFAULTS.get(backend, {}).get("model")
+                         or FALLBACK_CONFIG["model"])
+            for backend in backends}
+
+
 # -- the target ------------------------------------------------------------------------
 class TrtllmTarget(Target):
     """Runs upstream's run.py at each checkout, with the probe in every rank."""
@@ -615,6 +631,14 @@ class TrtllmTarget(Target):
             **installed_info(installed_package()),
         }
 
+    def preflight(self, suite: Suite, launcher: str) -> str | None:
+        # the suite's models built for another GPU generation (`target.sm`) would fail on
+        # both sides: nothing measured (under srun the ranks' GPUs are not this machine's)
+        return None if launcher == "srun" else gpu_problem(suite, local_gpus())
+
+    def suite_findings(self, suite: Suite) -> list[Finding]:
+        return suite_findings(suite, local_gpus(), suite_models(suite))
+
     def compiled_package(self, options: TrtllmOptions) -> Path | None:
         if options.compiled:
             path = Path(options.compiled).expanduser()
@@ -627,7 +651,6 @@ class TrtllmTarget(Target):
         return installed_package()
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
-        from abdiff.targets.trtllm.preflight import HF_VARIABLES
         from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
         from abdiff.targets.trtllm.probe.runtime import ProbePlan
 

@@ -1,0 +1,102 @@
+"""One round of the command target: `python -m abdiff.targets.command.worker JOB.json`.
+
+Runs the suite's command once in the checkout (the working folder) for the job's configs,
+reads the JSON it wrote and records each config (protocol.py's events). The benchmark
+process is the measured one; this process only starts it and reads its report.
+
+A benchmark that dies (a signal, or a non-zero exit before reporting everything) is
+reported as abdiff's own workers' deaths are: the first config it did not report is
+started in the record log, its stderr follows the start mark, and this process ends the
+same way, so the round runner records that config's status and starts a new worker for
+the rest (gbench: only those, by --benchmark_filter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from abdiff.protocol import RecordWriter, RoundJob
+from abdiff.records import RoundRecord
+from abdiff.targets.command.formats import BenchmarkReport, benchmark_arguments, read_report
+from abdiff.targets.command.target import CommandOptions
+
+
+def run_benchmark(job: RoundJob, options: CommandOptions, work: Path
+                  ) -> tuple[int | None, BenchmarkReport | None, str]:
+    """(exit status, or None where it could not start; what it reported, or None; why
+    nothing) of one benchmark process."""
+    out = work / "benchmark.json"
+    ids = [c["id"] for c in job.configs]
+    argv = [*options.command, *benchmark_arguments(options.format, out, job.run_times, ids),
+            *job.target_args]
+    with open(work / "benchmark.stderr.txt", "wb") as stderr:
+        try:
+            returncode = subprocess.run(argv, stderr=stderr,  # stdout: the worker's own
+                                        check=False).returncode
+        except OSError as exc:
+            return None, None, f"cannot run {options.command[0]}: {exc}"
+    try:
+        document = json.loads(out.read_text(encoding="utf-8"))
+        return returncode, read_report(options.format, document, job.facts, work), ""
+    except OSError:
+        return returncode, None, f"{options.command[0]} wrote no {out.name}"
+    except ValueError as exc:  # json's errors, FormatError
+        return returncode, None, f"{out.name} is not {options.format} JSON: {exc}"
+
+
+def record(writer: RecordWriter, job: RoundJob, report: BenchmarkReport | None,
+           complete: bool, why: str) -> str | None:
+    """Write a record per config the benchmark reported (and, when it ran to the end,
+    one per config it did not); the first config left unreported, if any."""
+    reported = report.results if report is not None else {}
+    for config in job.configs:
+        cid = config["id"]
+        result = reported.get(cid)
+        if result is None:
+            if not complete:
+                return cid
+            reason = why or "the benchmark reported no result for it (is it still registered?)"
+            writer.done(cid, RoundRecord("failed", reason, round=job.round))
+        elif result.error is not None:
+            writer.done(cid, RoundRecord("failed", result.error, facts=result.facts,
+                                         round=job.round))
+        else:
+            writer.done(cid, RoundRecord("ok", latency_us=result.latency_us,
+                                         facts=result.facts, round=job.round))
+    return None
+
+
+def main(argv: list[str]) -> int:
+    job = RoundJob.read(Path(argv[1]))
+    options = CommandOptions.parse(job.target_options, "the round's job")
+    work = Path(job.record_path).parent
+    writer = RecordWriter(Path(job.record_path))
+    writer.phase("benchmark")  # restarts the inactivity timeout; names what hung
+    returncode, report, why = run_benchmark(job, options, work)
+    writer.env(report.env if report is not None else {})
+    if returncode is None:  # nothing ran: every config fails with this line (rounds.py)
+        print(f"abdiff command worker: {why}", file=sys.stderr)
+        return 1
+    culprit = record(writer, job, report, complete=returncode == 0, why=why)
+    stderr = (work / "benchmark.stderr.txt").read_text(encoding="utf-8", errors="replace")
+    if culprit is not None:
+        writer.start(culprit)  # the death below is this config's status
+    # what abdiff saw first, the benchmark's own lines last: a death's reason is the last line
+    sys.stderr.write((f"{why}\n" if why and culprit is not None else "") + stderr)
+    sys.stderr.flush()
+    writer.close()
+    if culprit is None:
+        return 0
+    if returncode < 0:  # died of a signal: end the same way (no core dump of this process)
+        signal.signal(-returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -returncode)
+    return returncode if returncode > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
