@@ -88,6 +88,8 @@ class SideRun:
 
     checkout: Path
     run: RunFile
+    # makes the checkout exactly its commit again before a round starts (None: nothing to do)
+    refresh: Callable[[], Path] | None = None
 
 
 def state_key(parts: dict) -> str:
@@ -263,6 +265,8 @@ def run_slots(
         work_dir = measurement.round_dir(side, round_index)
         if work_dir.exists():
             shutil.rmtree(work_dir)  # a half-run round from an interrupted run
+        if side_run.refresh is not None:
+            side_run.checkout = side_run.refresh()
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,

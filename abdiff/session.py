@@ -27,9 +27,9 @@ from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
+from abdiff.exposure import refuse_secrets, warn_if_root
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import refuse_write_token
 from abdiff.launchers.warm import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.records import Result, RunFile
@@ -74,7 +74,8 @@ def worker_start(choice: str) -> str:
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    refuse_write_token()
+    refuse_secrets(args.pass_env, args.unsafe_allow_secret_env)
+    warn_if_root()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")
@@ -124,7 +125,9 @@ def side_run(bench: Bench, side: SideSpec) -> SideRun:
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
                     bench.suite.configs, env)
-    return SideRun(checkout, run)
+    # before each round: what the other side's benchmark wrote into this checkout (or into
+    # .git) is undone, and the checkout verified against the commit (checkouts.py)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
 
 
 def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
