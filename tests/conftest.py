@@ -126,6 +126,15 @@ _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import 
 
 
 @pytest.fixture(scope="session", autouse=True)
+def abdiff_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """abdiff's own state (the key of stored rounds) in a folder of this session, not the
+    user's ~/.local/state/abdiff; subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ABDIFF_STATE_DIR", str(tmp_path_factory.mktemp("abdiff-state")))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def no_write_token() -> Iterator[None]:
     """CI may set GITHUB_TOKEN for the whole job; abdiff refuses to measure with it set,
     and no test should hand it to anything. Session-wide, so session fixtures run without it."""
