@@ -357,6 +357,8 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
             FAULT_ROUNDS, "--seed", 1, "--timeout", 8, "--max-memory", "1536M",
             "--prestart", "on",  # every fault in a worker started ahead of its job
             "--pass-env", PASSED_SECRET, "--pass-env", "ABDIFF_TEST_ENV_DUMP",
+            # the secrets are set to show that workers do not get them: measure anyway
+            "--unsafe-allow-secret-env",
             "--format", "markdown", "--output", tmp / "report.md",
             "--html", tmp / "report.html", "--json", tmp / "result.json", env=env)
         seconds = time.monotonic() - start
