@@ -212,3 +212,38 @@ def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
     (state / "state.json").write_text('{"seed": 5, "complete": false}\n')
     fresh = Measurement.open(state, _one_config(tmp_path), resume=False, seed=9)
     assert fresh.seed == 9 and fresh.sides["B"].run.configs[0].rounds == []
+
+
+def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path, capsys) -> None:
+    """What a benchmark can do that knows the layout: rewrite A's rounds *and* the hash
+    state.json keeps of them. The state fails authentication (its MAC is keyed by a
+    secret outside the cache): nothing of it is kept, --resume or not, and stderr says so."""
+    import hashlib
+    import json
+
+    state = tmp_path / "state"
+    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
+    first.save(complete=True)
+    forged = load_run_file(state / "a.json")
+    forged.configs[0].rounds = [RoundRecord("ok", latency_us=[900.0], round=0)]
+    write_run_file(state / "a.json", forged)
+    saved = json.loads((state / "state.json").read_text())
+    saved["files"]["a.json"] = hashlib.sha256((state / "a.json").read_bytes()).hexdigest()
+    (state / "state.json").write_text(json.dumps(saved))
+
+    again = Measurement.open(state, _one_config(tmp_path), resume=True, seed=8)
+    assert again.seed == 8
+    assert all(not c.rounds for side in again.sides.values() for c in side.run.configs)
+    assert "fail authentication" in capsys.readouterr().err
+    assert load_run_file(state / "a.json").configs[0].rounds == []
+
+
+def test_a_state_copied_from_another_measurement_fails(tmp_path: Path, capsys) -> None:
+    """A valid state folder copied under another measurement's name is not that one's."""
+    import shutil
+
+    Measurement.open(tmp_path / "one", _one_config(tmp_path), resume=False, seed=5)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    again = Measurement.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
+    assert again.seed == 9 and "fail authentication" in capsys.readouterr().err
