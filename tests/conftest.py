@@ -117,7 +117,7 @@ def inject(batch_size):
         time.sleep(2)
 '''
 
-_INJECT_ANCHOR = "        s = self.local_shapes\n        kv_cache_manager"
+INJECT_ANCHOR = "        s = self.local_shapes\n        kv_cache_manager"
 _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import inject\n\n"
                 "        inject(batch_size)\n")
 
@@ -264,10 +264,10 @@ def build_faulty_repo(path: Path) -> dict[str, str]:
     """The demo repository plus the `faulty` and `broken` branches; returns branch -> sha."""
     shas = build_demo_repo(path)
     runner = (path / RUNNER_PATH).read_text(encoding="utf-8")
-    assert runner.count(_INJECT_ANCHOR) == 1, "the demo runner changed: update _INJECT_ANCHOR"
+    assert runner.count(INJECT_ANCHOR) == 1, "the demo runner changed: update INJECT_ANCHOR"
     git(path, "checkout", "-q", "-b", "faulty", "main")
     (path / FAULTS_MODULE).write_text(FAULTS_PY, encoding="utf-8")
-    (path / RUNNER_PATH).write_text(runner.replace(_INJECT_ANCHOR, _INJECT_CALL + _INJECT_ANCHOR),
+    (path / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, _INJECT_CALL + INJECT_ANCHOR),
                                     encoding="utf-8")
     git(path, "add", "-A")
     git(path, "commit", "-q", "--no-verify", "-m", "faulty benchmark")
