@@ -578,7 +578,8 @@ def test_oversized_result_is_not_read(tmp_path: Path, capsys) -> None:
 BLOCKER = """
 import sys
 
-BLOCKED = {"numpy", "scipy", "yaml", "tabulate", "filelock", "torch", "pydantic", "tqdm"}
+BLOCKED = {"numpy", "scipy", "yaml", "tabulate", "filelock", "torch", "pydantic", "tqdm",
+           "jinja2", "markupsafe"}
 
 
 class Blocker:
