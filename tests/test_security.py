@@ -414,7 +414,7 @@ def attack():
     for folder in sys.path:  # the test's own environments only: never the developer's
         if folder.startswith(str(LOOT.parent)) and folder.endswith("site-packages"):
             Path(folder, "zz_evil.pth").write_text(
-                f"import pathlib; pathlib.Path({{str(LOOT / 'pth-ran')!r}}).touch()\\\\n")
+                f"import pathlib; pathlib.Path({{str(LOOT / 'pth-ran')!r}}).touch()\\n")
             break
     job = json.loads(Path(sys.argv[-1]).read_text())
     state_dir = next(p for p in Path(job["record_path"]).parents if (p / "state.json").exists())
