@@ -33,7 +33,7 @@ from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.records import Result, RunFile
-from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
+from abdiff.revs import WORKTREE, SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
 from abdiff.schedule import (
     Measurement,
@@ -126,7 +126,10 @@ def side_run(bench: Bench, side: SideSpec) -> SideRun:
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
                     bench.suite.configs, env)
     # before each round: what the other side's benchmark wrote into this checkout (or into
-    # .git) is undone, and the checkout verified against the commit (checkouts.py)
+    # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
+    # of the working tree is not made again mid-run: the user may be editing the original.
+    if side.sha == WORKTREE:
+        return SideRun(checkout, run)
     return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
 
 
