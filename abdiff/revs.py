@@ -60,6 +60,9 @@ GIT_HARDENING = (
     # the commit-graph file caches each commit's tree: a rewritten one would name another
     "-c", "core.commitGraph=false",
 )
+# A graft file that cannot exist (a path below /dev/null): no grafts, and no deprecation hint
+# on stderr, which an existing empty file would cause.
+_NO_GRAFTS = os.path.join(os.devnull, "abdiff-no-grafts")
 _FILTER_KEY_RE = re.compile(r"filter\.(.+)\.(?:clean|smudge|process|required)", re.DOTALL)
 
 
@@ -100,7 +103,7 @@ def git_env() -> dict[str, str]:
     # refs/replace/<sha> and info/grafts, written by a benchmark into the shared .git, would
     # make another commit's content (or parents) pass for the sha abdiff asked for
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
-    env["GIT_GRAFT_FILE"] = os.devnull
+    env["GIT_GRAFT_FILE"] = _NO_GRAFTS
     env["LC_ALL"] = "C"
     env.pop("LANGUAGE", None)
     return env

@@ -36,7 +36,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.exposure import authentic, authenticate
+from abdiff.exposure import authentic, authenticate, warn_if_root
 from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import standing_by
@@ -341,6 +341,7 @@ def measure(
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
     baseline) use the same schedule, keeping the slots of the sides present.
     """
+    warn_if_root()
     rng = random.Random(measurement.seed)
     for side in measurement.sides.values():
         side.run.looks = plan.looks().to_json()

@@ -27,7 +27,7 @@ from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
-from abdiff.exposure import refuse_secrets, warn_if_root
+from abdiff.exposure import refuse_secrets
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import prime, unprime
@@ -75,7 +75,6 @@ def worker_start(choice: str) -> str:
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_secrets(args.pass_env, args.unsafe_allow_secret_env)
-    warn_if_root()
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")

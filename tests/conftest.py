@@ -128,9 +128,12 @@ _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import 
 @pytest.fixture(scope="session", autouse=True)
 def abdiff_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """abdiff's own state (the key of stored rounds) in a folder of this session, not the
-    user's ~/.local/state/abdiff; subprocesses inherit it."""
+    user's ~/.local/state/abdiff; subprocesses inherit it. The one-time note for root is
+    marked as given (test_exposure.py tests it): stderr is then the same for every user."""
+    state = tmp_path_factory.mktemp("abdiff-state")
+    (state / "root-warned").touch()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ABDIFF_STATE_DIR", str(tmp_path_factory.mktemp("abdiff-state")))
+        patch.setenv("ABDIFF_STATE_DIR", str(state))
         yield
 
 
