@@ -31,6 +31,8 @@ from abdiff.errors import InfrastructureError, InputError
 SECRET_NAME_PATTERNS = ("*_TOKEN", "TOKEN", "*_TOKEN_*", "*SECRET*", "*PASSWORD*", "*PASSWD*",
                         "*_PAT", "*JWT*", "*_API_KEY", "*PRIVATE_KEY*", "*ACCESS_KEY*",
                         "*CREDENTIAL*", "*_AUTH_TOKEN*")
+# Switches whose names end like a secret's (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) hold no secret.
+_FLAG_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
 UNSAFE_FLAG = "--unsafe-allow-secret-env"
 _KEY_FILE = "resume.key"
 _KEY_BYTES = 32
@@ -42,10 +44,11 @@ def secret_looking(name: str) -> bool:
 
 
 def secret_names(environ: Mapping[str, str], pass_env: list[str] | None = None) -> list[str]:
-    """Secret-looking names set (non-empty) in `environ`, but those handed to the benchmark
-    on purpose with --pass-env."""
+    """Secret-looking names set in `environ` to something other than empty or a switch
+    (0/1, true/false, ...), but those handed to the benchmark on purpose with --pass-env."""
     return sorted(name for name, value in environ.items()
-                  if value and secret_looking(name) and name not in (pass_env or ()))
+                  if value.strip().lower() not in _FLAG_VALUES | {""} and secret_looking(name)
+                  and name not in (pass_env or ()))
 
 
 def _ancestors() -> Iterator[tuple[int, str]]:

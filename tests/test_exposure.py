@@ -30,7 +30,8 @@ def test_ordinary_names(name: str) -> None:
 
 
 def test_passed_and_empty_variables_are_not_counted() -> None:
-    env = {"HF_TOKEN": "hf_x", "GH_TOKEN": "", "GITHUB_TOKEN": "ghs_x", "PATH": "/bin"}
+    env = {"HF_TOKEN": "hf_x", "GH_TOKEN": "", "GITHUB_TOKEN": "ghs_x", "PATH": "/bin",
+           "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1", "USE_AUTH_TOKEN": "False"}
     assert secret_names(env) == ["GITHUB_TOKEN", "HF_TOKEN"]
     assert secret_names(env, ["HF_TOKEN"]) == ["GITHUB_TOKEN"]
 
