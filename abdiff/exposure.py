@@ -80,33 +80,39 @@ def _environ_of(pid: int) -> dict[str, str]:
     return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
 
 
-def refuse_secrets(pass_env: list[str] | None, unsafe_allowed: bool) -> None:
-    """Refuse to measure (InputError, exit 2) while a secret-looking variable is in this
-    process's environment or in an ancestor's; with `unsafe_allowed`, say so and go on."""
-    found = [f"{name} (in abdiff's environment)" for name in secret_names(os.environ, pass_env)]
-    first = found[0].split()[0] if found else None
-    if first is None and sys.platform.startswith("linux"):
+def _secret_in_reach(pass_env: list[str] | None) -> tuple[str, int | None, str] | None:
+    """(name, pid, command) of the first secret-looking variable in this process's environment
+    (pid None) or, on Linux, in an ancestor's; None when there is none."""
+    own = secret_names(os.environ, pass_env)
+    if own:
+        return own[0], None, ""
+    if sys.platform.startswith("linux"):
         for pid, command in _ancestors():
             names = secret_names(_environ_of(pid), pass_env)
             if names:
-                first = names[0]
-                found.append(f"{first} (in process {pid}, {command}, above abdiff)")
-                break
-    if not found:
+                return names[0], pid, command
+    return None
+
+
+def refuse_secrets(pass_env: list[str] | None, unsafe_allowed: bool) -> None:
+    """Refuse to measure (InputError, exit 2) while a secret-looking variable is in this
+    process's environment or in an ancestor's; with `unsafe_allowed`, say so and go on."""
+    found = _secret_in_reach(pass_env)
+    if found is None:
         return
+    name, pid, command = found
+    where = f"{name} (in abdiff's environment)" if pid is None else \
+        f"{name} (in process {pid}, {command}, above abdiff)"
     if unsafe_allowed:
-        print(f"abdiff: warning: {UNSAFE_FLAG}: measuring with {found[0]} in reach of the "
+        print(f"abdiff: warning: {UNSAFE_FLAG}: measuring with {where} in reach of the "
               "benchmark's code (/proc/PID/environ)", file=sys.stderr)
         if os.geteuid() == 0:
             print("abdiff: warning: as root, the benchmark can also read the memory and "
                   "environment of every process on this machine (docs/ci.md)", file=sys.stderr)
         return
-    where = found[0]
-    if "above abdiff" in where:
-        step = (f"start the measuring step from an environment without {first} (it can be "
-                "read from that process's /proc/PID/environ)")
-    else:
-        step = f"unset {first} for the measuring step"
+    step = f"unset {name} for the measuring step" if pid is None else (
+        f"start the measuring step from an environment without {name} (it can be read from "
+        "that process's /proc/PID/environ)")
     raise InputError(f"{where} looks like a secret, and the benchmark's code could read it: "
                      f"{step}; post with `abdiff comment` in a separate step (docs/ci.md)")
 
