@@ -341,8 +341,9 @@ def test_hostile_error_line_is_clean_in_the_terminal_table(
 #
 # The `evil` commit's benchmark does, in every worker, what issue 35 found PR code could do:
 # read every ancestor's environment, make main's sha stand for another commit (a replace
-# ref in the shared .git), leave a .pth file in a writable folder on its sys.path, and leave
-# a process behind that rewrites main's stored rounds and their hash once abdiff is done.
+# ref in the shared .git), append code to main's cached checkout (for main's next round),
+# leave a .pth file in a writable folder on its sys.path, and leave a process behind that
+# rewrites main's stored rounds and their hash once abdiff is done.
 # The `payload` commit is what the replace ref points main at: it says when it runs.
 
 CANARY = "abdiff-test-canary-4f1d"
@@ -359,7 +360,7 @@ import time
 from pathlib import Path
 
 LOOT = Path({loot!r})
-GIT_DIR, MAIN, PAYLOAD = {git_dir!r}, {main!r}, {payload!r}
+GIT_DIR, MAIN, PAYLOAD, RUNNER = {git_dir!r}, {main!r}, {payload!r}, {runner!r}
 
 
 def ancestors_environ():
@@ -413,11 +414,16 @@ def attack():
                    capture_output=True, check=False)
     for folder in sys.path:  # the test's own environments only: never the developer's
         if folder.startswith(str(LOOT.parent)) and folder.endswith("site-packages"):
-            Path(folder, "zz_evil.pth").write_text(
-                f"import pathlib; pathlib.Path({{str(LOOT / 'pth-ran')!r}}).touch()\\n")
+            Path(folder, "zz_evil.pth").write_text(  # says which environment ran it
+                f"import sys; open({{str(LOOT / 'pth-ran')!r}}, 'a')"
+                ".write(sys.prefix + '\\\\n')\\n")
             break
     job = json.loads(Path(sys.argv[-1]).read_text())
     state_dir = next(p for p in Path(job["record_path"]).parents if (p / "state.json").exists())
+    for runner in (state_dir.parents[1] / "checkouts").glob(f"*/{{MAIN}}/{{RUNNER}}"):
+        with open(runner, "a") as main_runner:  # main's next round runs this, if not restored
+            main_runner.write("\\nimport pathlib; pathlib.Path("
+                              f"{{str(LOOT / 'payload-ran')!r}}).touch()\\n")
     if not (LOOT / "forger").exists():
         (LOOT / "forger").touch()
         forge_later(state_dir)
@@ -445,7 +451,7 @@ def build_evil_repo(tmp: Path) -> EvilRepo:
     git(repo, "checkout", "-q", "-b", "evil", "main")
     (repo / EVIL_MODULE).write_text(EVIL_PY.format(
         loot=str(loot), git_dir=str(repo / ".git"), main=shas["main"], payload=shas["payload"],
-        forged=FORGED_US), encoding="utf-8")
+        runner=RUNNER_PATH, forged=FORGED_US), encoding="utf-8")
     (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
         "        from tinyllm.tools.layer_wise_benchmarks.evil import attack\n\n"
         "        attack()\n" + INJECT_ANCHOR)), encoding="utf-8")
@@ -546,7 +552,7 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
 
     def measure(cache: Path, *extra: object) -> subprocess.CompletedProcess[str]:
         argv = [measure_python, "-m", "abdiff", "main..evil", "--configs", suite, "--repo",
-                evil.path, "--cache-dir", cache, "--rounds", 1, "--max-rounds", 1, "--seed", 3,
+                evil.path, "--cache-dir", cache, "--rounds", 2, "--max-rounds", 2, "--seed", 3,
                 "--prestart", "on", "--json", out / "result.json", *extra]
         return subprocess.run(
             [str(a) for a in argv],
@@ -573,10 +579,12 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
                           env={**env, "GITHUB_TOKEN": CANARY}, capture_output=True, text=True,
                           timeout=60, check=False)
     assert post.returncode == 0, post.stderr
-    assert "<!-- abdiff -->" in post.stdout and not (evil.loot / "pth-ran").exists()
-    # the .pth is real: the measuring install, even with -I, runs it
+    ran_pth = (evil.loot / "pth-ran").read_text().split()
+    assert "<!-- abdiff -->" in post.stdout and str(post_python.parents[1]) not in ran_pth
+    # the .pth is real: main's later workers ran it, and so does the measuring install with -I
+    (evil.loot / "pth-ran").unlink()
     subprocess.run([measure_python, "-I", "-c", "pass"], check=True, timeout=60)
-    assert (evil.loot / "pth-ran").exists()
+    assert set((evil.loot / "pth-ran").read_text().split()) == {str(measure_python.parents[1])}
 
     # main's stored rounds forged with their hash: re-measured, and said so
     again = measure(tmp_path / "cache", "--resume")
