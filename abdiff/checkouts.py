@@ -250,9 +250,11 @@ def verify_commit_checkout(git_cwd: Path, folder: Path, sha: str) -> str | None:
             path = Path(top) / name
             st = os.lstat(path)
             mode, blob = entry
-            kind = b"120000" if stat.S_ISLNK(st.st_mode) else \
-                b"100755" if st.st_mode & 0o100 else b"100644"
-            if kind != mode or _blob_id(path, st, algorithm) != blob:
+            # a regular file's mode in a tree is 100644 or 100755 (100664 in old repositories):
+            # git checks out only its owner-executable bit
+            same_kind = (mode == b"120000") if stat.S_ISLNK(st.st_mode) else (
+                mode.startswith(b"100") and bool(int(mode, 8) & 0o100) == bool(st.st_mode & 0o100))
+            if not same_kind or _blob_id(path, st, algorithm) != blob:
                 return f"{rel} differs from the commit"
             seen.add(rel)
     missing = sorted(set(expected) - seen - gitlinks)
@@ -321,7 +323,8 @@ class CheckoutCache:
                 self._discard(folder)
                 raise InfrastructureError(
                     f"{side.rev}: git checked out something else than commit {side.sha[:12]} "
-                    f"({problem}); objects in {self.common_dir} were rewritten: run `git fsck`")
+                    f"({problem}); objects in {self.common_dir} were rewritten (`git fsck`), "
+                    "or its .gitattributes convert line endings (eol=crlf)")
             write_atomic(self._marker(folder), side.sha + "\n")
             self.created.append(folder)
             return folder

@@ -59,6 +59,8 @@ GIT_HARDENING = (
     "-c", "protocol.allow=never",
     # the commit-graph file caches each commit's tree: a rewritten one would name another
     "-c", "core.commitGraph=false",
+    # checkouts are the commit's bytes (checkouts.verify_commit_checkout compares them)
+    "-c", "core.autocrlf=false",
 )
 # A graft file that cannot exist (a path below /dev/null): no grafts, and no deprecation hint
 # on stderr, which an existing empty file would cause.

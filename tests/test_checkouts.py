@@ -482,7 +482,7 @@ def test_a_rewritten_object_is_never_checked_out(repo: tuple[Path, str, str],
     assert git(root, "show", f"{c1}:bench/value.py") == "VALUE = 666"  # git does not notice
     cache = CheckoutCache(root, cache_dir)
     with pytest.raises(InfrastructureError, match=r"bench/value.py differs from the commit.*"
-                                                  r"were rewritten: run `git fsck`"):
+                                                  r"were rewritten \(`git fsck`\)"):
         cache.checkout(SideSpec("main~1", c1))
     assert not (cache.key_dir / c1).exists()
 
