@@ -28,6 +28,14 @@ exactly the commit again before every reuse (`git reset --hard`, `git clean
 -ffdx`, an index that skips files thrown away first, all through the hardened
 git runner), and a working-tree copy is reused only while its content still
 hashes to its name; anything else is rebuilt. `abdiff cache clean` removes them all.
+
+The benchmark can also write the repository's `.git` (worktrees share it): a
+replace ref, a graft, an alternate object store or a rewritten object could make
+git check out other content for the same sha. git runs with replace refs,
+grafts and the commit-graph off (revs.run_git), and every commit checkout, fresh
+or reused, is then compared with the commit itself (`verify_commit_checkout`):
+the commit and tree objects are hashed by abdiff, so no object store content
+can pass for them, and every file on disk must hash to its blob, nothing more.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.files import hold_in_use, unless_in_use, write_atomic
-from abdiff.revs import WORKTREE, SideSpec, git_message, is_bare, run_git
+from abdiff.revs import WORKTREE, SideSpec, git_message, is_bare, run_git, run_git_bytes
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _COPY_PREFIX = "worktree-"
@@ -126,6 +134,133 @@ def tree_digest(base: Path, files: list[str]) -> str:
     return h.hexdigest()[:20]
 
 
+def _object_ids(sha: str) -> tuple[str, int]:
+    """The hash algorithm of a repository whose object ids look like `sha`, and their size."""
+    return ("sha1", 20) if len(sha) == 40 else ("sha256", 32)
+
+
+def _read_objects(git_cwd: Path, ids: list[str]) -> dict[str, tuple[bytes, bytes]]:
+    """id -> (type, content) for objects whose content hashes to their id; others are left
+    out, as missing ones are (the caller reports them)."""
+    if not ids:
+        return {}
+    proc = run_git_bytes(git_cwd, "cat-file", "--batch", stdin="".join(f"{i}\n" for i in ids)
+                         .encode())
+    if proc.returncode != 0:
+        return {}
+    algorithm = _object_ids(ids[0])[0]
+    found: dict[str, tuple[bytes, bytes]] = {}
+    data, pos = proc.stdout, 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        header = data[pos:end].split()
+        pos = end + 1
+        if len(header) != 3:  # "<id> missing"
+            continue
+        kind, size = header[1], int(header[2])
+        content = data[pos:pos + size]
+        pos += size + 1
+        digest = hashlib.new(algorithm, kind + b" %d\0" % size + content).hexdigest()
+        if digest == header[0].decode():
+            found[digest] = (kind, content)
+    return found
+
+
+def _tree_entries(content: bytes, id_size: int) -> Iterator[tuple[bytes, str, str]]:
+    """(mode, name, object id) of each entry of a raw tree object."""
+    pos = 0
+    while pos < len(content):
+        space = content.index(b" ", pos)
+        nul = content.index(b"\0", space)
+        yield (content[pos:space], os.fsdecode(content[space + 1:nul]),
+               content[nul + 1:nul + 1 + id_size].hex())
+        pos = nul + 1 + id_size
+
+
+def _commit_files(git_cwd: Path, sha: str) -> dict[str, tuple[bytes, str]] | str:
+    """Every path of commit `sha` -> (mode, blob id), read from objects abdiff hashed itself;
+    a string says what is wrong instead."""
+    id_size = _object_ids(sha)[1]
+    commit = _read_objects(git_cwd, [sha]).get(sha)
+    if commit is None or commit[0] != b"commit" or not commit[1].startswith(b"tree "):
+        return f"commit {sha[:12]} is missing or does not hash to its id"
+    files: dict[str, tuple[bytes, str]] = {}
+    level = {"": commit[1][5:5 + 2 * id_size].decode()}
+    while level:
+        trees = _read_objects(git_cwd, sorted(set(level.values())))
+        below: dict[str, str] = {}
+        for prefix, tree_id in level.items():
+            tree = trees.get(tree_id)
+            if tree is None or tree[0] != b"tree":
+                return (f"tree {tree_id[:12]} ({prefix or '/'}) is missing or does not hash "
+                        "to its id")
+            for mode, name, object_id in _tree_entries(tree[1], id_size):
+                path = f"{prefix}{name}"
+                if mode == b"40000":
+                    below[f"{path}/"] = object_id
+                else:
+                    files[path] = (mode, object_id)
+        level = below
+    return files
+
+
+def _blob_id(path: Path, st: os.stat_result, algorithm: str) -> str:
+    """The git blob id of a file or symbolic link on disk, as `git hash-object` computes it."""
+    if stat.S_ISLNK(st.st_mode):
+        content = os.fsencode(os.readlink(path))
+        return hashlib.new(algorithm, b"blob %d\0" % len(content) + content).hexdigest()
+    h = hashlib.new(algorithm, b"blob %d\0" % st.st_size)
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_commit_checkout(git_cwd: Path, folder: Path, sha: str) -> str | None:
+    """None when `folder` holds exactly commit `sha`'s files; else what differs, in words.
+
+    The commit and its trees are hashed here, not trusted from git: a replace ref, a
+    graft, an alternate store or a rewritten object cannot make other content pass for
+    `sha`. Each file must hash to its blob with its mode (executable bit, symbolic link);
+    a file the commit does not have (a planted `.pyc`, `sitecustomize.py`) fails too,
+    and so does anything inside a submodule's folder (abdiff checks out no submodule).
+    """
+    expected = _commit_files(git_cwd, sha)
+    if isinstance(expected, str):
+        return expected
+    algorithm = _object_ids(sha)[0]
+    gitlinks = {path for path, (mode, _) in expected.items() if mode == b"160000"}
+    seen = set()
+    for top, dirs, names in os.walk(folder):
+        rel_top = os.path.relpath(top, folder)
+        prefix = "" if rel_top == "." else rel_top.replace(os.sep, "/") + "/"
+        if not prefix and ".git" in dirs:
+            dirs.remove(".git")
+        if prefix.rstrip("/") in gitlinks:
+            if dirs or names:
+                return f"{prefix} is a submodule's folder but holds files"
+            continue
+        for name in [*names, *(d for d in dirs if os.path.islink(os.path.join(top, d)))]:
+            rel = prefix + name
+            if rel == ".git":  # the worktree's link to the repository (a file)
+                continue
+            entry = expected.get(rel)
+            if entry is None:
+                return f"{rel} is not in the commit"
+            path = Path(top) / name
+            st = os.lstat(path)
+            mode, blob = entry
+            # a regular file's mode in a tree is 100644 or 100755 (100664 in old repositories):
+            # git checks out only its owner-executable bit
+            same_kind = (mode == b"120000") if stat.S_ISLNK(st.st_mode) else (
+                mode.startswith(b"100") and bool(int(mode, 8) & 0o100) == bool(st.st_mode & 0o100))
+            if not same_kind or _blob_id(path, st, algorithm) != blob:
+                return f"{rel} differs from the commit"
+            seen.add(rel)
+    missing = sorted(set(expected) - seen - gitlinks)
+    return f"{missing[0]} is missing" if missing else None
+
+
 class CheckoutCache:
     """The checkouts of one repository in one cache folder; safe across processes.
 
@@ -167,7 +302,8 @@ class CheckoutCache:
         with self._locked():
             self._prepare_key_dir()
             folder = self.key_dir / side.sha
-            if self._valid_commit_checkout(folder, side.sha):
+            if self._valid_commit_checkout(folder, side.sha) \
+                    and verify_commit_checkout(self.repo_root, folder, side.sha) is None:
                 return folder
             self._discard(folder)
             exists = run_git(self.repo_root, "cat-file", "-e", f"{side.sha}^{{commit}}",
@@ -182,6 +318,13 @@ class CheckoutCache:
                 self._discard(folder)
                 raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
                                           f"{folder}: {git_message(proc.stderr)}")
+            problem = verify_commit_checkout(self.repo_root, folder, side.sha)
+            if problem is not None:
+                self._discard(folder)
+                raise InfrastructureError(
+                    f"{side.rev}: git checked out something else than commit {side.sha[:12]} "
+                    f"({problem}); objects in {self.common_dir} were rewritten (`git fsck`), "
+                    "or its .gitattributes convert line endings (eol=crlf)")
             write_atomic(self._marker(folder), side.sha + "\n")
             self.created.append(folder)
             return folder

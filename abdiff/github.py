@@ -294,6 +294,36 @@ def check_head_sha(sha: str) -> str:
     return sha
 
 
+# What GitHub turns into a ping, an image, a link or a reference, or what leaves a code span
+# or a table cell: never part of a rev, a baseline or a suite name abdiff would write.
+_RENDERED_RE = re.compile(r"@[A-Za-z0-9]|!\[|\]\(|://|www\.|[<>`|\\]|#[0-9]|GH-[0-9]",
+                          re.IGNORECASE)
+MAX_NAME_CHARS = 200
+WORKTREE_SHA = "WORKTREE"  # revs.WORKTREE; not imported: this path loads the standard library only
+
+
+def check_result_names(sides: dict[str, tuple[str, str, str | None]], names: dict[str, str],
+                       where: str) -> None:
+    """Refuse (InputError) a result whose SHAs, revs or names could render as anything but
+    text: `sides` maps "a"/"b" to (sha, rev, baseline), `names` other fields to values.
+    A SHA is 40 or 64 hex digits (or WORKTREE); a name has no control character (line
+    break, tab), no @mention, image, link, issue reference, backtick or table bar."""
+    fields = dict(names)
+    for side, (sha, rev, baseline) in sides.items():
+        if sha != WORKTREE_SHA and not _SHA_RE.fullmatch(sha):
+            raise InputError(f"{where}: {side}.sha {sha[:80]!r} is not a commit SHA (40 or 64 "
+                             "hex digits); not posted")
+        fields[f"{side}.rev"] = rev
+        if baseline is not None:
+            fields[f"{side}.baseline"] = baseline
+    for field_name, value in fields.items():
+        bad = len(value) > MAX_NAME_CHARS or not value.isprintable() \
+            or _RENDERED_RE.search(value)
+        if bad:
+            raise InputError(f"{where}: {field_name} {value[:80]!r} could render as a mention, "
+                             "image, link or markup in the comment; not posted")
+
+
 def check_run_url(url: str) -> str:
     """An https URL (http only to this machine) made of characters that cannot leave a
     Markdown link; InputError otherwise."""

@@ -20,7 +20,10 @@ cached checkouts alike. Both may have been written by code abdiff measured (a
 pull request's benchmark runs as the same user), so git runs hardened: no hooks,
 no fsmonitor, no transport (nothing is fetched), and no clean/smudge/process
 filter from the repository's configuration. A file under a filter is checked out
-as the blob git stores (an LFS file stays a pointer).
+as the blob git stores (an LFS file stays a pointer). Nothing planted in `.git`
+can stand in for a commit either: replace refs (`refs/replace/<sha>`), grafts
+(`info/grafts`) and the commit-graph file are ignored, and checkouts.py checks
+every checkout against the commit's own objects, hashed by abdiff.
 """
 
 from __future__ import annotations
@@ -54,7 +57,14 @@ GIT_HARDENING = (
     "-c", "core.hooksPath=/dev/null",
     "-c", "core.fsmonitor=false",
     "-c", "protocol.allow=never",
+    # the commit-graph file caches each commit's tree: a rewritten one would name another
+    "-c", "core.commitGraph=false",
+    # checkouts are the commit's bytes (checkouts.verify_commit_checkout compares them)
+    "-c", "core.autocrlf=false",
 )
+# A graft file that cannot exist (a path below /dev/null): no grafts, and no deprecation hint
+# on stderr, which an existing empty file would cause.
+_NO_GRAFTS = os.path.join(os.devnull, "abdiff-no-grafts")
 _FILTER_KEY_RE = re.compile(r"filter\.(.+)\.(?:clean|smudge|process|required)", re.DOTALL)
 
 
@@ -92,6 +102,10 @@ def git_env() -> dict[str, str]:
            if k not in _REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
     env.pop("GIT_CONFIG_COUNT", None)
     env["GIT_TERMINAL_PROMPT"] = "0"
+    # refs/replace/<sha> and info/grafts, written by a benchmark into the shared .git, would
+    # make another commit's content (or parents) pass for the sha abdiff asked for
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
+    env["GIT_GRAFT_FILE"] = _NO_GRAFTS
     env["LC_ALL"] = "C"
     env.pop("LANGUAGE", None)
     return env
@@ -142,6 +156,19 @@ def run_git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedPr
         raise InfrastructureError(
             f"git {' '.join(args[:2])} failed in {cwd}: {git_message(proc.stderr)}")
     return proc
+
+
+def run_git_bytes(cwd: Path, *args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+    """`run_git` for binary input and output (`git cat-file --batch`); never raises on git's
+    exit status (the caller checks it)."""
+    argv = ["git", "-C", str(cwd), *GIT_HARDENING, *args]
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, check=False,
+                              env=_filters_off(cwd, git_env()))
+    except FileNotFoundError:
+        raise InfrastructureError("git is not installed (or not on PATH)") from None
+    except OSError as exc:
+        raise InfrastructureError(f"cannot run git: {exc}") from None
 
 
 def git_message(stderr: str) -> str:

@@ -7,10 +7,14 @@ latency verdict is still inconclusive get more blocks, up to `max_rounds`.
 
 Both run files are rewritten atomically after every round in a state folder
 keyed by what was measured; re-running the same command (or `--resume`)
-continues from the rounds already there. state.json records the SHA-256 of
-each run file as abdiff wrote it: an unfinished measurement whose files no
-longer match (rounds planted or edited, e.g. by a benchmark sharing the cache
-folder) is discarded and measured anew, unless `--resume` asks to continue it.
+continues from the rounds already there. The state folder lies in the cache,
+where the benchmark (same user) can write: a hash next to the files would be
+recomputed by whoever rewrites them. So state.json records the SHA-256 of each
+run file as abdiff wrote it, and an HMAC of that record under a key the
+benchmark is not given (exposure.resume_key: abdiff's state folder, outside the
+cache, mode 0600). A side whose file no longer matches is measured again; a
+state.json that fails authentication is discarded whole. Either is said on
+stderr, `--resume` or not: stored rounds are never trusted unverified.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.exposure import authentic, authenticate, warn_if_root
 from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import standing_by
@@ -87,6 +92,8 @@ class SideRun:
 
     checkout: Path
     run: RunFile
+    # makes the checkout exactly its commit again before a round starts (None: nothing to do)
+    refresh: Callable[[], Path] | None = None
 
 
 def state_key(parts: dict) -> str:
@@ -126,23 +133,28 @@ class Measurement:
             except (ValueError, KeyError, TypeError, OSError) as exc:
                 raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
                                  f"{state_dir} to measure again") from None
-            if not resume and not state.get("complete") \
-                    and state.get("files") != _file_hashes(state_dir, sides):
-                print(f"abdiff: {state_dir}: its run files are not the ones abdiff wrote; "
-                      "discarding the unfinished measurement (--resume would continue it)",
+            if not authentic(_signed(state_dir, state), state.get("mac")):
+                print(f"abdiff: {state_dir}: its stored rounds fail authentication (not "
+                      "written by this abdiff, or changed since); measuring anew",
                       file=sys.stderr)
             elif resume or not state.get("complete"):
+                hashes = _file_hashes(state_dir, sides)
                 for name, side in sides.items():
                     saved = state_dir / f"{name.lower()}.json"
-                    if saved.exists():
-                        old = load_run_file(saved)
-                        for config in side.run.configs:
-                            kept = old.config(config.id)
-                            if kept is not None:
-                                config.rounds = kept.rounds
-                        side.run.env = old.env or side.run.env
-                        side.run.orders = old.orders
-                        side.run.sessions = {**old.sessions, **side.run.sessions}
+                    if not saved.exists():
+                        continue
+                    if state["files"].get(saved.name) != hashes[saved.name]:
+                        print(f"abdiff: {saved}: not the file abdiff wrote (changed since); "
+                              f"measuring side {name} again", file=sys.stderr)
+                        continue
+                    old = load_run_file(saved)
+                    for config in side.run.configs:
+                        kept = old.config(config.id)
+                        if kept is not None:
+                            config.rounds = kept.rounds
+                    side.run.env = old.env or side.run.env
+                    side.run.orders = old.orders
+                    side.run.sessions = {**old.sessions, **side.run.sessions}
                 return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
@@ -153,8 +165,9 @@ class Measurement:
     def save(self, complete: bool) -> None:
         for name, side in self.sides.items():
             write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
-        state = {"seed": self.seed, "complete": complete,
-                 "files": _file_hashes(self.state_dir, self.sides)}
+        state: dict = {"seed": self.seed, "complete": complete,
+                       "files": _file_hashes(self.state_dir, self.sides)}
+        state["mac"] = authenticate(_signed(self.state_dir, state))
         write_atomic(self.state_dir / "state.json", json.dumps(state) + "\n")
 
     def round_dir(self, side: str, round_index: int) -> Path:
@@ -178,6 +191,13 @@ class Measurement:
         record.session = self.session
         config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
+
+
+def _signed(state_dir: Path, state: dict) -> bytes:
+    """What state.json's MAC covers: its fields, and the state folder's name (the key of
+    what was measured), so a valid state cannot be copied to another measurement."""
+    fields = {k: state.get(k) for k in ("seed", "complete", "files")}
+    return json.dumps([state_dir.name, fields], sort_keys=True).encode()
 
 
 def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:
@@ -260,6 +280,8 @@ def run_slots(
         work_dir = measurement.round_dir(side, round_index)
         if work_dir.exists():
             shutil.rmtree(work_dir)  # a half-run round from an interrupted run
+        if side_run.refresh is not None:
+            side_run.checkout = side_run.refresh()
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,
@@ -303,6 +325,7 @@ def measure(
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
     baseline) use the same schedule, keeping the slots of the sides present.
     """
+    warn_if_root()
     rng = random.Random(measurement.seed)
     for side in measurement.sides.values():
         side.run.looks = plan.looks().to_json()

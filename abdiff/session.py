@@ -27,13 +27,13 @@ from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
+from abdiff.exposure import refuse_secrets
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import refuse_write_token
 from abdiff.launchers.warm import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.records import Result, RunFile
-from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
+from abdiff.revs import WORKTREE, SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
 from abdiff.schedule import (
     Measurement,
@@ -75,7 +75,7 @@ def worker_start(choice: str) -> str:
 
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    refuse_write_token()
+    refuse_secrets(args.pass_env, args.unsafe_allow_secret_env)
     suite = load_suite(args.configs, allow_large=args.yes)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or target.default_launcher
@@ -123,7 +123,12 @@ def side_run(bench: Bench, side: SideSpec) -> SideRun:
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
                     bench.suite.configs, env)
-    return SideRun(checkout, run)
+    # before each round: what the other side's benchmark wrote into this checkout (or into
+    # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
+    # of the working tree is not made again mid-run: the user may be editing the original.
+    if side.sha == WORKTREE:
+        return SideRun(checkout, run)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
 
 
 def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:

@@ -2,13 +2,16 @@
 # abdiff-ci.sh: run abdiff for one pull request from any CI system (Jenkins,
 # GitLab, Buildkite, ...), e.g. a job triggered by a "/bot run" comment.
 #
-# It compares BASE..HEAD on a suite, writes the markdown report and the result
-# JSON to an output folder, keeps abdiff's exit code, and can post the report
-# as a PR comment (ABDIFF_POST_COMMENT=1) or only post an existing result
-# (--post-only). The comment is always rendered by `abdiff comment --result`
-# from the validated result JSON, never taken from report.md, which the run
-# step (pull-request code) could have rewritten. Why running and posting should be separate steps with
-# separate credentials: docs/ci.md.
+# Two steps, never one: run it without any token to compare BASE..HEAD on a
+# suite (it writes the markdown report and the result JSON to an output folder
+# and keeps abdiff's exit code); then, in a separate step that starts after
+# every process of the first has exited (ideally on another machine), run it
+# again with --post-only and the token to post the report of that result JSON.
+# A token in the measuring step's environment is refused (exit 2): the pull
+# request's benchmark could read it from this script's /proc/PID/environ. The
+# comment is always rendered by `abdiff comment --result` from the validated
+# result JSON, never taken from report.md, which the run step (pull-request
+# code) could have rewritten. Why and how: docs/ci.md.
 #
 # Exit codes: 0 no unintended change; 1 unintended change; 2 bad input or
 # usage; 3 abdiff (or posting the comment) could not run.
@@ -18,6 +21,9 @@ usage() {
   cat <<'EOF'
 usage: abdiff-ci.sh [--base REV] [--head REV] [--suite NAME] [--out DIR] [--repo PATH]
                     [--merge-base] [--post-only] [-- EXTRA_ABDIFF_ARGS...]
+
+Step 1 (measure, no token in the environment): abdiff-ci.sh --base REV --head REV ...
+Step 2 (post, after step 1 has exited):        abdiff-ci.sh --post-only --out DIR
 
 Options (each has an environment variable; the option wins):
   --base REV     ABDIFF_BASE    side A, e.g. origin/main or a SHA (required unless --post-only)
@@ -29,12 +35,13 @@ Options (each has an environment variable; the option wins):
   --post-only                   do not run anything; post the report of DIR/result.json
   -- ARGS                       passed to abdiff unchanged, e.g. -- --rounds 6 --expect backend=DSA
 
-Posting (ABDIFF_POST_COMMENT=1, or --post-only):
+Posting (--post-only; run from a folder outside any checkout):
   ABDIFF_GH_REPO=OWNER/NAME  ABDIFF_PR=N  GITHUB_TOKEN=...  [ABDIFF_API_URL=URL]
   [ABDIFF_COMMENT_AUTHOR=LOGIN]  (the account whose comment is updated; default: the token's)
   [ABDIFF_VERIFIED_HEAD=SHA ABDIFF_RUN_URL=URL]  (footer: the head you verified was measured,
                                  and this build; with no result, the earlier comment is marked stale)
-Other: ABDIFF_BIN (the abdiff command, default: abdiff)
+Other: ABDIFF_BIN (the abdiff command, default: abdiff; to post, an install the
+                   measuring step could not write, e.g. "/opt/abdiff/bin/python -I -m abdiff")
        ABDIFF_CACHE_DIR (default: a fresh folder for this job, removed at the end)
 EOF
 }
@@ -49,7 +56,6 @@ head="${ABDIFF_HEAD:-}"
 suite="${ABDIFF_SUITE:-mtp}"
 out="${ABDIFF_OUT:-abdiff-out}"
 repo="${ABDIFF_REPO:-.}"
-post="${ABDIFF_POST_COMMENT:-0}"
 range_op=".."
 mode="run"
 extra=()
@@ -125,13 +131,20 @@ post_comment() {  # render and post "$out/result.json"; returns abdiff comment's
   return "$rc"
 }
 
-if [[ "$mode" == "post" || "$post" == "1" ]]; then
-  check_post_target
-fi
 if [[ "$mode" == "post" ]]; then
+  check_post_target
+  # From an empty folder of its own: a checkout's files (an abdiff/ package, a
+  # sitecustomize.py) must not be importable by the process that holds the token.
+  [[ "$out" == /* ]] || out="$PWD/$out"
+  post_cwd="$(mktemp -d "${TMPDIR:-/tmp}/abdiff-post.XXXXXX")"
+  trap 'rm -rf -- "$post_cwd"' EXIT
+  cd "$post_cwd"
   rc=0
   post_comment || rc=$?
   exit "$rc"
+fi
+if [[ "${ABDIFF_POST_COMMENT:-0}" == "1" ]]; then
+  die "ABDIFF_POST_COMMENT=1 would hold the token while the pull request's code runs; measure, then post in a separate step with --post-only (docs/ci.md)"
 fi
 
 check_word "base (--base/ABDIFF_BASE)" "$base"
@@ -147,7 +160,7 @@ cache="${ABDIFF_CACHE_DIR:-}"
 if [[ -z "$cache" ]]; then
   cache="$(mktemp -d "${TMPDIR:-/tmp}/abdiff-cache.XXXXXX")"
   cleanup() {
-    env -u GITHUB_TOKEN "${abdiff_cmd[@]}" cache clean --cache-dir "$cache" >/dev/null 2>&1 || true
+    "${abdiff_cmd[@]}" cache clean --cache-dir "$cache" >/dev/null 2>&1 || true
     rm -rf -- "$cache"
   }
   trap cleanup EXIT
@@ -155,10 +168,12 @@ fi
 
 echo "abdiff-ci: ${base}${range_op}${head} suite=${suite} out=${out}" >&2
 rc=0
-# The benchmark (pull-request code) runs below: keep any GitHub token out of
-# its environment (abdiff refuses to measure with GITHUB_TOKEN set). Workers
-# get an allow-listed environment; this is not a sandbox (same user): docs/ci.md.
-env -u GITHUB_TOKEN -u GH_TOKEN "${abdiff_cmd[@]}" "${base}${range_op}${head}" \
+# The benchmark (pull-request code) runs below. No token is removed here: it
+# would stay in this script's own /proc/PID/environ, in the benchmark's reach.
+# abdiff refuses to measure (exit 2) while a token-like variable is in its
+# environment or a parent's. Workers get an allow-listed environment; this is
+# not a sandbox (same user): docs/ci.md.
+"${abdiff_cmd[@]}" "${base}${range_op}${head}" \
   --repo "$repo" --configs "$suite" --cache-dir "$cache" \
   --format markdown --output "$out/report.md" --json "$out/result.json" \
   ${extra[@]+"${extra[@]}"} || rc=$?
@@ -171,13 +186,4 @@ case "$rc" in
   *) echo "abdiff-ci: abdiff could not run (exit $rc)" >&2 ;;
 esac
 
-if [[ "$post" == "1" && ("$rc" == 0 || "$rc" == 1) ]]; then
-  post_rc=0
-  post_comment || post_rc=$?
-  if ((post_rc != 0)); then
-    echo "abdiff-ci: posting the comment failed (exit $post_rc)" >&2
-    # An unintended change (1) stays the headline; a clean run becomes 3.
-    ((rc != 0)) || rc=3
-  fi
-fi
 exit "$rc"

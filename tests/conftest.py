@@ -117,12 +117,24 @@ def inject(batch_size):
         time.sleep(2)
 '''
 
-_INJECT_ANCHOR = "        s = self.local_shapes\n        kv_cache_manager"
+INJECT_ANCHOR = "        s = self.local_shapes\n        kv_cache_manager"
 _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import inject\n\n"
                 "        inject(batch_size)\n")
 
 
 # ---------------------------------------------------------------- git and processes
+
+
+@pytest.fixture(scope="session", autouse=True)
+def abdiff_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """abdiff's own state (the key of stored rounds) in a folder of this session, not the
+    user's ~/.local/state/abdiff; subprocesses inherit it. The one-time note for root is
+    marked as given (test_exposure.py tests it): stderr is then the same for every user."""
+    state = tmp_path_factory.mktemp("abdiff-state")
+    (state / "root-warned").touch()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ABDIFF_STATE_DIR", str(state))
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -255,10 +267,10 @@ def build_faulty_repo(path: Path) -> dict[str, str]:
     """The demo repository plus the `faulty` and `broken` branches; returns branch -> sha."""
     shas = build_demo_repo(path)
     runner = (path / RUNNER_PATH).read_text(encoding="utf-8")
-    assert runner.count(_INJECT_ANCHOR) == 1, "the demo runner changed: update _INJECT_ANCHOR"
+    assert runner.count(INJECT_ANCHOR) == 1, "the demo runner changed: update INJECT_ANCHOR"
     git(path, "checkout", "-q", "-b", "faulty", "main")
     (path / FAULTS_MODULE).write_text(FAULTS_PY, encoding="utf-8")
-    (path / RUNNER_PATH).write_text(runner.replace(_INJECT_ANCHOR, _INJECT_CALL + _INJECT_ANCHOR),
+    (path / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, _INJECT_CALL + INJECT_ANCHOR),
                                     encoding="utf-8")
     git(path, "add", "-A")
     git(path, "commit", "-q", "--no-verify", "-m", "faulty benchmark")
@@ -348,6 +360,8 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
             FAULT_ROUNDS, "--seed", 1, "--timeout", 8, "--max-memory", "1536M",
             "--prestart", "on",  # every fault in a worker started ahead of its job
             "--pass-env", PASSED_SECRET, "--pass-env", "ABDIFF_TEST_ENV_DUMP",
+            # the secrets are set to show that workers do not get them: measure anyway
+            "--unsafe-allow-secret-env",
             "--format", "markdown", "--output", tmp / "report.md",
             "--html", tmp / "report.html", "--json", tmp / "result.json", env=env)
         seconds = time.monotonic() - start

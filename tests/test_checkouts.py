@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from abdiff.checkouts import CheckoutCache, clean_cache, default_cache_dir
-from abdiff.errors import InputError
+from abdiff.checkouts import CheckoutCache, clean_cache, default_cache_dir, verify_commit_checkout
+from abdiff.errors import InfrastructureError, InputError
 from abdiff.revs import WORKTREE, SideSpec, resolve_range, resolve_rev
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
@@ -433,3 +433,93 @@ def test_bad_sha(repo: tuple[Path, str, str], cache_dir: Path) -> None:
         CheckoutCache(repo[0], cache_dir).checkout(SideSpec("main", "main"))
     with pytest.raises(InputError, match="not a git repository"):
         CheckoutCache(cache_dir.parent, cache_dir)
+
+
+# ---------------------------------------------------------------- .git rewritten by a benchmark
+
+
+def test_a_replace_ref_cannot_stand_in_for_a_commit(repo: tuple[Path, str, str],
+                                                   cache_dir: Path) -> None:
+    """`refs/replace/<c1>` (what a benchmark can write into the shared .git) makes plain git
+    show c2 as c1; the checkout of c1, fresh and reused, is still c1's content."""
+    root, c1, c2 = repo
+    git(root, "replace", c1, c2)
+    assert git(root, "show", f"{c1}:bench/value.py") == "VALUE = 2"  # the attack works on git
+    cache = CheckoutCache(root, cache_dir)
+    folder = cache.checkout(SideSpec("main~1", c1))
+    assert (folder / "bench/value.py").read_text() == "VALUE = 1\n"
+    assert CheckoutCache(root, cache_dir).checkout(SideSpec("main~1", c1)) == folder
+    assert (folder / "bench/value.py").read_text() == "VALUE = 1\n"
+
+
+def test_grafts_do_not_change_history(repo: tuple[Path, str, str], cache_dir: Path) -> None:
+    """An `info/grafts` line that makes c2 a root commit: abdiff's git still sees c1 as its
+    parent (merge bases and `main~1` are resolved through it)."""
+    root, c1, c2 = repo
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "grafts").write_text(f"{c2}\n")
+    assert git(root, "rev-list", "--count", c2) == "1"  # plain git follows the graft
+    assert resolve_rev(root, "main~1").sha == c1
+
+
+def _rewrite_loose_object(root: Path, object_id: str, content: bytes) -> None:
+    """Overwrite a loose object in place with other content under the same name, as a
+    benchmark with write access to .git can."""
+    import zlib
+
+    path = root / ".git" / "objects" / object_id[:2] / object_id[2:]
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob %d\0" % len(content) + content))
+
+
+def test_a_rewritten_object_is_never_checked_out(repo: tuple[Path, str, str],
+                                                 cache_dir: Path) -> None:
+    """c1's blob of bench/value.py rewritten in the object store: git itself checks it out
+    without complaint, abdiff refuses (exit 3) naming the file, and leaves no checkout."""
+    root, c1, _ = repo
+    blob = git(root, "rev-parse", f"{c1}:bench/value.py")
+    _rewrite_loose_object(root, blob, b"VALUE = 666\n")
+    assert git(root, "show", f"{c1}:bench/value.py") == "VALUE = 666"  # git does not notice
+    cache = CheckoutCache(root, cache_dir)
+    with pytest.raises(InfrastructureError, match=r"bench/value.py differs from the commit.*"
+                                                  r"were rewritten \(`git fsck`\)"):
+        cache.checkout(SideSpec("main~1", c1))
+    assert not (cache.key_dir / c1).exists()
+
+
+def test_a_reused_checkout_is_verified_not_trusted(repo: tuple[Path, str, str],
+                                                   cache_dir: Path) -> None:
+    """After a cached checkout was made, the benchmark rewrites the blob and the checked-out
+    file together: `git reset --hard` would keep its content; the next use refuses."""
+    root, c1, _ = repo
+    cache = CheckoutCache(root, cache_dir)
+    folder = cache.checkout(SideSpec("main~1", c1))
+    blob = git(root, "rev-parse", f"{c1}:bench/value.py")
+    _rewrite_loose_object(root, blob, b"VALUE = 666\n")
+    (folder / "bench/value.py").write_text("VALUE = 666\n")
+    with pytest.raises(InfrastructureError, match="differs from the commit"):
+        CheckoutCache(root, cache_dir).checkout(SideSpec("main~1", c1))
+
+
+@pytest.mark.parametrize("change", ["planted", "edited", "mode", "symlink", "removed"])
+def test_verify_commit_checkout_names_what_differs(repo: tuple[Path, str, str], cache_dir: Path,
+                                                   change: str) -> None:
+    root, _, c2 = repo
+    folder = CheckoutCache(root, cache_dir).checkout(SideSpec("main", c2))
+    assert verify_commit_checkout(root, folder, c2) is None
+    value = folder / "bench" / "value.py"
+    if change == "planted":
+        (folder / "bench" / "sitecustomize.py").write_text("import os\n")
+    elif change == "edited":
+        value.write_text("VALUE = 3\n")
+    elif change == "mode":
+        value.chmod(0o755)
+    elif change == "symlink":
+        value.unlink()
+        value.symlink_to(folder / "gone.txt")
+    else:
+        value.unlink()
+    expected = {"planted": "bench/sitecustomize.py is not in the commit",
+                "removed": "bench/value.py is missing"}.get(change,
+                                                           "bench/value.py differs from the commit")
+    assert verify_commit_checkout(root, folder, c2) == expected

@@ -578,7 +578,8 @@ def test_oversized_result_is_not_read(tmp_path: Path, capsys) -> None:
 BLOCKER = """
 import sys
 
-BLOCKED = {"numpy", "scipy", "yaml", "tabulate", "filelock", "torch", "pydantic", "tqdm"}
+BLOCKED = {"numpy", "scipy", "yaml", "tabulate", "filelock", "torch", "pydantic", "tqdm",
+           "jinja2", "markupsafe"}
 
 
 class Blocker:
@@ -639,4 +640,52 @@ def test_ci_script_posts_with_footer_then_marks_stale(github: FakeGitHub, result
     proc = _post_only(github, out)
     assert proc.returncode == 3 and "no " in proc.stderr
     assert github.comments[0]["body"].split("\n")[1].startswith(STALE_PREFIX)
+    assert len(github.comments) == 1
+
+
+# ---------------------------------------------------------------- names from the result file
+
+@pytest.mark.parametrize(("where", "value"), [
+    (("b", "sha"), "b" * 40 + "` @octocat ![x](https://evil.invalid/x.png) `"),
+    (("b", "sha"), "B" * 40),
+    (("a", "sha"), "a" * 39),
+    (("b", "rev"), "pr @octocat"),
+    (("b", "rev"), "pr![x](https://evil.invalid/x.png)"),
+    (("a", "rev"), "main](https://evil.invalid)"),
+    (("a", "baseline"), "nightly\n## Approved"),
+    (("b", "rev"), "pr`x`"),
+    (("suite", None), "mtp <img src=x>"),
+], ids=lambda x: x if isinstance(x, str) and len(x) < 12 else None)
+def test_a_result_whose_names_would_render_is_refused(
+        github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys,
+        where: tuple[str, str | None], value: str) -> None:
+    """A forged result naming its head `<sha>` @octocat ![img](url)`: nothing is posted,
+    one line, exit 2, whether or not the trusted footer would quote it."""
+    data = _result_json()
+    side, key = where
+    if key is None:
+        data[side] = value
+    else:
+        data[side][key] = value
+    path = tmp_path / "forged.json"
+    path.write_text(records.dump_json(data), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    code = cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(path),
+                     "--api-url", github.base, "--head-sha", HEAD, "--run-url", RUN_URL])
+    err = capsys.readouterr().err
+    assert code == 2 and "not posted" in err and len(err.strip().splitlines()) == 1, err
+    assert github.comments == [] and github.log == []
+
+
+@pytest.mark.parametrize("rev", ["main", "origin/main", "HEAD~3", "v1.0^", "merge-base(main,pr)",
+                                 "WORKTREE", "release/1.2-rc_3"])
+def test_ordinary_revs_are_posted(github: FakeGitHub, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch, rev: str) -> None:
+    data = _result_json()
+    data["a"]["rev"] = rev
+    path = tmp_path / "result.json"
+    path.write_text(records.dump_json(data), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    assert cli.main(["comment", "--repo", REPO, "--pr", str(PR), "--result", str(path),
+                     "--api-url", github.base]) == 0
     assert len(github.comments) == 1

@@ -152,8 +152,8 @@ def _plant_round(state: Path) -> None:
 
 
 def test_planted_rounds_are_not_continued(tmp_path: Path, capsys) -> None:
-    """An unfinished measurement continues only while its run files are the bytes abdiff
-    wrote; planted rounds are discarded (and said so on stderr), unless --resume."""
+    """An unfinished measurement continues only with the run files abdiff wrote: a side
+    whose file was changed is measured again (and said so on stderr), --resume or not."""
     state = tmp_path / "state"
     first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
     first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
@@ -162,16 +162,13 @@ def test_planted_rounds_are_not_continued(tmp_path: Path, capsys) -> None:
     assert kept.seed == 5 and len(kept.sides["A"].run.configs[0].rounds) == 1
     assert capsys.readouterr().err == ""
 
-    _plant_round(state)
-    fresh = Measurement.open(state, _one_config(tmp_path), resume=False, seed=7)
-    assert fresh.seed == 7
-    assert all(not c.rounds for side in fresh.sides.values() for c in side.run.configs)
-    assert "not the ones abdiff wrote" in capsys.readouterr().err
-    assert load_run_file(state / "b.json").configs[0].rounds == []
-
-    _plant_round(state)
-    resumed = Measurement.open(state, _one_config(tmp_path), resume=True, seed=8)
-    assert resumed.sides["B"].run.configs[0].rounds[0].latency_us == [1.0, 1.0, 1.0]
+    for resume in (False, True):
+        _plant_round(state)
+        again = Measurement.open(state, _one_config(tmp_path), resume=resume, seed=7)
+        assert again.seed == 5 and len(again.sides["A"].run.configs[0].rounds) == 1
+        assert again.sides["B"].run.configs[0].rounds == []
+        assert "b.json: not the file abdiff wrote" in capsys.readouterr().err
+        again.save(complete=False)
 
 
 def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
@@ -182,3 +179,38 @@ def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
     (state / "state.json").write_text('{"seed": 5, "complete": false}\n')
     fresh = Measurement.open(state, _one_config(tmp_path), resume=False, seed=9)
     assert fresh.seed == 9 and fresh.sides["B"].run.configs[0].rounds == []
+
+
+def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path, capsys) -> None:
+    """What a benchmark can do that knows the layout: rewrite A's rounds *and* the hash
+    state.json keeps of them. The state fails authentication (its MAC is keyed by a
+    secret outside the cache): nothing of it is kept, --resume or not, and stderr says so."""
+    import hashlib
+    import json
+
+    state = tmp_path / "state"
+    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
+    first.save(complete=True)
+    forged = load_run_file(state / "a.json")
+    forged.configs[0].rounds = [RoundRecord("ok", latency_us=[900.0], round=0)]
+    write_run_file(state / "a.json", forged)
+    saved = json.loads((state / "state.json").read_text())
+    saved["files"]["a.json"] = hashlib.sha256((state / "a.json").read_bytes()).hexdigest()
+    (state / "state.json").write_text(json.dumps(saved))
+
+    again = Measurement.open(state, _one_config(tmp_path), resume=True, seed=8)
+    assert again.seed == 8
+    assert all(not c.rounds for side in again.sides.values() for c in side.run.configs)
+    assert "fail authentication" in capsys.readouterr().err
+    assert load_run_file(state / "a.json").configs[0].rounds == []
+
+
+def test_a_state_copied_from_another_measurement_fails(tmp_path: Path, capsys) -> None:
+    """A valid state folder copied under another measurement's name is not that one's."""
+    import shutil
+
+    Measurement.open(tmp_path / "one", _one_config(tmp_path), resume=False, seed=5)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    again = Measurement.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
+    assert again.seed == 9 and "fail authentication" in capsys.readouterr().err

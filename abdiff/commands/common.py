@@ -94,6 +94,9 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                         help="pass this credential-like variable to benchmark processes")
+    parser.add_argument("--unsafe-allow-secret-env", action="store_true",
+                        help="UNSAFE: measure although a token-like variable is in abdiff's "
+                             "environment or a parent's, where the benchmark can read it")
     parser.add_argument("--max-memory", type=memory_size, metavar="SIZE",
                         help="address-space limit per worker process (e.g. 8G)")
     parser.add_argument("--resume", action="store_true",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError
 from abdiff.targets.base import LaunchSpec
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "TORCH_"
 # Credentials that use an allowed prefix (SLURM_JWT, a TORCH_HUB token): still kept out.
 SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_KEY",
                    "*CREDENTIAL*", "*_AUTH*")
-WRITE_TOKEN = "GITHUB_TOKEN"
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
 GUARD = Path(__file__).with_name("guard.py")
@@ -75,15 +74,6 @@ def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,
         env["HOME"] = str(home)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def refuse_write_token() -> None:
-    """Measuring runs other people's code: a write token in abdiff's own process is a
-    mistake of the CI set-up (docs/ci.md), refused before anything runs."""
-    if os.environ.get(WRITE_TOKEN):
-        raise InputError(f"{WRITE_TOKEN} is set: abdiff runs the benchmark's code, which must "
-                         "not share a process tree with a write token; unset it for this step "
-                         "(post with `abdiff comment` in a separate job)")
 
 
 def hide_environment(pass_env: list[str] | None = None) -> None:

@@ -15,11 +15,11 @@ become markup.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from importlib import resources
-
-from jinja2 import Environment
+from typing import TYPE_CHECKING
 
 from abdiff.records import ConfigResult, LatencyResult, Result
 from abdiff.reports import common
@@ -31,9 +31,19 @@ SIDE_COLOURS = {"A": "#1565c0", "B": "#8e24aa"}
 OPEN_VERDICTS = ("still-failing", "unintended", "expected")  # cards shown unfolded
 
 
-# The page layout (report.html.j2, package data); autoescape is what keeps benchmark text inert.
-_PAGE = Environment(autoescape=True).from_string(
-    resources.files("abdiff.reports").joinpath("report.html.j2").read_text(encoding="utf-8"))
+if TYPE_CHECKING:
+    from jinja2 import Template
+
+
+@functools.cache
+def _page() -> Template:
+    """The page layout (report.html.j2, package data); autoescape is what keeps benchmark text
+    inert. jinja2 is imported here: `abdiff comment` (markdown only) runs without it."""
+    from jinja2 import Environment
+
+    return Environment(autoescape=True).from_string(
+        resources.files("abdiff.reports").joinpath("report.html.j2").read_text(encoding="utf-8"))
+
 PLOT_LEFT, PLOT_RIGHT = 4.0, 98.0  # percent of the plot width the data may use
 
 
@@ -175,7 +185,7 @@ def render(result: Result) -> str:
     kernel_groups = common.kernel_groups(configs)
     tally = common.counts(result)
     tone = "fail" if tally["unintended"] else "pass" if common.passed(result) else "warn"
-    return _PAGE.render(
+    return _page().render(
         headline=common.verdict_line(result),
         tone=tone,
         summary=common.summary_sentence(result),

@@ -1,0 +1,78 @@
+"""exposure.py: which variables count as secrets, where abdiff's key lives, and the root note."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from abdiff.exposure import resume_key, secret_looking, secret_names, state_home, warn_if_root
+
+
+@pytest.mark.parametrize("name", ["GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN",
+                                  "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "CI_JOB_TOKEN", "HF_TOKEN",
+                                  "npm_token", "AWS_SECRET_ACCESS_KEY", "AZURE_CLIENT_SECRET",
+                                  "DB_PASSWORD", "CI_JOB_JWT_V2", "OPENAI_API_KEY", "GH_PAT",
+                                  "DEPLOY_PRIVATE_KEY", "GOOGLE_APPLICATION_CREDENTIALS"])
+def test_secret_looking_names(name: str) -> None:
+    assert secret_looking(name)
+
+
+@pytest.mark.parametrize("name", ["PATH", "HOME", "TOKENIZERS_PARALLELISM", "HF_HOME",
+                                  "CUDA_VISIBLE_DEVICES", "AWS_CA_BUNDLE", "PIP_CERT",
+                                  "KEYBOARD", "SSL_CERT_FILE"])
+def test_ordinary_names(name: str) -> None:
+    assert not secret_looking(name)
+
+
+def test_passed_and_empty_variables_are_not_counted() -> None:
+    env = {"HF_TOKEN": "hf_x", "GH_TOKEN": "", "GITHUB_TOKEN": "ghs_x", "PATH": "/bin",
+           "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1", "USE_AUTH_TOKEN": "False"}
+    assert secret_names(env) == ["GITHUB_TOKEN", "HF_TOKEN"]
+    assert secret_names(env, ["HF_TOKEN"]) == ["GITHUB_TOKEN"]
+
+
+def test_the_key_is_private_and_outside_the_cache(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABDIFF_STATE_DIR", str(tmp_path / "state"))
+    key = resume_key()
+    path = state_home() / "resume.key"
+    assert len(key) == 32 and path.read_bytes() == key and resume_key() == key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state_home().stat().st_mode) == 0o700
+    path.chmod(0o644)  # readable by others: no longer a secret, replaced
+    assert resume_key() != key and stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_state_home_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ABDIFF_STATE_DIR")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert state_home() == tmp_path / "abdiff"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert state_home() == tmp_path / ".local" / "state" / "abdiff"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the note is for root")
+def test_root_is_told_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("ABDIFF_STATE_DIR", str(tmp_path))
+    warn_if_root()
+    assert "measuring as root" in capsys.readouterr().err
+    warn_if_root()
+    assert capsys.readouterr().err == ""
+
+
+def test_an_ancestor_holding_a_token_is_named(tmp_path: Path) -> None:
+    """A shell that holds GITHUB_TOKEN and starts the measuring command without it (`env -u`):
+    the token is still in the shell's /proc/PID/environ, and the refusal names that process."""
+    check = "from abdiff.exposure import refuse_secrets; refuse_secrets([], False)"
+    env = {**os.environ, "GITHUB_TOKEN": "ghs_x"}
+    proc = subprocess.run(["bash", "-c", 'env -u GITHUB_TOKEN "$0" -c "$1"; exit $?',
+                           sys.executable, check], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "GITHUB_TOKEN (in process " in proc.stderr and ", bash, above abdiff)" in proc.stderr
