@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from abdiff import stats
+from abdiff.baselines import kernel_env_differences
 from abdiff.clocks import clock_notes
 from abdiff.kernel_times import root_cause
 from abdiff.policy import apply_policy
@@ -284,6 +285,12 @@ def compare_runs(
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])
+    env_differences = kernel_env_differences(run_a.env, run_b.env, "in A", "in B")
+    if env_differences:
+        # another kernel path may have been measured: said next to the verdict too
+        summary["kernel_env_differs"] = sorted({d.split(":", 1)[0] for d in env_differences})
+        all_notes.append("kernel-selecting environment differs between the sides: "
+                         + "; ".join(env_differences))
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
                      for r in (run_a, run_b))
     noise = noise_note(pairs, configs, min_effect, eager_cuda)

@@ -81,7 +81,8 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     if launcher_name == "local" and not args.np and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
                          "or torchrun to start that many ranks (or --np 1 for one)")
-    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
+    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes,
+                             getattr(target, "srun_container", None))
     cache_dir = (args.cache_dir or default_cache_dir()).resolve()
     start_mode = worker_start(args.prestart)
     # the first worker (the fork server) imports torch while the checks below run and the

@@ -146,7 +146,15 @@ def latency_undecided(result: Result) -> str | None:
 
 
 def verdict_line(result: Result) -> str:
-    """The headline: is there anything a reviewer must look at, and was anything measured?"""
+    """The headline: is there anything a reviewer must look at, and was anything measured?
+    Sides measured under different kernel-selecting variables say so here too."""
+    differs = result.summary.get("kernel_env_differs")
+    env = (f"; kernel-selecting environment differs: {clip(', '.join(map(str, differs)), 120)}"
+           if isinstance(differs, list) and differs else "")
+    return _verdict(result) + env
+
+
+def _verdict(result: Result) -> str:
     if exit_code(result) == policy.NOTHING_MEASURED_EXIT:
         return f"nothing measured (0 of {measured_counts(result)[1]} configs ran on both sides)"
     tally = counts(result)

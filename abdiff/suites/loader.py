@@ -77,7 +77,7 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
         raise InputError(f"{where}: a suite must be a YAML mapping with a 'matrix'")
     document = from_json(SuiteFile, data, where, reject_unknown=True)
     matrix = {key: value if isinstance(value, list) else [value]
-              for key, value in asdict(document.matrix).items()}
+              for key, value in asdict(document.matrix).items() if value is not None}
     for key, values in matrix.items():
         if len(set(values)) != len(values):
             raise InputError(f"{where}: matrix.{key} lists a value twice")
