@@ -97,6 +97,22 @@ def facts_diff(a: dict | None, b: dict | None) -> dict[str, list[Any]]:
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
+def set_aside_redefined_facts(configs: list[ConfigResult], run_a: RunFile,
+                              run_b: RunFile) -> dict[str, tuple[str, str]]:
+    """Recorded facts whose meaning differs between the sides (env `fact_meanings`, set by
+    the target per checkout): their value changes are taken out of `facts_changed` (neither
+    a regression nor a match); returns fact -> (meaning at A, meaning at B)."""
+    a, b = run_a.env.get("fact_meanings") or {}, run_b.env.get("fact_meanings") or {}
+    recorded = {name for run in (run_a, run_b) for config in run.configs
+                for record in config.rounds for name in record.facts}
+    redefined = {name: (a[name], b[name]) for name in set(a) & set(b) & recorded
+                 if a[name] != b[name]}
+    for config in configs:
+        for name in redefined:
+            config.facts_changed.pop(name, None)
+    return redefined
+
+
 def kernels_diff(a: dict | None, b: dict | None) -> tuple[dict[str, int], dict[str, int]]:
     """Multiset difference: (added in B, removed from A), with counts."""
     if a is None or b is None:
@@ -281,6 +297,7 @@ def compare_runs(
             latency=latency,
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
+    redefined = set_aside_redefined_facts(configs, run_a, run_b)
     summary = apply_policy(configs, expect, require_all, len(not_measured))
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
@@ -291,6 +308,11 @@ def compare_runs(
         summary["kernel_env_differs"] = sorted({d.split(":", 1)[0] for d in env_differences})
         all_notes.append("kernel-selecting environment differs between the sides: "
                          + "; ".join(env_differences))
+    if redefined:
+        summary["facts_redefined"] = sorted(redefined)
+        all_notes += [f"{name} means something else on each side, values not compared "
+                      f"(A: {meanings[0]}; B: {meanings[1]})"
+                      for name, meanings in sorted(redefined.items())]
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
                      for r in (run_a, run_b))
     noise = noise_note(pairs, configs, min_effect, eager_cuda)

@@ -649,7 +649,8 @@ def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: P
             "(--warmup-times, --run-times) [every run]") in out
     assert "  yes     autotunes inside `with autotune():`" in out
     assert "  -       one untimed call before each shape's timed calls" in out
-    assert f"{RUN_PY}: no longer times each shape's run pack" in out
+    assert (f"{RUN_PY}: no --warmup-times / --run-times option (so the benchmark no longer "
+            "times each shape's run pack") in out
 
 
 def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,

@@ -57,6 +57,7 @@ from abdiff.revs import run_git
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
+from abdiff.targets.trtllm.meanings import fact_meanings
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
 
 PACKAGE = "tensorrt_llm"
@@ -639,6 +640,8 @@ class TrtllmTarget(Target):
         return {
             "tensorrt_llm.version": checkout_version(checkout),
             "tensorrt_llm.sha": _git_sha(checkout),
+            # what facts recorded under one name mean at this commit (meanings.py)
+            "fact_meanings": fact_meanings(checkout),
             **installed_info(installed_package()),
         }
 
