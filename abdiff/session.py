@@ -75,7 +75,7 @@ def worker_start(choice: str) -> str:
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_write_token()
-    suite = load_suite(args.configs, allow_large=args.yes)
+    suite = load_suite(args.configs, allow_large=args.yes, repo_root=repo_root)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or getattr(target, "default_launcher", "local")
     if launcher_name == "local" and not args.np and suite.tp > 1:

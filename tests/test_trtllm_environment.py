@@ -19,7 +19,8 @@ from abdiff.launchers import make_launcher
 from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import kernel_selecting_environment, worker_environment
 from abdiff.records import ConfigRuns, RoundRecord, RunFile
-from abdiff.reports import common, json as json_report, markdown
+from abdiff.reports import common, markdown
+from abdiff.reports import json as json_report
 from abdiff.targets.base import LaunchSpec
 from abdiff.targets.trtllm.target import TrtllmTarget
 

@@ -171,10 +171,12 @@ def test_the_built_in_suites_translate_against_todays_run_py(upstream: Path) -> 
 
 # -------------------------------------------------- facts whose meaning changed (item 2)
 DSA_PY = "tensorrt_llm/_torch/attention_backend/sparse/dsa.py"
-SEED_BUFFERS = "        self.kv_lens_cuda_2d = torch.zeros(self.max_num_requests, 1 + self.max_draft_tokens)\n"
+SEED_BUFFERS = ("        self.kv_lens_cuda_2d = torch.zeros(self.max_num_requests, "
+                "1 + self.max_draft_tokens)\n")
 # today's dsa.py: the buffer is sized by a capacity that only grows (upstream's
 # `_draft_sizing_cap`: the larger of `_draft_alloc_cap` and max_draft_tokens)
-TODAYS_BUFFERS = '''        self.kv_lens_cuda_2d = torch.zeros(self.max_num_requests, 1 + self._draft_sizing_cap)
+TODAYS_BUFFERS = '''        self.kv_lens_cuda_2d = torch.zeros(self.max_num_requests,
+                                           1 + self._draft_sizing_cap)
 
     @property
     def _draft_sizing_cap(self):
@@ -235,7 +237,8 @@ def test_a_change_of_meaning_is_reported_as_such_not_as_a_regression(tmp_path: P
     assert result.summary["facts_redefined"] == ["attn_metadata.kv_lens_cuda_2d.shape"]
     note = next(n for n in result.notes if n.startswith("attn_metadata.kv_lens_cuda_2d.shape"))
     assert "means something else on each side, values not compared" in note
-    assert "A: columns = 1 + max_draft_tokens" in note and "B: columns = 1 + _draft_sizing_cap" in note
+    assert "A: columns = 1 + max_draft_tokens" in note
+    assert "B: columns = 1 + _draft_sizing_cap" in note
     # other facts are still compared: a draft-token change stays unintended
     result = compare_runs(kv_lens_run("seed", env_a, [32, 2], None),
                           kv_lens_run("today", env_b, [32, 4], 1), {})

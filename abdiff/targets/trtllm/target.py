@@ -57,8 +57,8 @@ from abdiff.revs import run_git
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
-from abdiff.targets.trtllm.meanings import fact_meanings
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
+from abdiff.targets.trtllm.meanings import fact_meanings
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -350,6 +350,8 @@ def spec_max_draft_len(value: Any, run_type: str, max_seq_len_q: int) -> int | N
     needed = max_seq_len_q - 1 if run_type == "GEN" else 0
     if value == "auto":
         return needed or None
+    if isinstance(value, str) and value.isdigit():  # from a command line (upstream-tests)
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InputError(f"target option spec_max_draft_len={value!r}: give a number of draft "
                          "tokens or `auto` (the block's largest seq_len_q - 1)")
