@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_hooks import write_upstream_tree
+from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.compare import compare_runs
 from abdiff.errors import InputError
 from abdiff.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.suites import load_suite
 from abdiff.suites.loader import parse_suite
+from abdiff.targets.trtllm import seed
 from abdiff.targets.trtllm.meanings import fact_meanings
 from abdiff.targets.trtllm.target import (
     RUN_PY,
@@ -254,3 +255,38 @@ def test_the_same_meaning_on_both_sides_compares_values(tmp_path: Path) -> None:
     assert result.configs[0].facts_changed == {
         "attn_metadata.kv_lens_cuda_2d.shape": [[32, 1], [32, 2]]}
     assert "facts_redefined" not in result.summary
+
+
+# ------------------------------------------------ the seed story's real commits (item 1)
+def test_the_seed_story_names_the_real_upstream_merge_and_its_parent() -> None:
+    docs = (ROOT / "docs" / "trtllm.md").read_text()
+    assert seed.SEED_MERGE == "6d72d24b8fb6c922ff896f51140f5a8a4f4d7f90"
+    assert f"`{seed.SEED_MERGE}`" in docs and f"`{seed.SEED_MERGE}^`" in docs
+
+
+def test_the_stand_in_story_changes_what_the_real_merge_changed(tmp_path: Path) -> None:
+    """upstream's merge touched runner.py only; the stand-in's main..pr does the same."""
+    repo = make_upstream_repo(tmp_path / "TensorRT-LLM")
+    assert git(repo, "diff", "--name-only", "main", "pr").split() == [seed.SEED_FILE]
+
+
+def test_doctor_resolves_the_seed_commits_in_a_clone(tmp_path: Path, capsys,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from abdiff.cli import main
+
+    repo = make_upstream_repo(tmp_path / "TensorRT-LLM")
+    common = ["doctor", "--target", "trtllm", "--repo", str(repo),
+              "--cache-dir", str(tmp_path / "cache")]
+    main(common)
+    out = capsys.readouterr().out
+    assert (f"seed story (PR #17247): merge {seed.SEED_MERGE} is not in this clone; fetch "
+            "upstream's main, then `abdiff 6d72d24b8fb6^..6d72d24b8fb6 --configs mtp`") in out
+    # a clone that has it: the stand-in's pr commit plays the merge
+    parent, merge = git(repo, "rev-parse", "main"), git(repo, "rev-parse", "pr")
+    monkeypatch.setattr(seed, "SEED_MERGE", merge)
+    assert seed.seed_range(repo) == (parent, merge)
+    main(common)
+    out = capsys.readouterr().out
+    assert (f"seed story (PR #17247): A = {parent} (the merge's parent: DSA aborts at "
+            f"seq_len_q > 1), B = {merge} (the merge); `abdiff {parent[:12]}..{merge[:12]} "
+            "--configs mtp`") in out

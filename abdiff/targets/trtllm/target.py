@@ -59,6 +59,7 @@ from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hook
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
 from abdiff.targets.trtllm.meanings import fact_meanings
+from abdiff.targets.trtllm.seed import seed_story_line
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -612,6 +613,7 @@ class TrtllmTarget(Target):
     }
     requires = ("GPU", "torch", "torch with CUDA", "tensorrt_llm")
     behaviours_table = staticmethod(behaviours_table)
+    seed_story_line = staticmethod(seed_story_line)
     # CUDA is the ranks' business (they may run on other nodes than abdiff, under srun):
     # abdiff's own process needs none to ask for CUDA graphs.
     cuda_on_ranks: ClassVar[bool] = True
