@@ -258,6 +258,7 @@ def compare_runs(
     alpha: float = stats.DEFAULT_ALPHA,
     notes: list[str] | None = None,
     require_all: bool = False,
+    gates: dict[str, str] | None = None,
 ) -> Result:
     """The Result of comparing B with A on the configs both measured.
 
@@ -298,7 +299,7 @@ def compare_runs(
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
-    summary = apply_policy(configs, expect, require_all, len(not_measured))
+    summary = apply_policy(configs, expect, require_all, len(not_measured), gates)
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])

@@ -32,6 +32,7 @@ from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import refuse_write_token
 from abdiff.launchers.warm import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
+from abdiff.policy import parse_gates
 from abdiff.records import Result, RunFile
 from abdiff.revs import SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
@@ -228,7 +229,7 @@ def measure_and_compare(
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
         return compare_runs(run_a, run_b, expect, min_effect, DEFAULT_ALPHA, notes,
-                            args.require_all)
+                            args.require_all, parse_gates(args.gate))
 
 
 def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, name: str,

@@ -13,7 +13,7 @@ from abdiff.commands.common import (
     finish,
 )
 from abdiff.compare import compare_runs
-from abdiff.policy import parse_expect
+from abdiff.policy import parse_expect, parse_gates
 from abdiff.records import load_run_file
 from abdiff.stats import DEFAULT_ALPHA
 from abdiff.suites import builtin_suites, load_suite
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                      f"interleaved is unknown; latency uses the interleaved {min_effect:.1%} "
                      "margin")
     result = compare_runs(run_a, run_b, expect, margin, DEFAULT_ALPHA, notes,
-                          args.require_all)
+                          args.require_all, parse_gates(args.gate))
     if margin != min_effect:
         note_margin_effects(result, min_effect, margin, f"run file A ({args.run_a.name})")
     return finish(result, args)

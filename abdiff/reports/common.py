@@ -162,6 +162,11 @@ def _verdict(result: Result) -> str:
     undecided = latency_undecided(result)
     if n:
         line = f"{n} unintended change{'' if n == 1 else 's'}"
+        soft = result.summary.get("soft_gates")
+        if isinstance(soft, list) and soft:  # `--gate latency=soft`: say what does not fail
+            only = result.summary.get("soft_only") or []
+            line += (f" (soft gates: {', '.join(map(str, soft))}; {len(only)} of them in soft "
+                     "classes only, reported, not failing)")
         return f"{line}; {undecided}" if undecided else line
     if exit_code(result) == 1 and result.summary.get("require_all") is True:
         return "not every config measured (--require-all)"
