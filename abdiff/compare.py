@@ -16,7 +16,7 @@ import numpy as np
 from abdiff import stats
 from abdiff.baselines import kernel_env_differences
 from abdiff.clocks import clock_notes
-from abdiff.kernel_times import root_cause
+from abdiff.kernel_times import module_cause, root_cause
 from abdiff.policy import apply_policy
 from abdiff.ranks import rank_notes
 from abdiff.records import (
@@ -297,6 +297,7 @@ def compare_runs(
             kernels_removed=removed,
             latency=latency,
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
+            module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
     summary = apply_policy(configs, expect, require_all, len(not_measured), gates)

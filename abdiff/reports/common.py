@@ -424,7 +424,8 @@ def root_cause_lines(cfg: ConfigResult, width: int = 120) -> list[str]:
         named = sum(d.delta_us for d in cfg.kernel_deltas)
         lines.append(f"(these: {significant(named, 3, sign=True)} µs of the "
                      f"{significant(lat.b_us - lat.a_us, 4, sign=True)} µs change)")
-    return lines
+    return lines + [clip(f"Δ {significant(d.delta_us, 3, sign=True)} µs in module {d.kernel}",
+                         width) for d in cfg.module_deltas]
 
 
 def status_cell(cfg: ConfigResult) -> str:

@@ -52,7 +52,9 @@ def _patched_records(plan: ProbePlan, report: Path) -> list[tuple[str, dict]]:
     for cid, record in records:
         shape = shapes.get(tuple(int(v) for v in keys.get(cid, ())))
         if record.get("status") == "ok" and shape is not None:
-            record["kernels"] = shape.per_iteration()
+            record["kernels"] = shape.per_iteration()  # copies and fills included
+            record["kernel_us"] = shape.kernel_us()  # GPU times, for the root cause
+            record["module_us"] = shape.module_us()
     return records
 
 
