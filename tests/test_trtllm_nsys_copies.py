@@ -48,7 +48,8 @@ class CopyExport(Export):
         corr = self._call(launched, "cudaMemcpyAsync")
         self.conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, "
                           "contextId, streamId, correlationId, bytes, copyKind) VALUES "
-                          "(?, ?, 0, 1, 7, ?, ?, ?)", (launched + 3, launched + 7, corr, size, kind))
+                          "(?, ?, 0, 1, 7, ?, ?, ?)",
+                          (launched + 3, launched + 7, corr, size, kind))
 
     def memset(self, launched: int, size: int) -> None:
         corr = self._call(launched, "cudaMemsetAsync")
