@@ -692,7 +692,7 @@ shutil.copy({str(tmp_path / "prepared.sqlite")!r}, out)
     record = log.done["GEN-TRTLLM-bs2-q1-kv16"]
     assert record.status == "ok" and len(record.latency_us) == 3
     assert record.kernels == {"nvjet_tst_stand_in": 1, "void fmhaSm90Kernel<stand-in>(...)": 1}
-    assert (tmp_path / "work/nsys/report_rank0.sqlite").is_file()
+    assert (tmp_path / "work/nsys/report_np1_rank0.sqlite").is_file()
 
 
 class NumberedSensor:

@@ -14,7 +14,7 @@ from abdiff.commands.common import (
 )
 from abdiff.compare import compare_runs
 from abdiff.policy import parse_expect, parse_gates
-from abdiff.records import load_run_file
+from abdiff.records import RunFile, load_run_file
 from abdiff.stats import DEFAULT_ALPHA
 from abdiff.suites import builtin_suites, load_suite
 
@@ -27,9 +27,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def load_side(path: Path) -> RunFile:
+    """A run file, or a folder of upstream run.py outputs (targets/trtllm/upstream_runs.py)."""
+    if Path(path).is_dir():
+        from abdiff.targets.trtllm.upstream_runs import import_run_dir
+
+        return import_run_dir(path)
+    return load_run_file(path)
+
+
 def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
-    run_a, run_b = load_run_file(args.run_a), load_run_file(args.run_b)
+    run_a, run_b = load_side(args.run_a), load_side(args.run_b)
     keys = sorted({k for r in (run_a, run_b) for c in r.configs for k in c.params})
     expect = parse_expect(args.expect, keys)
     check_expect_values(expect, [c.params for r in (run_a, run_b) for c in r.configs])

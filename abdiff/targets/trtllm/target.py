@@ -712,7 +712,7 @@ class TrtllmTarget(Target):
             configs=[{"id": c["id"], **{k: c["params"][k] for k in SHAPES}} for c in block],
             profile_kernels=job.profile_kernels, device=job.device,
             cuda_graph=uses_cuda_graph(args, base),
-            nsys_pending=nsys_pending, nsys_report=nsys_report,
+            nsys_pending=nsys_pending, nsys_report=nsys_report, world_size=job.ranks,
             env={"trtllm.args": args, "trtllm.block": [c["id"] for c in block]},
         )
         plan_path = work / "trtllm-plan.json"
