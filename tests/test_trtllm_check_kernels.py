@@ -87,3 +87,24 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         done = run_abdiff("check-kernels", run, *args, "--baselines-dir", tmp_path / "none")
         assert done.returncode == 2 and words in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_sm90_golden_file_catches_the_seed_prs_first_version() -> None:
+    """Real H200 data: baselines/kernels/sm90/mtp.json was written from the committed
+    H200 baseline (reference target, `pr`); `main..pr-v1`'s B side, measured on the same
+    GPU in another session, trips exactly on the four TRTLLM MTP configs whose attention
+    kernel changed; a later `pr` run passes."""
+    golden = ["--arch", "sm90", "--baselines-dir", ROOT / "baselines"]
+    done = run_abdiff("check-kernels", ROOT / "results/h200/baseline-graph..pr/b.json", *golden)
+    assert done.returncode == 0, done.stdout
+    done = run_abdiff("check-kernels", ROOT / "results/h200/cuda-graph-main..pr-v1/b.json",
+                      *golden)
+    assert done.returncode == 1
+    changed = sorted(line.split()[1].rstrip(":") for line in done.stdout.splitlines()
+                     if line.startswith("CHANGED"))
+    assert changed == ["GEN-TRTLLM-bs32-q2-kv2049", "GEN-TRTLLM-bs32-q4-kv2049",
+                       "GEN-TRTLLM-bs8-q2-kv2049", "GEN-TRTLLM-bs8-q4-kv2049"]
+    assert "+cudnn_generated_fort_native_sdpa_sm90_flash_fprop" in done.stdout
