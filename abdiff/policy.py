@@ -62,7 +62,8 @@ def parse_gates(text: str | None) -> dict[str, str]:
                              "{latency: soft}")
         items = [(str(k), str(v)) for k, v in data.items()]
     else:
-        items = [tuple(part.partition("=")[::2]) for part in text.split(",") if part]
+        items = [(part.partition("=")[0], part.partition("=")[2])
+                 for part in text.split(",") if part]
     gates: dict[str, str] = {}
     for name, level in items:
         if name not in GATE_CLASSES or level not in GATE_LEVELS:
@@ -151,9 +152,10 @@ def apply_policy(configs: list[ConfigResult], expect: dict[str, list[str]],
         config.in_scope = in_scope(config.params, expect)
         config.verdict = verdict(config)
     counts = {name: sum(c.verdict == name for c in configs) for name in VERDICTS}
-    summary = {**counts, "configs": len(configs), "measured": sum(map(measured, configs)),
-               "not_compared": not_compared, "require_all": require_all,
-               "exit_code": exit_code(configs, require_all, not_compared, gates)}
+    summary: dict[str, Any] = {
+        **counts, "configs": len(configs), "measured": sum(map(measured, configs)),
+        "not_compared": not_compared, "require_all": require_all,
+        "exit_code": exit_code(configs, require_all, not_compared, gates)}
     soft = sorted(name for name, level in (gates or {}).items() if level == "soft")
     if soft:
         summary["soft_gates"] = soft
