@@ -93,8 +93,9 @@ def import_run_dir(folder: Path) -> RunFile:
                 kernel_us=shape.kernel_us() if shape else {},
                 module_us=shape.module_us() if shape else {}))
     if not configs:
-        raise InputError(f"{folder}: no run.py timing lines ([RANK 0] batch_size ...) in any "
-                         f"{' or '.join(LOG_SUFFIXES)} file; save run.py's output there")
+        raise InputError(f"{folder}: cannot read run file: a folder with no run.py timing "
+                         f"lines ([RANK 0] batch_size ...) in a {' or '.join(LOG_SUFFIXES)} "
+                         "file; give a run file, or save run.py's output there")
     return RunFile(rev=f"upstream:{folder.name}", sha="", target="trtllm", suite=folder.name,
                    env={"source": f"upstream run.py outputs in {folder}",
                         "timing": "run.py's CUDA events (median per round)"},
