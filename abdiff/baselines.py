@@ -24,7 +24,10 @@ from abdiff.records import Result, RunFile, load_run_file
 # What must match between the baseline's machine and this one for latency to be comparable
 # (cuda_graph too: graph replays and eager calls time different things).
 FINGERPRINT_KEYS = ("target", "device", "device_name", "device_count", "driver", "cuda",
-                    "torch", "python", "cpu_model", "tensorrt_llm.version", "cuda_graph")
+                    "torch", "python", "cpu_model", "tensorrt_llm.version", "cuda_graph",
+                    "kernel_env")
+# env key: the kernel-selecting variables the workers ran under (launchers/process.py)
+KERNEL_ENV = "kernel_env"
 # Where the baseline's machine differs from this one in these, latency is still comparable
 # (another host with the same GPU model, driver and software): a note, never a refusal.
 NOTE_KEYS = ("host", "gpu_uuid", "clock_policy")
@@ -58,16 +61,34 @@ def list_baselines(folder: Path) -> list[tuple[str, RunFile]]:
 
 def fingerprint(run: RunFile) -> dict[str, Any]:
     env = {**run.env, "target": run.target}
-    return {key: env[key] for key in FINGERPRINT_KEYS if env.get(key) is not None}
+    # no kernel-selecting variable set is the default path, as in runs recorded before the key
+    return {key: env[key] for key in FINGERPRINT_KEYS if env.get(key) not in (None, {})}
 
 
 def fingerprint_differences(baseline: dict[str, Any], here: dict[str, Any]) -> list[str]:
     """`key: baseline value != value here` for every fingerprint key that differs."""
     return [
-        f"{key}: {baseline.get(key)!r} in the baseline, {here.get(key)!r} here"
-        for key in FINGERPRINT_KEYS
-        if baseline.get(key) != here.get(key) and (key in baseline or key in here)
+        *(f"{key}: {baseline.get(key)!r} in the baseline, {here.get(key)!r} here"
+          for key in FINGERPRINT_KEYS
+          if key != KERNEL_ENV and baseline.get(key) != here.get(key)
+          and (key in baseline or key in here)),
+        *kernel_env_differences(baseline, here, "in the baseline", "here"),
     ]
+
+
+def kernel_env_differences(env_a: dict[str, Any], env_b: dict[str, Any], where_a: str,
+                           where_b: str) -> list[str]:
+    """`NAME: 'a' in A, unset in B` for each kernel-selecting variable that differs."""
+    a = env_a.get(KERNEL_ENV) or {}
+    b = env_b.get(KERNEL_ENV) or {}
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return []
+
+    def shown(values: dict[str, Any], name: str) -> str:
+        return repr(values[name]) if name in values else "unset"
+
+    return [f"{name}: {shown(a, name)} {where_a}, {shown(b, name)} {where_b}"
+            for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
 
 
 def fingerprint_notes(baseline_env: dict[str, Any], here_env: dict[str, Any]) -> list[str]:

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from abdiff import stats
-from abdiff.baselines import interleaved
+from abdiff.baselines import interleaved, kernel_env_differences
 from abdiff.clocks import clock_notes
-from abdiff.kernel_times import root_cause
+from abdiff.kernel_times import module_cause, root_cause
 from abdiff.policy import apply_policy
 from abdiff.ranks import rank_notes
 from abdiff.records import (
@@ -95,6 +95,22 @@ def facts_diff(a: dict | None, b: dict | None) -> dict[str, list[Any]]:
     if a is None or b is None:
         return {}
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def set_aside_redefined_facts(configs: list[ConfigResult], run_a: RunFile,
+                              run_b: RunFile) -> dict[str, tuple[str, str]]:
+    """Recorded facts whose meaning differs between the sides (env `fact_meanings`, set by
+    the target per checkout): their value changes are taken out of `facts_changed` (neither
+    a regression nor a match); returns fact -> (meaning at A, meaning at B)."""
+    a, b = run_a.env.get("fact_meanings") or {}, run_b.env.get("fact_meanings") or {}
+    recorded = {name for run in (run_a, run_b) for config in run.configs
+                for record in config.rounds for name in record.facts}
+    redefined = {name: (a[name], b[name]) for name in set(a) & set(b) & recorded
+                 if a[name] != b[name]}
+    for config in configs:
+        for name in redefined:
+            config.facts_changed.pop(name, None)
+    return redefined
 
 
 def kernels_diff(a: dict | None, b: dict | None) -> tuple[dict[str, int], dict[str, int]]:
@@ -201,6 +217,7 @@ def compare_runs(
     notes: list[str] | None = None,
     require_all: bool = False,
     small_changes: str = "report",
+    gates: dict[str, str] | None = None,
 ) -> Result:
     """The Result of comparing B with A on the configs both measured.
 
@@ -239,11 +256,25 @@ def compare_runs(
             kernels_removed=removed,
             latency=latency,
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
+            module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
-    summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes)
+    redefined = set_aside_redefined_facts(configs, run_a, run_b)
+    summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes,
+                           gates)
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])
+    env_differences = kernel_env_differences(run_a.env, run_b.env, "in A", "in B")
+    if env_differences:
+        # another kernel path may have been measured: said next to the verdict too
+        summary["kernel_env_differs"] = sorted({d.split(":", 1)[0] for d in env_differences})
+        all_notes.append("kernel-selecting environment differs between the sides: "
+                         + "; ".join(env_differences))
+    if redefined:
+        summary["facts_redefined"] = sorted(redefined)
+        all_notes += [f"{name} means something else on each side, values not compared "
+                      f"(A: {meanings[0]}; B: {meanings[1]})"
+                      for name, meanings in sorted(redefined.items())]
     eager_cuda = all(r.env.get("device") == "cuda" and not r.env.get("cuda_graph")
                      for r in (run_a, run_b))
     noise = noise_note(pairs, configs, min_effect, eager_cuda)

@@ -27,10 +27,12 @@ def kernel_family(name: str) -> str:
     return _TEMPLATE.sub("<>", _ARGUMENTS.sub("", name))
 
 
-def side_kernel_us(rounds: list[RoundRecord]) -> dict[str, float] | None:
-    """Per kernel, the median of its total time over the side's rounds that recorded times
-    (a kernel a round did not run counts 0 there); None when no round has them."""
-    timed = [r.kernel_us for r in rounds if r.status == "ok" and r.kernel_us]
+def side_kernel_us(rounds: list[RoundRecord],
+                   field: str = "kernel_us") -> dict[str, float] | None:
+    """Per kernel (with `field="module_us"`: per module), the median of its total time over
+    the side's rounds that recorded times (one a round did not run counts 0 there); None
+    when no round has them."""
+    timed = [getattr(r, field) for r in rounds if r.status == "ok" and getattr(r, field)]
     if not timed:
         return None
     names = sorted({name for times in timed for name in times})
@@ -81,6 +83,14 @@ def kernel_deltas(a: dict[str, float], b: dict[str, float]) -> list[KernelDelta]
 def root_cause(rounds_a: list[RoundRecord], rounds_b: list[RoundRecord]) -> list[KernelDelta]:
     """The kernels behind a config's difference; empty where a side recorded no times."""
     a, b = side_kernel_us(rounds_a), side_kernel_us(rounds_b)
+    if a is None or b is None:
+        return []
+    return kernel_deltas(a, b)
+
+
+def module_cause(rounds_a: list[RoundRecord], rounds_b: list[RoundRecord]) -> list[KernelDelta]:
+    """The modules (NVTX ranges) behind a config's difference, as `root_cause` for kernels."""
+    a, b = side_kernel_us(rounds_a, "module_us"), side_kernel_us(rounds_b, "module_us")
     if a is None or b is None:
         return []
     return kernel_deltas(a, b)

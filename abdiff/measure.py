@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import inspect
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -336,12 +337,15 @@ def environment(device: str) -> dict[str, Any]:
 
     import torch
 
+    from abdiff.launchers.process import kernel_selecting_environment
+
     env: dict[str, Any] = {
         "device": device,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "host": platform.node(),
+        "kernel_env": kernel_selecting_environment(os.environ),
     }
     if device == "cuda":
         env.update(

@@ -13,7 +13,10 @@ measurement on either side, nothing was checked and the exit code is 3.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from abdiff.errors import InputError
 from abdiff.records import ConfigResult
@@ -21,6 +24,9 @@ from abdiff.records import ConfigResult
 VERDICTS = ("still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
 SMALL_CHANGES = ("report", "gate")  # --small-changes: a change below the threshold fails or not
 NOTHING_MEASURED_EXIT = 3  # no config produced a measurement on either side: the tool failed
+# what a change can be a change of; `--gate latency=soft` reports a class and fails on none
+GATE_CLASSES = ("status", "facts", "kernels", "latency")
+GATE_LEVELS = ("soft", "hard")
 
 
 def parse_expect(items: list[str], allowed_keys: list[str]) -> dict[str, list[str]]:
@@ -36,6 +42,55 @@ def parse_expect(items: list[str], allowed_keys: list[str]) -> dict[str, list[st
             )
         expect.setdefault(key, []).extend(v for v in value.split(",") if v)
     return expect
+
+
+def parse_gates(text: str | None) -> dict[str, str]:
+    """`latency=soft,kernels=hard` (or a YAML file of such a mapping) -> {class: level}.
+
+    A class not named is hard: a soft gate is something a team rolls out on purpose."""
+    if not text:
+        return {}
+    where = f"--gate {text!r}"
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml", ".json") or path.is_file():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise InputError(f"{where}: cannot read the gate file ({type(exc).__name__}); give "
+                             "CLASS=soft|hard,... or a YAML mapping file") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: the file must map classes to soft or hard, e.g. "
+                             "{latency: soft}")
+        items = [(str(k), str(v)) for k, v in data.items()]
+    else:
+        items = [(part.partition("=")[0], part.partition("=")[2])
+                 for part in text.split(",") if part]
+    gates: dict[str, str] = {}
+    for name, level in items:
+        if name not in GATE_CLASSES or level not in GATE_LEVELS:
+            raise InputError(f"{where}: {name}={level} is not CLASS=soft|hard with CLASS one of "
+                             f"{', '.join(GATE_CLASSES)}, e.g. --gate latency=soft,kernels=hard")
+        gates[name] = level
+    return gates
+
+
+def changed_classes(config: ConfigResult) -> list[str]:
+    """The gate classes in which `config` changed (status, facts, kernels, latency)."""
+    found = {
+        "status": config.status_change in ("fixed", "broken", "failure-changed"),
+        "facts": bool(config.facts_changed),
+        "kernels": bool(config.kernels_added or config.kernels_removed),
+        "latency": config.latency.verdict in ("slower", "faster"),
+    }
+    return [name for name in GATE_CLASSES if found[name]]
+
+
+def fails(config: ConfigResult, gates: dict[str, str] | None = None) -> bool:
+    """An unintended change in at least one hard class (every class is hard by default)."""
+    if config.verdict != "unintended":
+        return False
+    return any((gates or {}).get(name, "hard") == "hard"
+               for name in changed_classes(config) or ["status"])
 
 
 def in_scope(params: dict[str, Any], expect: dict[str, list[str]]) -> bool:
@@ -86,12 +141,13 @@ def measured(config: ConfigResult) -> bool:
     return config.status_a == "ok" and config.status_b == "ok"
 
 
-def exit_code(configs: list[ConfigResult], require_all: bool, not_compared: int = 0) -> int:
-    """3 when no config ran on either side, 1 for an unintended change (or, with
-    `require_all`, a config not measured on both sides), else 0."""
+def exit_code(configs: list[ConfigResult], require_all: bool, not_compared: int = 0,
+              gates: dict[str, str] | None = None) -> int:
+    """3 when no config ran on either side, 1 for an unintended change in a hard gate class
+    (or, with `require_all`, a config not measured on both sides), else 0."""
     if not any("ok" in (c.status_a, c.status_b) for c in configs):
         return NOTHING_MEASURED_EXIT
-    if any(c.verdict == "unintended" for c in configs):
+    if any(fails(c, gates) for c in configs):
         return 1
     if require_all and (not_compared or not all(measured(c) for c in configs)):
         return 1
@@ -100,15 +156,24 @@ def exit_code(configs: list[ConfigResult], require_all: bool, not_compared: int 
 
 def apply_policy(configs: list[ConfigResult], expect: dict[str, list[str]],
                  require_all: bool = False, not_compared: int = 0,
-                 small_changes: str = "report") -> dict[str, Any]:
+                 small_changes: str = "report",
+                 gates: dict[str, str] | None = None) -> dict[str, Any]:
     """Set `in_scope` and `verdict` on each config; return the summary with the exit code.
 
-    `not_compared` counts configs with no rounds on a side (they are not in `configs`)."""
+    `not_compared` counts configs with no rounds on a side (they are not in `configs`);
+    `gates` makes classes soft: reported as always, failing nothing."""
     for config in configs:
         config.in_scope = in_scope(config.params, expect)
         config.verdict = verdict(config, small_changes)
     counts = {name: sum(c.verdict == name for c in configs) for name in VERDICTS}
-    return {**counts, "configs": len(configs), "measured": sum(map(measured, configs)),
-            "not_compared": not_compared, "require_all": require_all,
-            "small_changes": small_changes,
-            "exit_code": exit_code(configs, require_all, not_compared)}
+    summary: dict[str, Any] = {
+        **counts, "configs": len(configs), "measured": sum(map(measured, configs)),
+        "not_compared": not_compared, "require_all": require_all,
+        "small_changes": small_changes,
+        "exit_code": exit_code(configs, require_all, not_compared, gates)}
+    soft = sorted(name for name, level in (gates or {}).items() if level == "soft")
+    if soft:
+        summary["soft_gates"] = soft
+        summary["soft_only"] = [c.id for c in configs
+                                if c.verdict == "unintended" and not fails(c, gates)]
+    return summary

@@ -55,7 +55,7 @@ def merge_records(records: list[RoundRecord]) -> RoundRecord:
     }
     return RoundRecord(status, error, latency, first.facts, first.kernels, first.round,
                        ranks=[asdict(r) for r in records], rank_differences=differences,
-                       kernel_us=first.kernel_us)
+                       kernel_us=first.kernel_us, module_us=first.module_us)
 
 
 def merge_rank_logs(logs: list[RoundLog]) -> RoundLog:

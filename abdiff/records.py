@@ -51,6 +51,9 @@ class RoundRecord:
     session: str | None = None  # the measuring session (RunFile.sessions), for drift
     # each kernel's (operator's self time, on the CPU) total time in the profiled call, us
     kernel_us: dict[str, Annotated[float, Min(0)]] = field(default_factory=dict)
+    # GPU time of each module range (NVTX, e.g. attention, MoE) in one timed iteration, us
+    # (trtllm with nsys: the ranges upstream's runner marks)
+    module_us: dict[str, Annotated[float, Min(0)]] = field(default_factory=dict)
     # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/clocks.py)
     # {"start": {"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}, "end": {...}}
     clocks: dict[str, Any] = field(default_factory=dict)
@@ -159,6 +162,8 @@ class ConfigResult:
     verdict: Verdict = "unchanged"
     # where the latency or the kernels changed: the kernels that account for it, largest first
     kernel_deltas: list[KernelDelta] = field(default_factory=list)
+    # the same for module ranges (RoundRecord.module_us; `kernel` holds the module's name)
+    module_deltas: list[KernelDelta] = field(default_factory=list)
 
 
 @dataclass

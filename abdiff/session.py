@@ -32,6 +32,7 @@ from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import prime, unprime
 from abdiff.measure import resolve_device, timing_kind
+from abdiff.policy import parse_gates
 from abdiff.records import Result, RunFile
 from abdiff.revs import WORKTREE, SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
@@ -76,13 +77,14 @@ def worker_start(choice: str) -> str:
 
 def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     refuse_secrets(args.pass_env, args.unsafe_allow_secret_env)
-    suite = load_suite(args.configs, allow_large=args.yes)
+    suite = load_suite(args.configs, allow_large=args.yes, repo_root=repo_root)
     target = detect_target(repo_root, args.target)()
     launcher_name = args.launcher or target.default_launcher
     if launcher_name == "local" and not args.np and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
                          "or torchrun to start that many ranks (or --np 1 for one)")
-    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes)
+    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes,
+                             getattr(target, "srun_container", None))
     cache_dir = (args.cache_dir or default_cache_dir()).resolve()
     start_mode = worker_start(args.prestart)
     # the first worker (the fork server) imports torch while the checks below run and the
@@ -231,7 +233,7 @@ def measure_and_compare(
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
         return compare_runs(run_a, run_b, expect, min_effect, args.alpha, notes,
-                            args.require_all, args.small_changes)
+                            args.require_all, args.small_changes, parse_gates(args.gate))
 
 
 def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, name: str,

@@ -512,29 +512,40 @@ run_times: 3
 
 def test_an_upstream_config_file_is_a_suite(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """`--configs my_config_gen.yaml` in upstream's own format: translated, the ignored keys
-    named, and it runs as upstream's run.py would run that file."""
+    named, and it runs as upstream's run.py would run that file; its balance_ratio list is
+    an axis: configs that differ only by it have their own ids and their own run.py process
+    (the probe's per-process shape key never holds two of them)."""
     path = tmp_path / "my_config_gen.yaml"
     path.write_text(UPSTREAM_STYLE)
     done = run_abdiff("doctor", "--configs", path, env={**git_env(), "HF_HUB_CACHE": str(
         tmp_path / "hub")})
     assert (f"abdiff: {path}: upstream's run.py config, translated into a suite (backend DSA "
             "from the model name 'deepseek-ai/DeepSeek-V3.2-Exp'); ignored: scaled_from (null: "
-            "run.py's default), balance_ratio (several values: abdiff has no balance-ratio "
-            "axis; write one value per suite)") in done.stderr
+            "run.py's default)\n") in done.stderr
     suite = load_suite(str(path))
-    assert [c.id for c in suite.configs] == ["GEN-DSA-bs2-q2-kv16", "GEN-DSA-bs4-q2-kv16"]
+    assert [c.id for c in suite.configs] == [
+        "GEN-DSA-bs2-q2-kv16-br0.5", "GEN-DSA-bs2-q2-kv16-br0.8",
+        "GEN-DSA-bs4-q2-kv16-br0.5", "GEN-DSA-bs4-q2-kv16-br0.8"]
     assert (suite.warmup_times, suite.run_times) == (1, 3)
     settings = RoundSettings(facts=suite.facts, warmup_times=1, run_times=3, timeout_s=120,
                              target_options=suite.target_options)
     records: dict = {}
-    run_round(TrtllmTarget(), LocalLauncher(), checkouts["pr"], suite.configs, settings, 0,
-              tmp_path / "work", lambda cid, rec: records.__setitem__(cid, rec))
+    output = run_round(TrtllmTarget(), LocalLauncher(), checkouts["pr"], suite.configs,
+                       settings, 0, tmp_path / "work",
+                       lambda cid, rec: records.__setitem__(cid, rec))
     assert {cid: r.status for cid, r in records.items()} == {c.id: "ok" for c in suite.configs}
-    args = " ".join(read_round_log(tmp_path / "work/worker0/records.jsonl").env["trtllm.args"])
-    for option in ("--layer-indices 5", "--tokens-per-block 64", "--enable-attention-dp",
-                   "--moe-backend DEEPGEMM", "--no-use-cuda-graph", "--balance-method Balanced"):
-        assert option in args, args
-    assert "--balance-ratio" not in args
+    assert output.processes == 2  # one run.py per balance ratio
+    ratios = []
+    for worker in ("worker0", "worker1"):
+        log = read_round_log(tmp_path / "work" / worker / "records.jsonl")
+        args = " ".join(log.env["trtllm.args"])
+        for option in ("--layer-indices 5", "--tokens-per-block 64", "--enable-attention-dp",
+                       "--moe-backend DEEPGEMM", "--no-use-cuda-graph",
+                       "--balance-method Balanced"):
+            assert option in args, args
+        ratios.append(args.split("--balance-ratio ")[1].split()[0])
+        assert all(cid.endswith(f"br{ratios[-1]}") for cid in log.env["trtllm.block"])
+    assert sorted(ratios) == ["0.5", "0.8"]
 
 
 def test_yaml_written_is_loadable_by_run_py(checkouts: dict[str, Path]) -> None:
@@ -638,7 +649,8 @@ def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: P
             "(--warmup-times, --run-times) [every run]") in out
     assert "  yes     autotunes inside `with autotune():`" in out
     assert "  -       one untimed call before each shape's timed calls" in out
-    assert f"{RUN_PY}: no longer times each shape's run pack" in out
+    assert (f"{RUN_PY}: no --warmup-times / --run-times option (so the benchmark no longer "
+            "times each shape's run pack") in out
 
 
 def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,
@@ -680,7 +692,7 @@ shutil.copy({str(tmp_path / "prepared.sqlite")!r}, out)
     record = log.done["GEN-TRTLLM-bs2-q1-kv16"]
     assert record.status == "ok" and len(record.latency_us) == 3
     assert record.kernels == {"nvjet_tst_stand_in": 1, "void fmhaSm90Kernel<stand-in>(...)": 1}
-    assert (tmp_path / "work/nsys/report_rank0.sqlite").is_file()
+    assert (tmp_path / "work/nsys/report_np1_rank0.sqlite").is_file()
 
 
 class NumberedSensor:

@@ -11,10 +11,10 @@ import importlib
 from types import ModuleType
 
 NAMES = ["diff", "run", "compare", "baseline", "bisect", "demo", "suites", "comment", "cache",
-         "doctor"]
+         "doctor", "check-kernels"]
 
 
 def commands(first_word: str | None = None) -> list[ModuleType]:
     """The module of the subcommand `first_word` names, or all of them (help, errors)."""
     names = [first_word] if first_word in NAMES else NAMES
-    return [importlib.import_module(f"abdiff.commands.{n}") for n in names]
+    return [importlib.import_module(f"abdiff.commands.{n.replace('-', '_')}") for n in names]

@@ -126,6 +126,9 @@ def add_compare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", type=Path, metavar="FILE", help="also write the HTML report")
     parser.add_argument("--require-all", action="store_true",
                         help="exit 1 unless every config was measured on both sides")
+    parser.add_argument("--gate", metavar="CLASS=soft|hard,...",
+                        help="soft classes (status, facts, kernels, latency) are reported but "
+                        "do not fail the run, e.g. latency=soft,kernels=hard (or a YAML file)")
     parser.add_argument("--details-url", metavar="URL", type=markdown.check_url,
                         help="link the Markdown report to this page (HTML report, CI artifacts)")
 

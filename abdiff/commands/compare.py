@@ -13,8 +13,8 @@ from abdiff.commands.common import (
     finish,
 )
 from abdiff.compare import compare_runs
-from abdiff.policy import parse_expect
-from abdiff.records import load_run_file
+from abdiff.policy import parse_expect, parse_gates
+from abdiff.records import RunFile, load_run_file
 from abdiff.suites import builtin_suites, load_suite
 
 
@@ -26,9 +26,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def load_side(path: Path) -> RunFile:
+    """A run file, or a folder of upstream run.py outputs (targets/trtllm/upstream_runs.py)."""
+    if Path(path).is_dir():
+        from abdiff.targets.trtllm.upstream_runs import import_run_dir
+
+        return import_run_dir(path)
+    return load_run_file(path)
+
+
 def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
-    run_a, run_b = load_run_file(args.run_a), load_run_file(args.run_b)
+    run_a, run_b = load_side(args.run_a), load_side(args.run_b)
     keys = sorted({k for r in (run_a, run_b) for c in r.configs for k in c.params})
     expect = parse_expect(args.expect, keys)
     check_expect_values(expect, [c.params for r in (run_a, run_b) for c in r.configs])
@@ -51,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                      f"interleaved is unknown; latency uses the interleaved {min_effect:.1%} "
                      "margin")
     result = compare_runs(run_a, run_b, expect, margin, args.alpha, notes,
-                          args.require_all, args.small_changes)
+                          args.require_all, args.small_changes, parse_gates(args.gate))
     if margin != min_effect:
         note_margin_effects(result, min_effect, margin, f"run file A ({args.run_a.name})")
     return finish(result, args)

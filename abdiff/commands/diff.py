@@ -18,6 +18,7 @@ from abdiff.commands.common import (
     expect_scope,
     finish,
 )
+from abdiff.policy import parse_gates
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Plan
 from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     repo_root = open_repo(args.repo)
     # the range before the bench: a typo is refused before a worker process starts
     baseline = parse_baseline_range(args.range)
+    parse_gates(args.gate)  # a typo in --gate is refused before anything is measured
     specs = resolve_range(repo_root, args.range) if baseline is None else None
     bench = prepare_bench(args, repo_root)
     expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),

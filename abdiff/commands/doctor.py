@@ -111,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         if behaviours is not None:  # what of the benchmark's own flow the probe relies on
             print("\nrun.py behaviours the probe relies on:")
             print(behaviours([(r.label, r.path) for r in reports]))
+        story = getattr(target, "seed_story_line", None)
+        if story is not None and repo_root is not None:  # the real upstream commits
+            print(f"\n{story(repo_root)}")
     elif repo_root is None and target.hooks:
         print("\nno repository here: hooks not checked (give --repo PATH or a range)")
     code = exit_code(checks, target_cls.name, reports)

@@ -7,8 +7,10 @@ from abdiff.errors import InputError
 from abdiff.launchers.base import Launcher
 
 
-def make_launcher(name: str, np: int | None = None, nodes: int | None = None) -> Launcher:
-    """The launcher for `--launcher NAME --np N --nodes M`."""
+def make_launcher(name: str, np: int | None = None, nodes: int | None = None,
+                  srun_container: str | None = None) -> Launcher:
+    """The launcher for `--launcher NAME --np N --nodes M` (`srun_container`: the target's
+    default container name for srun)."""
     if name == "local":
         if (np or 1) > 1 or (nodes or 1) > 1:
             raise InputError("--np/--nodes need --launcher mpirun, srun or torchrun")
@@ -24,7 +26,7 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None) ->
     if name == "srun":
         from abdiff.launchers.slurm import SrunLauncher
 
-        return SrunLauncher(np or 1, nodes or 1)
+        return SrunLauncher(np or 1, nodes or 1, container_default=srun_container)
     if name == "torchrun":
         if (nodes or 1) > 1:
             raise InputError("--nodes needs --launcher srun (torchrun here runs on one node)")

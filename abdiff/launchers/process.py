@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,7 +44,18 @@ ALLOWED_NAMES = frozenset({
     "TRANSFORMERS_OFFLINE",
 })
 ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "TORCH_", "PYTORCH_",
-                    "TRITON_", "OMPI_", "PMIX_", "SLURM_")
+                    "TRITON_", "OMPI_", "PMIX_", "SLURM_", "TLLM_", "TRTLLM_")
+# Variables that pick kernels or communication paths (TLLM_FMHA_LIBS, TRTLLM_ENABLE_PDL,
+# NCCL_ALGO, CUDA_MODULE_LOADING, ...): a run measured under them measures another path, so
+# every run records them (measure.environment) and a difference between sides is reported.
+KERNEL_SELECTING_PREFIXES = ("TLLM_", "TRTLLM_", "NCCL_", "CUDA_")
+# Those prefixes' names that say where something is or which device a rank uses, not which
+# kernel runs: not recorded (they differ between hosts and ranks of the same run).
+NOT_KERNEL_SELECTING = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDA_CACHE_PATH",
+    "CUDA_VERSION", "CUDA_DRIVER_VERSION", "NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS",
+    "NCCL_VERSION", "TLLM_LOG_LEVEL",
+})
 # Credentials that use an allowed prefix (SLURM_JWT, a TORCH_HUB token): still kept out.
 SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_KEY",
                    "*CREDENTIAL*", "*_AUTH*")
@@ -59,6 +71,13 @@ def passed_to_workers(name: str, pass_env: list[str] | None = None) -> bool:
         return True
     allowed = name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
     return allowed and not any(fnmatch.fnmatchcase(name.upper(), p) for p in SECRET_PATTERNS)
+
+
+def kernel_selecting_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `environ` that select kernels and reach workers, sorted by name."""
+    return {name: environ[name] for name in sorted(environ)
+            if name.startswith(KERNEL_SELECTING_PREFIXES) and name not in NOT_KERNEL_SELECTING
+            and passed_to_workers(name)}
 
 
 def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,

@@ -12,8 +12,10 @@ through torch.distributed). srun exports the caller's whole
 environment to the tasks by default, so the target's variables (PYTHONPATH,
 the probe's job file) reach every rank without extra flags.
 
-The container options are used only when a container name is given
-(`ABDIFF_SRUN_CONTAINER`, or upstream's CONTAINER_NAME): the checkouts abdiff
+The container options are used when a container name is given
+(`ABDIFF_SRUN_CONTAINER`, or upstream's CONTAINER_NAME) or the target has a
+default (trtllm: `layer_wise_benchmarks`, as upstream's slurm_launch.sh; set
+`ABDIFF_SRUN_CONTAINER=none` to run without a container): the checkouts abdiff
 creates and the abdiff package itself must then be mounted in the container,
 is done from `container_mounts` plus the folders the target lists in the
 `ABDIFF_RANK_PATHS` variable of its command (checkout, probe, job folder), each
@@ -31,6 +33,7 @@ from abdiff.launchers.mpirun import RankLauncher
 from abdiff.targets.base import LaunchSpec
 
 MPI_ENV = "ABDIFF_SRUN_MPI"
+NO_CONTAINER = "none"  # ABDIFF_SRUN_CONTAINER=none: no container even where a target has one
 RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target's command)
 
 
@@ -42,7 +45,8 @@ class SrunLauncher(RankLauncher):
 
     def __init__(self, np: int, nodes: int = 1, container_name: str | None = None,
                  container_mounts: list[str] | None = None, extra_args: list[str] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None,
+                 container_default: str | None = None) -> None:
         if np < 1 or nodes < 1:
             raise InputError(f"--np and --nodes must be at least 1, got {np} and {nodes}")
         if np % nodes:
@@ -52,8 +56,9 @@ class SrunLauncher(RankLauncher):
         self.nodes = nodes
         self._environ = environ
         env = self.environ
-        self.container_name = container_name or env.get("ABDIFF_SRUN_CONTAINER") or env.get(
-            "CONTAINER_NAME")
+        chosen = (container_name or env.get("ABDIFF_SRUN_CONTAINER") or env.get("CONTAINER_NAME")
+                  or container_default)
+        self.container_name = None if chosen == NO_CONTAINER else chosen
         self.container_mounts = list(container_mounts or [])
         self.extra_args = list(extra_args or [])
 

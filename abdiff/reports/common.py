@@ -152,14 +152,28 @@ def latency_undecided(result: Result) -> str | None:
 
 
 def verdict_line(result: Result) -> str:
-    """The headline: is there anything a reviewer must look at, and was anything measured?"""
+    """The headline: is there anything a reviewer must look at, and was anything measured?
+    Sides measured under different kernel-selecting variables say so here too."""
+    differs = result.summary.get("kernel_env_differs")
+    env = (f"; kernel-selecting environment differs: {clip(', '.join(map(str, differs)), 120)}"
+           if isinstance(differs, list) and differs else "")
+    return _verdict(result) + env
+
+
+def _verdict(result: Result) -> str:
     if exit_code(result) == policy.NOTHING_MEASURED_EXIT:
         return f"nothing measured (0 of {measured_counts(result)[1]} configs ran on both sides)"
     tally = counts(result)
     n = tally["unintended"]
     undecided = latency_undecided(result)
-    if n:  # what fails the gate first; the summary sentence counts the undecided
-        return f"{n} unintended change{'' if n == 1 else 's'}"
+    if n:
+        line = f"{n} unintended change{'' if n == 1 else 's'}"
+        soft = result.summary.get("soft_gates")
+        if isinstance(soft, list) and soft:  # `--gate latency=soft`: say what does not fail
+            only = result.summary.get("soft_only") or []
+            line += (f" (soft gates: {', '.join(map(str, soft))}; {len(only)} of them in soft "
+                     "classes only, reported, not failing)")
+        return line  # the summary sentence counts the undecided
     if exit_code(result) == 1 and result.summary.get("require_all") is True:
         return "not every config measured (--require-all)"
     measured, planned = measured_counts(result)
@@ -420,7 +434,8 @@ def root_cause_lines(cfg: ConfigResult, width: int = 120) -> list[str]:
         named = sum(d.delta_us for d in cfg.kernel_deltas)
         lines.append(f"(these: {significant(named, 3, sign=True)} µs of the "
                      f"{significant(lat.b_us - lat.a_us, 4, sign=True)} µs change)")
-    return lines
+    return lines + [clip(f"Δ {significant(d.delta_us, 3, sign=True)} µs in module {d.kernel}",
+                         width) for d in cfg.module_deltas]
 
 
 def status_cell(cfg: ConfigResult) -> str:

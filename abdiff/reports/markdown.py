@@ -119,9 +119,10 @@ def _kernel_groups(groups: list[common.KernelGroup]) -> list[str]:
 
 
 def icon(result: Result) -> str:
-    """:x: for an unintended change, :white_check_mark: for a pass, :warning: otherwise."""
+    """:x: for an unintended change that fails the run, :white_check_mark: for a pass,
+    :warning: otherwise (an unintended change in soft gate classes only included)."""
     if common.counts(result)["unintended"]:
-        return ":x:"
+        return ":x:" if common.exit_code(result) == 1 else ":warning:"
     return ":white_check_mark:" if common.passed(result) else ":warning:"
 
 

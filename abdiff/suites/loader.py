@@ -84,7 +84,8 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
         raise InputError(f"{where}: a suite must be a YAML mapping with a 'matrix'")
     document = from_json(SuiteFile, data, where, reject_unknown=True)
     matrix = {key: value if isinstance(value, list) else [value]
-              for key, value in asdict(document.matrix).items()} if document.matrix else {}
+              for key, value in asdict(document.matrix).items()
+              if value is not None} if document.matrix else {}
     for key, values in matrix.items():
         if len(set(values)) != len(values):
             raise InputError(f"{where}: matrix.{key} lists a value twice")
@@ -119,8 +120,18 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
     )
 
 
-def load_suite(name_or_path: str, allow_large: bool = False) -> Suite:
-    """A built-in suite by name, or a YAML file by path."""
+def load_suite(name_or_path: str, allow_large: bool = False,
+               repo_root: Path | None = None) -> Suite:
+    """A built-in suite by name, or a YAML file by path; `upstream-tests` is read from
+    the repository (`repo_root`, else the current folder)."""
+    from abdiff.suites.upstream_tests import NAME as UPSTREAM_TESTS
+
+    if name_or_path == UPSTREAM_TESTS:
+        from abdiff.suites.upstream_tests import load_upstream_tests
+
+        suite, note = load_upstream_tests(repo_root)
+        print(f"abdiff: {note}", file=sys.stderr)
+        return suite
     builtin = builtin_suites()
     if name_or_path in builtin:
         path, name = builtin[name_or_path], name_or_path

@@ -28,10 +28,14 @@ class Matrix:
     batch_size: Annotated[list[Positive], Len(1)] | Positive
     seq_len_q: Annotated[list[Positive], Len(1)] | Positive
     seq_len_kv_cache: Annotated[list[NonNegative], Len(1)] | NonNegative
+    # the MoE routing's balance ratio (upstream's --balance-ratio): optional; two configs
+    # that differ only by it have different ids and run in different processes (trtllm)
+    balance_ratio: Annotated[list[float], Len(1)] | float | None = None
 
 
 MATRIX_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Matrix))
-ID_PREFIX = {"batch_size": "bs", "seq_len_q": "q", "seq_len_kv_cache": "kv"}
+ID_PREFIX = {"batch_size": "bs", "seq_len_q": "q", "seq_len_kv_cache": "kv",
+             "balance_ratio": "br"}
 
 
 def config_id(params: dict[str, Any]) -> str:

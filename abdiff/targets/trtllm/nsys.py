@@ -9,6 +9,9 @@ one exists, instead of (or to cross-check) torch.profiler:
   (and `shortName`) are ids into `StringIds`;
 - `CUPTI_ACTIVITY_KIND_RUNTIME`: the CPU-side launch call; its `correlationId`
   ties a kernel to the moment the host launched it (graph replays included);
+- `CUPTI_ACTIVITY_KIND_MEMCPY` / `_MEMSET`: copies and fills, with their bytes and
+  (memcpy) direction; each is an entry of the kernel record, `[memcpy DtoH 4096 B]`,
+  counted per iteration, so the kernel diff shows a copy a change added;
 - `NVTX_EVENTS` + `ENUM_NSYS_EVENT_TYPE`: run.py wraps every iteration in an
   NVTX range named `b={batch_size} s={seq_len_q} past={seq_len_kv_cache} ...`;
   kernels whose launch falls in such a range belong to that iteration;
@@ -16,7 +19,10 @@ one exists, instead of (or to cross-check) torch.profiler:
   calibrator marks its own bookkeeping copies so) are left out, as parse.py
   leaves them out. For a kernel replayed from a CUDA graph, the launch that
   counts for that is the one captured into the graph (`CUDA_GRAPH_NODE_EVENTS`),
-  as in parse.py.
+  as in parse.py. The other ranges inside an iteration (the modules upstream's
+  runner marks) give each kernel a module: the innermost range around its launch
+  (for graph replays, around its capture); a module's time is the GPU time of its
+  kernels.
 
 Only the standard library is used (sqlite3, subprocess), so this module works
 on any machine that has the export, with or without a GPU.
@@ -99,14 +105,29 @@ def _name_column(conn: sqlite3.Connection) -> str:
     raise InfrastructureError("CUPTI_ACTIVITY_KIND_KERNEL has neither demangledName nor shortName")
 
 
+# CUPTI_ActivityMemcpyKind, the values nsys stores in CUPTI_ACTIVITY_KIND_MEMCPY.copyKind
+COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+              8: "DtoD", 9: "HtoH", 10: "PtoP"}
+
+
+def copy_name(kind: str, size: int) -> str:
+    """A copy or fill as a kernel record entry: `[memcpy DtoH 4096 B]`, `[memset 512 B]`.
+    One entry per direction and size, counted per iteration like a kernel, so a change
+    that adds a device-to-host copy per step is a kernel change of the config."""
+    return f"[{kind} {size} B]"
+
+
 @dataclass
 class ShapeKernels:
-    """The iterations run.py marked for one shape, and the kernels of each."""
+    """The iterations run.py marked for one shape: the kernels (copies and fills included)
+    of each, their GPU time, and the GPU time of each module range inside the iteration."""
 
     batch_size: int
     seq_len_q: int
     seq_len_kv_cache: int
     runs: list[Counter[str]] = field(default_factory=list)
+    times_ns: list[Counter[str]] = field(default_factory=list)  # per run: name -> GPU ns
+    modules_ns: list[Counter[str]] = field(default_factory=list)  # per run: module -> GPU ns
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -115,6 +136,15 @@ class ShapeKernels:
     def per_iteration(self) -> dict[str, int]:
         """The kernels of one iteration: the last marked run (after warm-up, as parse.py uses)."""
         return dict(sorted(self.runs[-1].items())) if self.runs else {}
+
+    def kernel_us(self) -> dict[str, float]:
+        """GPU time of each kernel (copy, fill) in the last marked run, microseconds."""
+        return {k: v / 1000 for k, v in sorted(self.times_ns[-1].items())} if self.runs else {}
+
+    def module_us(self) -> dict[str, float]:
+        """GPU time of the kernels launched inside each module range of the last marked
+        run (upstream's runner marks layers and modules with NVTX), microseconds."""
+        return {k: v / 1000 for k, v in sorted(self.modules_ns[-1].items())} if self.runs else {}
 
 
 def _push_pop_type(conn: sqlite3.Connection) -> int | None:
@@ -161,30 +191,69 @@ def kernels_by_shape(path: Path) -> dict[tuple[int, int, int], ShapeKernels]:
                  "LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G2 "
                  "ON G1.originalGraphNodeId = G2.graphNodeId " if graph else "")
         kernels = conn.execute(
-            f"SELECT R.start, {captured}, S.value FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
+            f"SELECT R.start, {captured}, S.value, K.end - K.start "
+            f"FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
             f"JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS R ON K.correlationId = R.correlationId "
             f"{joins}JOIN StringIds AS S ON K.{column} = S.id ORDER BY R.start"
         ).fetchall()
+        kernels += _copies(conn, tables)
     finally:
         conn.close()
-    runs: list[tuple[int, int, ShapeKernels, Counter[str]]] = []
+    runs: list[tuple[int, int, int]] = []  # (start, end, index into `marked`)
+    marked: list[tuple[ShapeKernels, int]] = []  # (shape, index of the run in the shape)
     shapes: dict[tuple[int, int, int], ShapeKernels] = {}
     ignored = [(int(start), int(end)) for start, end, label in ranges
                if label == IGNORE_RANGE and end is not None]
+    modules = [(int(start), int(end), str(label)) for start, end, label in ranges
+               if end is not None and label and label != IGNORE_RANGE
+               and not RUN_RANGE.match(label) and not label.startswith("layer_wise_benchmarks")]
     for start, end, label in ranges:
         match = RUN_RANGE.match(label or "")
         if not match or end is None:
             continue
         key = (int(match[1]), int(match[2]), int(match[3]))
         shape = shapes.setdefault(key, ShapeKernels(*key))
-        counts: Counter[str] = Counter()
-        shape.runs.append(counts)
-        runs.append((int(start), int(end), shape, counts))
+        shape.runs.append(Counter())
+        shape.times_ns.append(Counter())
+        shape.modules_ns.append(Counter())
+        runs.append((int(start), int(end), len(marked)))
+        marked.append((shape, len(shape.runs) - 1))
     starts = [r[0] for r in runs]
-    for launched, call_start, call_end, name in kernels:
+    for launched, call_start, call_end, name, duration in kernels:
         if any(lo <= int(call_start) and int(call_end) <= hi for lo, hi in ignored):
             continue
         i = bisect.bisect_right(starts, int(launched)) - 1
-        if i >= 0 and int(launched) < runs[i][1]:
-            runs[i][3][str(name)] += 1
+        if i < 0 or int(launched) >= runs[i][1]:
+            continue
+        shape, n = marked[runs[i][2]]
+        shape.runs[n][str(name)] += 1
+        shape.times_ns[n][str(name)] += int(duration or 0)
+        module = _innermost(modules, int(call_start), int(call_end))
+        if module is not None:
+            shape.modules_ns[n][module] += int(duration or 0)
     return shapes
+
+
+def _innermost(ranges: list[tuple[int, int, str]], start: int, end: int) -> str | None:
+    """The name of the shortest range holding the host call `start`..`end` (the module
+    whose code launched it; for graph replays, the call captured into the graph)."""
+    holding = [(hi - lo, label) for lo, hi, label in ranges if lo <= start and end <= hi]
+    return min(holding)[1] if holding else None
+
+
+def _copies(conn: sqlite3.Connection, tables: set[str]) -> list[tuple]:
+    """Memcpy and memset records as (host launch, call start, call end, name, GPU ns)."""
+    found: list[tuple] = []
+    for table, kind in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),
+                        ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+        if table not in tables or not {"bytes", "correlationId"} <= _columns(conn, table):
+            continue
+        direction = "C.copyKind" if kind == "memcpy" else "NULL"
+        for launched, call_end, copy_kind, size, duration in conn.execute(
+                f"SELECT R.start, R.end, {direction}, C.bytes, C.end - C.start FROM {table} AS C "
+                "JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS R ON C.correlationId = R.correlationId "
+                "ORDER BY R.start"):
+            label = kind if copy_kind is None else (
+                f"{kind} {COPY_KINDS.get(int(copy_kind), f'kind{copy_kind}')}")
+            found.append((launched, launched, call_end, copy_name(label, int(size)), duration))
+    return found

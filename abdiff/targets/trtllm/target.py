@@ -59,7 +59,9 @@ from abdiff.targets.base import ABDIFF_ROOT, Finding, LaunchSpec, RoundJob, Targ
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
+from abdiff.targets.trtllm.meanings import fact_meanings
 from abdiff.targets.trtllm.preflight import HF_VARIABLES, gpu_problem, local_gpus, suite_findings
+from abdiff.targets.trtllm.seed import seed_story_line
 
 PACKAGE = "tensorrt_llm"
 BENCH_DIR = "examples/layer_wise_benchmarks"
@@ -176,6 +178,8 @@ class Behaviour:
     what: str
     needed_for: str  # "every run", "nsys: true", ... or "not relied on"
     present: bool | None  # None: not checked (not relied on)
+    # when missing: one line per hook that failed, naming the file that was looked at
+    problems: list[str] = field(default_factory=list)
 
     @property
     def required(self) -> bool:
@@ -188,25 +192,26 @@ def run_py_behaviours(checkout: Path) -> list[Behaviour]:
     options = run_py_options(checkout / RUN_PY)
     checker = HookChecker(checkout)
 
-    def holds(*hooks: Hook) -> bool:
-        return not checker.problems(hooks)
+    def hooks_hold(what: str, needed_for: str, *hooks: Hook) -> Behaviour:
+        problems = checker.problems(hooks)
+        return Behaviour(what, needed_for, not problems, problems)
 
     lists = bool(options) and all(
         options.get(k) and (options[k].list_flag or options[k].comma_list) for k in SHAPES)
+    counts = "warmup_times" in options and "run_times" in options
     return [
         Behaviour("times each shape's run pack warmup_times + run_times times "
-                  "(--warmup-times, --run-times)", "every run",
-                  "warmup_times" in options and "run_times" in options),
+                  "(--warmup-times, --run-times)", "every run", counts,
+                  [] if counts else [f"{RUN_PY}: no --warmup-times / --run-times option"]),
         Behaviour("runs the product of shape lists in one process (--batch-size 8,32 or "
                   "--batch-size-list)", "one process per block (else one per config)", lists),
-        Behaviour("autotunes inside `with autotune():` (AutoTuner.is_tuning_mode), so "
-                  "tuning calls are neither timed nor profiled", "every run",
-                  holds(Hook((RUN_PY,), calls="autotune"),
-                        Hook((AUTOTUNER_PY,), cls="AutoTuner", attribute="is_tuning_mode"))),
-        Behaviour("marks timed calls with NVTX ranges and starts the profiler "
-                  "(cudaProfilerStart)", "nsys: true",
-                  holds(Hook((RUN_PY,), calls="annotate"),
-                        Hook((RUN_PY,), calls="cudaProfilerStart"))),
+        hooks_hold("autotunes inside `with autotune():` (AutoTuner.is_tuning_mode), so "
+                   "tuning calls are neither timed nor profiled", "every run",
+                   Hook((RUN_PY,), calls="autotune"),
+                   Hook((AUTOTUNER_PY,), cls="AutoTuner", attribute="is_tuning_mode")),
+        hooks_hold("marks timed calls with NVTX ranges and starts the profiler "
+                   "(cudaProfilerStart)", "nsys: true",
+                   Hook((RUN_PY,), calls="annotate"), Hook((RUN_PY,), calls="cudaProfilerStart")),
         Behaviour("one untimed call before each shape's timed calls (newer run.py)",
                   "not relied on: the probe keeps the last run_times calls", None),
     ]
@@ -341,6 +346,24 @@ def _guess(key: str) -> RunPyOption:
                        false_flag=f"--no-{dashed}")
 
 
+def spec_max_draft_len(value: Any, run_type: str, max_seq_len_q: int) -> int | None:
+    """The block's `--spec-max-draft-len`: `auto` is the block's largest seq_len_q - 1
+    (none for CTX or seq_len_q 1); a number must cover the block's draft tokens, since
+    upstream's runner refuses a GEN pack with more (hybrid models, e.g. Kimi K3)."""
+    needed = max_seq_len_q - 1 if run_type == "GEN" else 0
+    if value == "auto":
+        return needed or None
+    if isinstance(value, str) and value.isdigit():  # from a command line (upstream-tests)
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(f"target option spec_max_draft_len={value!r}: give a number of draft "
+                         "tokens or `auto` (the block's largest seq_len_q - 1)")
+    if value < needed:
+        raise InputError(f"target option spec_max_draft_len={value}: seq_len_q "
+                         f"{max_seq_len_q} needs at least {needed} draft tokens; use `auto`")
+    return value
+
+
 def translate_configs(
     configs: list[dict[str, Any]],
     options: TrtllmOptions,
@@ -392,6 +415,10 @@ def translate_configs(
     # otherwise nothing unless the suite says: run.py takes use_cuda_graph from upstream's
     # YAML of the run type (config_gen.yaml: true, config_ctx.yaml: false), as upstream runs
     lists = {k: list(dict.fromkeys(c["params"][k] for c in configs)) for k in SHAPES}
+    if "spec_max_draft_len" in settings:
+        settings["spec_max_draft_len"] = (
+            spec_max_draft_len(settings["spec_max_draft_len"][0], params["run_type"],
+                               max(lists["seq_len_q"])), True)
     need = {"max_batch_size": max(lists["batch_size"]),
             "max_seq_len": max(lists["seq_len_q"]) + max(lists["seq_len_kv_cache"]),
             "max_num_tokens": max(lists["batch_size"]) * max(lists["seq_len_q"])}
@@ -602,9 +629,12 @@ class TrtllmTarget(Target):
     }
     requires = ("GPU", "torch", "torch with CUDA", "tensorrt_llm")
     behaviours_table = staticmethod(behaviours_table)
+    seed_story_line = staticmethod(seed_story_line)
     # CUDA is the ranks' business (they may run on other nodes than abdiff, under srun):
     # abdiff's own process needs none to ask for CUDA graphs.
     cuda_on_ranks: ClassVar[bool] = True
+    # upstream's slurm_launch.sh: CONTAINER_NAME=${CONTAINER_NAME:-layer_wise_benchmarks}
+    srun_container: ClassVar[str] = "layer_wise_benchmarks"
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
@@ -619,8 +649,10 @@ class TrtllmTarget(Target):
         return (Path(root) / TOOLS_DIR).is_dir()
 
     def hook_problems(self, checkout: Path) -> list[str]:
-        missing = [f"{RUN_PY}: no longer {b.what}" for b in run_py_behaviours(checkout)
-                   if b.required and b.present is False]
+        # each line names the file that was looked at (a library file, not always run.py)
+        missing = [f"{problem} (so the benchmark no longer {b.what})"
+                   for b in run_py_behaviours(checkout) if b.required and b.present is False
+                   for problem in b.problems]
         return missing_hooks(Path(checkout), TRTLLM_HOOKS) + missing
 
     def env_info(self, checkout: Path) -> dict[str, Any]:
@@ -628,6 +660,8 @@ class TrtllmTarget(Target):
         return {
             "tensorrt_llm.version": checkout_version(checkout),
             "tensorrt_llm.sha": _git_sha(checkout),
+            # what facts recorded under one name mean at this commit (meanings.py)
+            "fact_meanings": fact_meanings(checkout),
             **installed_info(installed_package()),
         }
 
@@ -651,6 +685,7 @@ class TrtllmTarget(Target):
         return installed_package()
 
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        from abdiff.launchers.process import kernel_selecting_environment
         from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
         from abdiff.targets.trtllm.probe.runtime import ProbePlan
 
@@ -700,7 +735,7 @@ class TrtllmTarget(Target):
             configs=[{"id": c["id"], **{k: c["params"][k] for k in SHAPES}} for c in block],
             profile_kernels=job.profile_kernels, device=job.device,
             cuda_graph=uses_cuda_graph(args, base),
-            nsys_pending=nsys_pending, nsys_report=nsys_report,
+            nsys_pending=nsys_pending, nsys_report=nsys_report, world_size=job.ranks,
             env={"trtllm.args": args, "trtllm.block": [c["id"] for c in block]},
         )
         plan_path = work / "trtllm-plan.json"
@@ -718,5 +753,8 @@ class TrtllmTarget(Target):
             # where the ranks find model configs without network; in the spec's env so
             # that mpirun/srun forward them to every rank (tokens stay behind --pass-env)
             **{name: os.environ[name] for name in HF_VARIABLES if os.environ.get(name)},
+            # TLLM_FMHA_LIBS, TRTLLM_ENABLE_PDL, NCCL_ALGO...: every rank on every host runs
+            # the kernel path abdiff records (mpirun forwards the spec's env with -x)
+            **kernel_selecting_environment(os.environ),
         }
         return LaunchSpec(argv, bench if bench.is_dir() else checkout, env)

@@ -13,9 +13,10 @@ list. `translate` turns one into the data of an abdiff suite:
 - warmup_times / run_times become the suite's;
 - every other key with a value becomes a run.py option in `target.options`
   (run.py of each checkout validates it, as it would validate the YAML);
-- keys that are null (run.py's default applies) and a balance_ratio list of
-  more than one value (abdiff has no balance-ratio axis) are ignored, and
-  named in the note that the loader prints.
+- balance_ratio (a value or a list) becomes a matrix axis, part of each
+  config's id (`...-br0.8`), as run.py's product runs every ratio;
+- keys that are null (run.py's default applies) are ignored, and named in
+  the note that the loader prints.
 """
 
 from __future__ import annotations
@@ -60,9 +61,8 @@ def translate(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
             matrix[key] = _as_list(value)
         elif key in COUNTS:
             suite[key] = value
-        elif key == "balance_ratio" and len(_as_list(value)) > 1:
-            ignored.append("balance_ratio (several values: abdiff has no balance-ratio axis; "
-                           "write one value per suite)")
+        elif key == "balance_ratio":  # an axis: run.py's product runs every ratio
+            matrix[key] = _as_list(value)
         else:
             options[key] = value
     missing = [k for k in SHAPES if k not in matrix]

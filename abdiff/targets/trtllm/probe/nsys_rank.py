@@ -2,7 +2,8 @@
 
 Used when the suite's target block says `nsys: true`. The launcher starts this
 wrapper on every rank; it runs COMMAND (upstream's run.py) under `nsys profile`
-with upstream's run.sh options, writing `<report>_rank<R>.nsys-rep`. The probe
+with upstream's run.sh options, writing `<report>_np<N>_rank<R>.nsys-rep`, the name
+upstream's parse.py reads (`python3 parse.py --profile-dir <work>/nsys --world-size N`). The probe
 in the child writes its `done` lines to a side file instead of the record log;
 after the child has exited, rank 0 exports its report to SQLite, replaces each
 record's kernels with the kernels nsys saw in that shape's last timed
@@ -52,7 +53,9 @@ def _patched_records(plan: ProbePlan, report: Path) -> list[tuple[str, dict]]:
     for cid, record in records:
         shape = shapes.get(tuple(int(v) for v in keys.get(cid, ())))
         if record.get("status") == "ok" and shape is not None:
-            record["kernels"] = shape.per_iteration()
+            record["kernels"] = shape.per_iteration()  # copies and fills included
+            record["kernel_us"] = shape.kernel_us()  # GPU times, for the root cause
+            record["module_us"] = shape.module_us()
     return records
 
 
@@ -78,7 +81,8 @@ def main(argv: list[str]) -> None:
     from abdiff.targets.trtllm import nsys
 
     base = Path(plan.nsys_report or "report")
-    output = base.with_name(f"{base.name}_rank{rank}")
+    # upstream's name: `parse.py --profile-dir <folder> --world-size N --rank R` reads it
+    output = base.with_name(f"{base.name}_np{plan.world_size}_rank{rank}")
     output.parent.mkdir(parents=True, exist_ok=True)
     child = subprocess.Popen([*nsys.profile_argv(output), *argv])
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))

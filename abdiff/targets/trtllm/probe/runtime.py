@@ -96,6 +96,7 @@ class ProbePlan:
     cuda_graph: bool = False
     nsys_pending: str | None = None  # done lines go here; the nsys wrapper adds kernels
     nsys_report: str | None = None  # report path prefix of `nsys profile -o`, per rank
+    world_size: int = 1  # ranks of the launch: nsys reports are named as parse.py reads them
     env: dict[str, Any] = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
