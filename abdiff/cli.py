@@ -30,7 +30,14 @@ from pathlib import Path
 
 from abdiff import __version__
 from abdiff.commands import NAMES
-from abdiff.errors import InfrastructureError, InputError, InternalError, one_line, save_traceback
+from abdiff.errors import (
+    InfrastructureError,
+    InputError,
+    InternalError,
+    did_you_mean,
+    one_line,
+    save_traceback,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,7 +108,7 @@ def check_command(word: str, commands: list[str]) -> None:
     guesses = difflib.get_close_matches(word, commands, n=2)
     if "." in word:
         guesses.insert(0, word.replace(".", "..", 1))
-    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    hint = did_you_mean(word, commands, guesses=guesses)
     raise InputError(f"unknown command {word!r}: expected A..B or one of {', '.join(commands)}"
                      + hint)
 

@@ -33,7 +33,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError, InputError, did_you_mean
 
 WORKTREE = "WORKTREE"
 """The sha of side B in "A..": the working tree, with its uncommitted and untracked files."""
@@ -259,7 +259,8 @@ def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
     if "Needed a single revision" in reason and "error:" not in reason:
         reason += " (no branch, tag or commit by that name)"
     guesses = similar_refs(repo_root, rev)
-    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    hint = did_you_mean(rev, [], guesses=guesses) or \
+        "; `git branch -a` and `git tag` list the names (git fetch one that is not here)"
     raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}{hint}")
 
 

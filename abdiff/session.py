@@ -86,9 +86,12 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     start_mode = worker_start(args.prestart)
     # the first worker (the fork server) imports torch while the checks below run and the
     # checkouts are made; in the system's temporary folder: a run the checks refuse leaves
-    # the cache untouched
-    prime(launcher, start_mode, Path(tempfile.gettempdir()),
-          target.worker_env(), args.pass_env, args.max_memory)
+    # the cache untouched. Not for --resume: a finished run re-reports without any worker,
+    # and ending a server still importing torch cost seconds (a resumed unfinished run
+    # starts its server when it measures)
+    if not args.resume:
+        prime(launcher, start_mode, Path(tempfile.gettempdir()),
+              target.worker_env(), args.pass_env, args.max_memory)
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = preflight(target.name, args.device, launcher_name)
         if problem is None and "GPU" in type(target).requires and launcher_name != "srun":

@@ -361,11 +361,12 @@ def detectable_effect(se: np.ndarray, df: np.ndarray, level: float | np.ndarray,
     """
     se = np.asarray(se, dtype=float)
     df = np.asarray(df, dtype=float)
-    with np.errstate(invalid="ignore"):
+    # over: a noisy config with few rounds has no detectable effect, inf (not a warning)
+    with np.errstate(invalid="ignore", over="ignore"):
         t_power = sps.t.ppf(power, df)
         significant = se * (sps.t.ppf(1 - np.asarray(level) / 2, df) + t_power)
         practical = math.log1p(min_effect) + se * t_power
-    return np.expm1(np.maximum(significant, practical))
+        return np.expm1(np.maximum(significant, practical))
 
 
 def _compact(x: np.ndarray, kept: int) -> np.ndarray:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from pathlib import Path
 
 from abdiff import stats
-from abdiff.errors import InputError
+from abdiff.errors import InputError, did_you_mean
 from abdiff.files import write_atomic
 from abdiff.policy import NOTHING_MEASURED_EXIT
 from abdiff.records import Result
@@ -181,9 +180,7 @@ def check_expect_values(expect: dict[str, list[str]], params: list[dict]) -> Non
         for value in values:
             if value in known:
                 continue
-            same_case = [k for k in known if k.lower() == value.lower()]
-            guess = same_case or difflib.get_close_matches(value, known, n=1)
-            hint = f"; did you mean {key}={guess[0]}?" if guess else ""
+            hint = did_you_mean(value, known, prefix=f"{key}=")
             raise InputError(f"--expect {key}={value}: no config has {key} {value!r} (values "
                              f"are case-sensitive: {', '.join(known) or 'none'}){hint}")
 
