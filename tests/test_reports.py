@@ -114,7 +114,12 @@ def test_table() -> None:
     lines = text.rstrip("\n").splitlines()
     assert lines[0] == "abdiff: A: main (aaaaaaaaaa) B: pr-v1 (bbbbbbbbbb)"
     assert "note: side A is a stored baseline, not interleaved with B" in text
-    assert lines[-1] == f"abdiff: 1 unintended change; {SUMMARY}"
+    assert lines[-1] == ("abdiff: 1 unintended change: 5 of 6 configs measured; 1 failed on one "
+                         "side; 1 unintended, 1 expected, 3 unchanged, 1 inconclusive (exit 1: a "
+                         "change outside the expected scope, in the UNINTENDED rows)")
+    assert lines[-2] == ("next: latency undecided for 1 of 6 configs after 4 rounds per side; "
+                         "re-run with --max-rounds 30, or on an idle machine (notes above say "
+                         "how much rounds vary)")
     assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")
@@ -135,7 +140,7 @@ def test_table_fits_the_terminal_width(monkeypatch: pytest.MonkeyPatch, columns:
     trt.kernels_added["void cutlass::device_kernel<flash::FlashAttnFwdSm90<" + "x" * 120] = 3
     text = table_report.render(result, colour=False)
     lines = text.rstrip("\n").splitlines()
-    assert lines[-1].startswith("abdiff: 1 unintended change; ")  # the verdict, one line, last
+    assert lines[-1].startswith("abdiff: 1 unintended change: ")  # the verdict, one line, last
     assert all(len(line) <= columns for line in lines[:-1]), max(lines[:-1], key=len)
     for cfg in result.configs:  # each config's verdict and id on one line, once: grep finds it
         hits = [ln for ln in lines if cfg.id in ln and not ln.startswith("[")]
@@ -518,7 +523,11 @@ def test_headline_says_when_latency_was_undecided_for_most_configs() -> None:
                 "(4 measured, 3 inconclusive)")
     assert common.verdict_line(result) == headline
     assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
-    assert table_report.render(result).splitlines()[-1].startswith(f"abdiff: {headline}; ")
+    last = table_report.render(result).splitlines()
+    assert last[-1].startswith("abdiff: no unintended change: 4 of 4 configs measured; 1 "
+                               "unchanged, 3 inconclusive (exit 0: ")
+    assert last[-2].startswith("next: latency undecided for 3 of 4 configs after 5 rounds per "
+                               "side; re-run with --max-rounds 30")
     half = make_result(configs=configs[1:] + [_config("DSA", 8, 1, "unchanged")])
     assert "undecided" not in common.verdict_line(half)  # 2 of 4: not most
     flagged = make_result()  # 1 of 5 timed configs undecided: the headline is unchanged

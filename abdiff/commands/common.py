@@ -13,7 +13,7 @@ from abdiff.files import write_atomic
 from abdiff.policy import NOTHING_MEASURED_EXIT
 from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line
+from abdiff.reports.common import clip, final_line, next_step
 from abdiff.schedule import (
     Plan,
 )
@@ -139,6 +139,9 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
     if (args.output or args.format != "table") and not (nothing and not args.output):
         stream = sys.stdout if args.output else sys.stderr
         sys.stdout.flush()
+        step = next_step(result)
+        if step:
+            print(step, file=stream)
         print(final_line(result), file=stream, flush=True)
 
 

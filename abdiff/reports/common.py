@@ -177,9 +177,46 @@ def passed(result: Result) -> bool:
     return exit_code(result) == 0 and measured_counts(result)[0] > 0
 
 
+# what each exit status of a compared run means, on its last line
+EXIT_MEANINGS = {
+    0: "nothing changed outside the expected scope",
+    1: "a change outside the expected scope, in the UNINTENDED rows",
+    3: "nothing measured: abdiff could not check anything",
+}
+
+
 def final_line(result: Result) -> str:
-    """The one line every command ends with, whatever went to files."""
-    return f"abdiff: {verdict_line(result)}; {summary_sentence(result)}"
+    """The one line every command ends with, whatever went to files: the verdict, each
+    count said once, and what the exit status means."""
+    code = exit_code(result)
+    tally = counts(result)
+    meaning = EXIT_MEANINGS.get(code, "")
+    if code == policy.NOTHING_MEASURED_EXIT:
+        head = "nothing measured"
+    elif tally["unintended"]:
+        head = f"{tally['unintended']} unintended change{'' if tally['unintended'] == 1 else 's'}"
+    elif code == 1 and result.summary.get("require_all") is True:
+        head = "not every config measured"
+        meaning = "--require-all and a config not measured on both sides"
+    else:
+        head = "no unintended change"
+    order = [*SUMMARY_ORDER, *(v for v in tally if v not in SUMMARY_ORDER)]
+    verdicts = ", ".join(f"{tally[v]} {v}" for v in order if tally.get(v))
+    return f"abdiff: {head}: {measured_sentence(result)}; {verdicts} (exit {code}: {meaning})"
+
+
+def next_step(result: Result) -> str | None:
+    """What to do about the configs the run could not decide (latency inconclusive), or
+    None: more rounds narrow the interval; a spread as wide as the change sought calls for
+    a quieter machine."""
+    undecided = [c for c in result.configs if c.verdict == "inconclusive"]
+    if not undecided:
+        return None
+    rounds = max(max(c.latency.rounds_a, c.latency.rounds_b) for c in undecided)
+    more = max(2 * rounds, 30)
+    return (f"next: latency undecided for {len(undecided)} of {len(result.configs)} configs "
+            f"after {rounds} rounds per side; re-run with --max-rounds "
+            f"{more}, or on an idle machine (notes above say how much rounds vary)")
 
 
 def exit_code(result: Result) -> int:
