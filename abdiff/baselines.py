@@ -192,7 +192,7 @@ def note_margin_effects(result: Result, min_effect: float, margin: float, what: 
         low, high = latency.ci
         if low > 1 + min_effect or high < 1 / (1 + min_effect):
             latency.note = (f"{latency.ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]: beyond "
-                            f"{min_effect:.0%}, within {what}'s {margin:.1%} margin")
+                            f"{min_effect:.0%}, within the {margin:.1%} margin of {what}")
 
 
 def parse_baseline_range(text: str) -> tuple[str, str] | None:

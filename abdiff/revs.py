@@ -212,12 +212,14 @@ def open_repo(path: Path | None = None) -> Path:
     """
     where = Path.cwd() if path is None else Path(path)
     if not where.exists():
-        raise InputError(f"repository path {where} does not exist")
+        raise InputError(f"repository path {where} does not exist; pass --repo with the "
+                         "benchmark's git clone")
     if not where.is_dir():
         where = where.parent
     proc = run_git(where, "rev-parse", "--is-bare-repository", "--absolute-git-dir", check=False)
     if proc.returncode != 0:
-        raise InputError(f"{where} is not in a git repository ({git_message(proc.stderr)})")
+        raise InputError(f"{where} is not in a git repository ({git_message(proc.stderr)}); run "
+                         "abdiff inside the benchmark's clone or pass --repo PATH")
     bare, git_dir = proc.stdout.splitlines()[:2]
     if bare == "true":
         return Path(git_dir).resolve()

@@ -167,9 +167,11 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
                 raise InfrastructureError(
                     f"nothing measured: no config ran {sides}in the first round; first "
                     f"cause: {config.id} on {name} ({run.rev}): {failed.status}: {failed.error} "
-                    f"(full text in {where})")
+                    f"(full text in {where}); fix that, then re-run (`abdiff doctor "
+                    "A..B` checks the probe's hooks in both sides)")
         raise InfrastructureError(f"nothing measured: no config ran {sides}in the first round "
-                                  f"(run files in {measurement.state_dir})")
+                                  f"(run files in {measurement.state_dir}); read the workers' "
+                                  "stderr there, fix the cause and re-run")
 
     return check
 
@@ -250,11 +252,12 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     sides = {"B": side_run(bench, spec_b)}
     what = f"baseline {name!r}"
     margin = drift_margin(run_a, min_effect, what)
+    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
              f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             f"interleaved with B: {margin.why}. B gets no adaptive rounds: they would run "
-             "fewer configs per process than the baseline's rounds did, and a config's place "
-             "in its process moves its latency"]
+             "interleaved with B", margin.why,
+             "B gets no adaptive rounds: they would run fewer configs per process than the "
+             "baseline's rounds did, and a config's place in its process moves its latency"]
 
     def machine_matches() -> list[str]:
         here = {**sides["B"].run.env, **chosen}

@@ -102,8 +102,10 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert result["a"]["baseline"] == "rel-1"
     # two sessions: the margin comes from their measured drift, not the fixed factor
     assert "not interleaved" in result["notes"][0] and "session drift measured in baseline " \
-        "'rel-1' (2 sessions" in result["notes"][0]
-    assert "no adaptive rounds" in result["notes"][0]
+        "'rel-1' (2 sessions" in result["notes"][1]
+    assert "no adaptive rounds" in result["notes"][2]
+    assert all(len(note) < 400 for note in result["notes"][:3])  # never cut mid-sentence
+    assert "'rel-1''s" not in done.stdout
     assert {c["latency"]["rounds_b"] for c in result["configs"]} <= {0, 2}
     assert result["summary"]["min_effect"] > 0.02
     fixed = [c for c in result["configs"] if c["status_change"] == "fixed"]
@@ -222,14 +224,14 @@ def test_a_change_beyond_min_effect_inside_the_margin_is_said(tmp_path: Path) ->
                       "--json", tmp_path / "r.json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r.json").read_text())
-    said = "beyond 2%, within run file A (a.json)'s 4.0% margin"
+    said = "beyond 2%, within the 4.0% margin of run file A (a.json)"
     noted = [c for c in result["configs"] if said in (c["latency"].get("note") or "")]
     assert len(noted) >= 10  # the others' intervals reach below 2%: no such claim for them
     for config in noted:
         assert config["latency"]["verdict"] in ("unchanged", "inconclusive")
         assert config["latency"]["note"].startswith("+")
     table = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json")
-    assert "within run file A (a.json)'s 4.0% margin" in table.stdout
+    assert "within the 4.0% margin of run file A (a.json)" in table.stdout
 
 
 def test_another_host_or_gpu_is_a_note_not_a_refusal() -> None:

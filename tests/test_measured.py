@@ -38,7 +38,8 @@ pytestmark = pytest.mark.slow
 
 NOTHING_MEASURED = re.compile(
     r"abdiff: error: nothing measured: no config ran on either side in the first round; "
-    r"first cause: (\S+) on A \((\S+)\): failed: (.+) \(full text in (\S+)\)")
+    r"first cause: (\S+) on A \((\S+)\): failed: (.+) \(full text in (\S+)\); fix that, "
+    r"then re-run \(`abdiff doctor A\.\.B` checks the probe's hooks in both sides\)$")
 
 
 def run_reports(*args: object, out: Path, env: dict[str, str] | None = None
@@ -203,7 +204,8 @@ def test_compare_of_runs_that_measured_nothing_is_exit_3(failures: dict,
     assert proc.returncode == 3
     assert one_line(proc.stderr) == (
         f"abdiff: error: nothing measured: no config ran on either side; first failure: "
-        f"{config_id(6)}: ValueError: injected failure for batch_size 6")
+        f"{config_id(6)}: ValueError: injected failure for batch_size 6; fix it and re-run "
+        "(`abdiff doctor A..B` checks the hooks) (exit 3)")
     assert proc.stdout.splitlines()[1].startswith(":warning: **abdiff: nothing measured")
 
 

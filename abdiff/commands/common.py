@@ -154,8 +154,8 @@ def finish(result: Result, args: argparse.Namespace) -> int:
         first = next((c for c in result.configs if c.error_a or c.error_b), None)
         cause = (f"; first failure: {first.id}: {clip(first.error_a or first.error_b)}"
                  if first else "")
-        print(f"abdiff: error: nothing measured: no config ran on either side{cause}",
-              file=sys.stderr)
+        print(f"abdiff: error: nothing measured: no config ran on either side{cause}; fix "
+              "it and re-run (`abdiff doctor A..B` checks the hooks) (exit 3)", file=sys.stderr)
     return code
 
 
