@@ -226,7 +226,10 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
         if check_measured is not None:
             notes = notes + check_measured()
-        if not args.quiet:
+        if not args.quiet and not measurement.processes:
+            print(f"abdiff: no worker started: the rounds kept in {where} are reported",
+                  file=sys.stderr)
+        elif not args.quiet:
             ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "

@@ -118,8 +118,8 @@ def test_table() -> None:
                          "side; 1 unintended, 1 expected, 3 unchanged, 1 inconclusive (exit 1: a "
                          "change outside the expected scope, in the UNINTENDED rows)")
     assert lines[-2] == ("next: latency undecided for 1 of 6 configs after 4 rounds per side; "
-                         "re-run with --max-rounds 30, or on an idle machine (notes above say "
-                         "how much rounds vary)")
+                         "re-run with --max-rounds 30, or on an idle machine (the report's "
+                         "notes say how much rounds vary)")
     assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")

@@ -216,7 +216,7 @@ def next_step(result: Result) -> str | None:
     more = max(2 * rounds, 30)
     return (f"next: latency undecided for {len(undecided)} of {len(result.configs)} configs "
             f"after {rounds} rounds per side; re-run with --max-rounds "
-            f"{more}, or on an idle machine (notes above say how much rounds vary)")
+            f"{more}, or on an idle machine (the report's notes say how much rounds vary)")
 
 
 def exit_code(result: Result) -> int:
