@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from html.parser import HTMLParser
@@ -11,6 +13,7 @@ import pytest
 from abdiff.errors import InputError
 from abdiff.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 from abdiff.reports import FORMATS, common, markdown, render
+from abdiff.reports import csv as csv_report
 from abdiff.reports import html as html_report
 from abdiff.reports import json as json_report
 from abdiff.reports import table as table_report
@@ -72,7 +75,7 @@ def make_result(**overrides) -> Result:
 
 
 def test_formats_registry() -> None:
-    assert set(FORMATS) == {"table", "markdown", "json", "html"}
+    assert set(FORMATS) == {"table", "markdown", "json", "html", "csv"}
     result = make_result()
     for name, module in FORMATS.items():
         assert isinstance(module.render(result), str), name
@@ -526,8 +529,8 @@ def test_headline_says_when_latency_was_undecided_for_most_configs() -> None:
     last = table_report.render(result).splitlines()
     assert last[-1].startswith("abdiff: no unintended change: 4 of 4 configs measured; 1 "
                                "unchanged, 3 inconclusive (exit 0: ")
-    assert last[-2].startswith("next: latency undecided for 3 of 4 configs after 5 rounds per "
-                               "side; re-run with --max-rounds 30")
+    assert last[-3].startswith("next: latency undecided for 3 of 4 configs after 5 rounds per "
+                               "side; re-run with --max-rounds 30")  # wrapped to the width
     half = make_result(configs=configs[1:] + [_config("DSA", 8, 1, "unchanged")])
     assert "undecided" not in common.verdict_line(half)  # 2 of 4: not most
     flagged = make_result()  # 1 of 5 timed configs undecided: the headline is unchanged
@@ -587,3 +590,34 @@ def test_kernel_time_root_cause_in_every_format() -> None:
     config = next(c for c in data["configs"] if c["verdict"] == "unintended")
     assert config["kernel_deltas"][0] == {"kernel": SDPA, "a_us": 0.0, "b_us": 21.5,
                                           "delta_us": 21.5}
+
+
+def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
+    """--format csv: one header, rows A, B, B/A per config in reading order; the side rows
+    hold what each side measured, the B/A row the verdict and the ratio."""
+    result = make_result()
+    broken = result.configs[3]
+    broken.error_a = "=HYPERLINK(\"http://evil.invalid\") SIGABRT"  # benchmark text
+    text = csv_report.render(result)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(rows[0]) == csv_report.COLUMNS
+    assert len(rows) == 3 * len(result.configs)
+    assert [r["side"] for r in rows[:3]] == ["A", "B", "B/A"]
+    assert [r["config"] for r in rows[::3]] == [c.id for c in common.ordered(result)]
+    by = {(r["config"], r["side"]): r for r in rows}
+    flagged = by[("GEN-TRTLLM-bs32-q4-kv2049", "B/A")]
+    assert (flagged["verdict"], flagged["latency_verdict"], flagged["ratio"], flagged["ci_low"],
+            flagged["ci_high"], flagged["in_scope"]) == ("unintended", "slower", "1.043", "1.021",
+                                                        "1.066", "false")
+    a_side = by[("GEN-TRTLLM-bs32-q4-kv2049", "A")]
+    b_side = by[("GEN-TRTLLM-bs32-q4-kv2049", "B")]
+    assert a_side["facts"] == "attn_metadata.max_total_draft_tokens=None"
+    assert b_side["facts"] == "attn_metadata.max_total_draft_tokens=3"
+    assert a_side["kernels_only_here"] == "aten::_softmax x2; aten::bmm x4"
+    assert b_side["kernels_only_here"] == f"{SDPA} x2"
+    assert (a_side["rev"], b_side["rev"], a_side["sha"]) == ("main", "pr-v1", "a" * 40)
+    assert a_side["verdict"] == "" and flagged["status"] == ""  # each row its own columns
+    fixed = by[(broken.id, "A")]
+    assert fixed["status"] == "aborted" and fixed["error"].startswith("'=HYPERLINK")
+    assert by[(broken.id, "B/A")]["status_change"] == "fixed"
+    assert render(result, "csv") == text
