@@ -104,9 +104,9 @@ def render_table(history: History, width: int) -> str:
                   for i, h in enumerate(("measured", "source", "rev (commit)", "status",
                                          "time per step"))]
         header = ("measured", "source", "rev (commit)", "status", "time per step")
-        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)))
-        for row, (_, _, said) in zip(rows, series):
-            cells = [common.clip(cell, 40).ljust(w) for cell, w in zip(row, widths)]
+        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        for row, (_, _, said) in zip(rows, series, strict=True):
+            cells = [common.clip(cell, 40).ljust(w) for cell, w in zip(row, widths, strict=False)]
             lines.append(("  " + "  ".join(cells)).rstrip()[:width])
             for text in said:
                 lines += textwrap.wrap(text, width=width, initial_indent="      ",
@@ -148,7 +148,7 @@ def _plot(history: History, config_id: str) -> dict:
             "failed": shot.status != "ok",
         })
     segments = [{"x1": a["x"], "y1": a["y"], "x2": b["x"], "y2": b["y"]}
-                for a, b in zip(marks, marks[1:]) if a["y"] and b["y"]]
+                for a, b in zip(marks, marks[1:], strict=False) if a["y"] and b["y"]]
     return {"height": PLOT_HEIGHT, "marks": marks, "segments": segments,
             "ticks": [{"y": y(t), "text": f"{t:g} µs"} for t in ticks(lo, hi, 4)]}
 
