@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         target_cls, why = target_class(args.target), "--target"
     elif detected:
         target_cls, why = detected, f"detected in {repo_root}: {detected.layout}"
-    elif args.range:  # the run would refuse this repository: so does doctor (InputError)
+    elif args.range and repo_root is not None:  # the run would refuse it: so does doctor
         target_cls, why = detect_target(repo_root), ""
     else:  # the machine alone, for the target that needs the least of it
         target_cls = target_class("reference")

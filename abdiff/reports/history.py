@@ -117,9 +117,8 @@ def render_table(history: History, width: int) -> str:
 def _plot(history: History, config_id: str) -> dict:
     """The SVG plot of one config: x the points in time order (percent), y time (px)."""
     series = _series(history, config_id)
-    timed = [(i, s) for i, (_, s, _) in enumerate(series) if s.median_us is not None]
-    values = [v for _, s in timed for v in (s.median_us - (s.spread_us or 0),
-                                            s.median_us + (s.spread_us or 0))]
+    values = [v for _, s, _ in series if s.median_us is not None
+              for v in (s.median_us - (s.spread_us or 0), s.median_us + (s.spread_us or 0))]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     pad = (hi - lo) * 0.1 or hi * 0.05 or 1.0
     lo, hi = max(lo - pad, 0.0), hi + pad
