@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import signal
 import sys
 import tempfile
@@ -134,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, InfrastructureError) as exc:
         print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # the reader went away (`abdiff ... | head`): nothing more to say, to anyone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".
