@@ -256,13 +256,14 @@ def run_slots(
         todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
                 and not measurement.settled_failure(side, c.id)]
         if not todo:
-            progress.step(f"{side} round {round_index + 1} (kept)", len(configs), None)
+            progress.step(len(configs), None)
             continue
         started = time.monotonic()
         side_run = measurement.sides[side]
         work_dir = measurement.round_dir(side, round_index)
         if work_dir.exists():
             shutil.rmtree(work_dir)  # a half-run round from an interrupted run
+        progress.watch(work_dir, side)
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,
@@ -271,6 +272,7 @@ def run_slots(
                                lambda worker, side=side, r=round_index:
                                order_seed(measurement.seed, side, r, worker))
         finally:
+            progress.watch(None)
             measurement.save(complete=False)
         side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
             + output.orders
@@ -283,8 +285,7 @@ def run_slots(
         if any(session.get(k) != v for k, v in machine.items()):
             session.update(machine)
             measurement.save(complete=False)
-        progress.step(f"{side} round {round_index + 1}", len(configs),
-                      time.monotonic() - started)
+        progress.step(len(configs), time.monotonic() - started)
 
 
 def pick_companions(configs: list[Config], undecided: set[str],
@@ -324,7 +325,11 @@ def measure(
         side.run.looks = plan.looks().to_json()
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
     progress = Progress(quiet)
-    progress.plan("first rounds", len(slots) * len(configs))
+    sides = len(measurement.sides)
+    extra_rounds = plan.max_rounds - plan.rounds if undecided is not None else 0
+    # the most the adaptive blocks may add: every config, up to max-rounds (the ETA's bound)
+    progress.plan("first rounds", len(slots), len(slots) * len(configs),
+                  sides * extra_rounds * len(configs))
     try:
         with standing_by(launcher, settings.worker_start, measurement.state_dir / "standby",
                          settings.pass_env, settings.max_memory_bytes) as pool:
@@ -347,7 +352,10 @@ def measure(
                 companions = (pick_companions(configs, ids, rng) if any(wanted.values())
                               else frozenset())
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
-                              "configs", len(block_slots) * (len(block) + len(companions)))
+                              "configs", len(block_slots),
+                              len(block_slots) * (len(block) + len(companions)),
+                              sides * (plan.max_rounds - done - extra)
+                              * (len(block) + len(companions)))
                 run_slots(measurement, block_slots,
                           [c for c in configs if c.id in ids or c.id in companions], target,
                           launcher, settings, progress, companions)
