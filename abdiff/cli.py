@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: abdiff/completion.py)
 """Command-line entry point: parses arguments and dispatches to commands/.
 
 No pipeline logic lives here. Errors become exit codes: InputError -> 2,
@@ -115,6 +116,10 @@ def check_command(word: str, commands: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer, exit
+        from abdiff.completion import complete
+
+        complete(build_parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with _stop_on_signals():

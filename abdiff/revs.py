@@ -266,11 +266,16 @@ def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
     raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}{hint}")
 
 
-def similar_refs(repo_root: Path, rev: str) -> list[str]:
-    """Branch and tag names close to a mistyped `rev` (difflib), for "did you mean"."""
+def ref_names(repo_root: Path) -> list[str]:
+    """The repository's branch, tag and remote-branch names (none outside a repository)."""
     proc = run_git(repo_root, "for-each-ref", "--format=%(refname:short)", "refs/heads",
                    "refs/tags", "refs/remotes", check=False)
-    return difflib.get_close_matches(rev, proc.stdout.split(), n=3, cutoff=0.6)
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+def similar_refs(repo_root: Path, rev: str) -> list[str]:
+    """Branch and tag names close to a mistyped `rev` (difflib), for "did you mean"."""
+    return difflib.get_close_matches(rev, ref_names(repo_root), n=3, cutoff=0.6)
 
 
 def merge_base(repo_root: Path, a: SideSpec, b: SideSpec) -> SideSpec:
