@@ -93,8 +93,8 @@ def _when(iso: str) -> str:
 def render_table(history: History, width: int) -> str:
     """A block per config: one line per point (when, source, rev, status, time), then
     what changed from the point before, indented and wrapped to `width`."""
-    lines = [f"abdiff history: {len(history.points)} baselines and recorded runs "
-             f"({history.searched})"]
+    lines = textwrap.wrap(f"abdiff history: {len(history.points)} baselines and recorded runs "
+                          f"({history.searched})", width, subsequent_indent="    ")
     for config_id in history.config_ids:
         series = _series(history, config_id)
         lines += ["", f"{config_id}: {len(series)} points"]
