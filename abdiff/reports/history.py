@@ -23,6 +23,7 @@ KIND_COLOURS = {"baseline": "#00838f", "run": "#1565c0"}
 CHANGE_COLOUR = "#c62828"
 PLOT_HEIGHT, PLOT_TOP, PLOT_BOTTOM = 220, 12, 190  # px: the y axis (time) runs top to bottom
 KERNELS_SHOWN = 6
+TERMINAL_KERNELS = 3  # of each kind, names cut to 48 characters: the HTML lists more
 
 
 def latency_text(shot: Snapshot) -> str:
@@ -41,20 +42,22 @@ def facts_text(facts: dict[str, Any]) -> str:
     return ", ".join(f"{name}={common.value_text(value)}" for name, value in sorted(facts.items()))
 
 
-def kernels_text(kernels: dict[str, int], limit: int = KERNELS_SHOWN) -> str:
+def kernels_text(kernels: dict[str, int], limit: int = KERNELS_SHOWN, width: int = 80) -> str:
     names = sorted(kernels, key=common.headline_first)
-    shown = [f"{common.clip(name, 80)} x{kernels[name]}" for name in names[:limit]]
+    shown = [f"{common.clip(name, width)} x{kernels[name]}" for name in names[:limit]]
     more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(shown) + more
 
 
-def changes(before: Snapshot | None, now: Snapshot) -> list[str]:
-    """What differs from the config's previous point: status, facts, kernels; the first
-    point lists its facts and kernels."""
+def changes(before: Snapshot | None, now: Snapshot, shown: int = KERNELS_SHOWN,
+            width: int = 200) -> list[str]:
+    """What differs from the config's previous point: status, facts, kernels (`shown`
+    of each kind, names cut to `width`); the first point lists its facts and kernels."""
     error = [f"error: {common.clip(now.error)}"] if now.error else []
     if before is None:
         return [*error, f"facts: {facts_text(now.facts) or 'none'}",
-                f"kernels ({len(now.kernels)}): {kernels_text(now.kernels) or 'none'}"]
+                f"kernels ({len(now.kernels)}): "
+                f"{kernels_text(now.kernels, shown, width) or 'none'}"]
     out = []
     if before.status != now.status:
         out += [f"status {before.status} -> {now.status}", *error]
@@ -67,21 +70,23 @@ def changes(before: Snapshot | None, now: Snapshot) -> list[str]:
     added = {k: v for k, v in now.kernels.items() if before.kernels.get(k) != v}
     removed = {k: v for k, v in before.kernels.items() if now.kernels.get(k) != v}
     if now.kernels and before.kernels and (added or removed):
-        out.append("kernels: " + ", ".join([f"+{common.clip(k, 60)} x{v}" for k, v in
-                                            sorted(added.items())][:KERNELS_SHOWN]
-                                           + [f"-{common.clip(k, 60)} x{v}" for k, v in
-                                              sorted(removed.items())][:KERNELS_SHOWN]))
+        listed = [f"+{common.clip(k, width)} x{v}" for k, v in sorted(added.items())][:shown] \
+            + [f"-{common.clip(k, width)} x{v}" for k, v in sorted(removed.items())][:shown]
+        more = len(added) + len(removed) - len(listed)
+        out.append(f"kernels +{len(added)} -{len(removed)}: " + ", ".join(listed)
+                   + (f" (+{more} more)" if more > 0 else ""))
     return out
 
 
-def _series(history: History, config_id: str) -> list[tuple[Point, Snapshot, list[str]]]:
+def _series(history: History, config_id: str, shown: int = KERNELS_SHOWN, width: int = 200
+            ) -> list[tuple[Point, Snapshot, list[str]]]:
     """The config's points, oldest first, each with what changed from the one before."""
     out = []
     before: Snapshot | None = None
     for point in history.points:
         shot = point.configs.get(config_id)
         if shot is not None:
-            out.append((point, shot, changes(before, shot)))
+            out.append((point, shot, changes(before, shot, shown, width)))
             before = shot
     return out
 
@@ -96,7 +101,7 @@ def render_table(history: History, width: int) -> str:
     lines = textwrap.wrap(f"abdiff history: {len(history.points)} baselines and recorded runs "
                           f"({history.searched})", width, subsequent_indent="    ")
     for config_id in history.config_ids:
-        series = _series(history, config_id)
+        series = _series(history, config_id, TERMINAL_KERNELS, 48)
         lines += ["", f"{config_id}: {len(series)} points"]
         rows = [(_when(p.when), p.source, f"{p.rev} ({p.sha[:10]})", s.status,
                  latency_text(s), p.machine) for p, s, _ in series]
@@ -104,7 +109,8 @@ def render_table(history: History, width: int) -> str:
                   for i, h in enumerate(("measured", "source", "rev (commit)", "status",
                                          "time per step"))]
         header = ("measured", "source", "rev (commit)", "status", "time per step")
-        lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        lines.append(("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+                     .rstrip())
         for row, (_, _, said) in zip(rows, series, strict=True):
             cells = [common.clip(cell, 40).ljust(w) for cell, w in zip(row, widths, strict=False)]
             lines.append(("  " + "  ".join(cells)).rstrip()[:width])
@@ -156,7 +162,7 @@ def render_html(history: History) -> str:
     """The page: per config its plot, then the table of its points."""
     configs = []
     for config_id in history.config_ids:
-        series = _series(history, config_id)
+        series = _series(history, config_id, KERNELS_SHOWN, 90)
         configs.append({
             "id": common.clip(config_id, 120), "plot": _plot(history, config_id),
             "rows": [{"when": _when(p.when), "source": p.source, "kind": p.kind,
