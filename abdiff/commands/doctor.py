@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     code = exit_code(checks, target_cls.name, reports)
     code = 3 if code == 0 and suite_failed else code
     meaning = DOCTOR_EXITS[code] if reports or code else \
-        "this machine can run it (no hooks checked: give a range or --repo)"
+        "this machine can run it (no hooks checked: give a benchmark repository and a range)"
     print(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
     return code
 
