@@ -621,3 +621,17 @@ def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
     assert fixed["status"] == "aborted" and fixed["error"].startswith("'=HYPERLINK")
     assert by[(broken.id, "B/A")]["status_change"] == "fixed"
     assert render(result, "csv") == text
+
+
+def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> None:
+    result = make_result()
+    step = ("latency undecided for 1 of 6 configs after 4 rounds per side; re-run with "
+            "--max-rounds 30, or on an idle machine (the report's notes say how much rounds "
+            "vary)")
+    assert common.next_step(result) == f"next: {step}"
+    assert f"Next: {step}" in markdown.render(result).splitlines()
+    table_text = " ".join(table_report.render(result, width=240, colour=False).split())
+    assert f"next: {step} abdiff: 1 unintended change" in table_text
+    decided = make_result(configs=[c for c in make_result().configs
+                                   if c.verdict != "inconclusive"])
+    assert common.next_step(decided) is None and "next:" not in markdown.render(decided).lower()
