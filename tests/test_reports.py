@@ -635,3 +635,23 @@ def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> 
     decided = make_result(configs=[c for c in make_result().configs
                                    if c.verdict != "inconclusive"])
     assert common.next_step(decided) is None and "next:" not in markdown.render(decided).lower()
+
+
+def test_the_result_is_valid_against_its_documented_schema() -> None:
+    """docs/schemas/result.json describes what --json writes, and docs/reports.md has a
+    changelog row for the version written."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    from abdiff.records import RESULT_SCHEMA
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    schema = json.loads((docs / "schemas" / "result.json").read_text())
+    assert RESULT_SCHEMA in schema["title"]
+    document = json.loads(json_report.render(make_result()))
+    jsonschema.validate(document, schema)
+    document["configs"][0]["verdict"] = "fine"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, schema)
+    changelog = (docs / "reports.md").read_text().split("### Changelog of the result schema")[1]
+    assert f"| `{RESULT_SCHEMA}` | " in changelog
