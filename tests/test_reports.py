@@ -655,3 +655,11 @@ def test_the_result_is_valid_against_its_documented_schema() -> None:
         jsonschema.validate(document, schema)
     changelog = (docs / "reports.md").read_text().split("### Changelog of the result schema")[1]
     assert f"| `{RESULT_SCHEMA}` | " in changelog
+
+
+def test_a_long_note_is_cut_after_a_whole_clause() -> None:
+    long = "; ".join(f"clause {i} says something about the rounds of this run" for i in range(20))
+    (note,) = common.notes(make_result(notes=[long]))
+    assert note.endswith("this run … (whole in the JSON)") and len(note) <= 400
+    assert note[: -len(" … (whole in the JSON)")] in long
+    assert common.notes(make_result(notes=["short; whole"])) == ["short; whole"]

@@ -483,6 +483,19 @@ def only_in_lines(result: Result) -> list[str]:
     return lines
 
 
+NOTE_LIMIT = 400
+
+
 def notes(result: Result) -> list[str]:
-    """Result.notes, one clipped line each."""
-    return [clip(n, 400) for n in result.notes]
+    """Result.notes, one clipped line each; a note too long is cut after its last whole
+    clause ("; " or ". ") that fits, not mid-word (the JSON keeps it whole)."""
+    suffix = f" {ELLIPSIS} (whole in the JSON)"
+    room = NOTE_LIMIT - len(suffix)
+    out = []
+    for note in result.notes:
+        line = clip(note, 10 * NOTE_LIMIT)
+        if len(line) > NOTE_LIMIT:
+            cut = max(line.rfind("; ", 0, room), line.rfind(". ", 0, room))
+            line = (line[:cut] if cut > room // 2 else line[:room].rstrip()) + suffix
+        out.append(line)
+    return out
