@@ -64,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
         why = (f"no benchmark in {repo_root}" if repo_root else "no repository here") + \
             "; pass --target trtllm or --repo PATH to check another"
     target = target_cls()
-    print(f"abdiff doctor: checking target {target_cls.name} ({why})\n")
 
     if args.launcher:
         from abdiff.launchers import launcher_hello
 
         print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
         print()
+    print(f"abdiff doctor: checking target {target_cls.name} ({why})\n")
     checks = machine_checks(classes)
     print(machine_table(checks, sorted(TARGET_CLASSES)))
     print()
