@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: abdiff/completion.py)
 """Command-line entry point: parses arguments and dispatches to commands/.
 
 No pipeline logic lives here. Errors become exit codes: InputError -> 2,
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import signal
 import sys
 import tempfile
@@ -30,7 +32,14 @@ from pathlib import Path
 
 from abdiff import __version__
 from abdiff.commands import NAMES
-from abdiff.errors import InfrastructureError, InputError, InternalError, one_line, save_traceback
+from abdiff.errors import (
+    InfrastructureError,
+    InputError,
+    InternalError,
+    did_you_mean,
+    one_line,
+    save_traceback,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,12 +110,16 @@ def check_command(word: str, commands: list[str]) -> None:
     guesses = difflib.get_close_matches(word, commands, n=2)
     if "." in word:
         guesses.insert(0, word.replace(".", "..", 1))
-    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    hint = did_you_mean(word, commands, guesses=guesses)
     raise InputError(f"unknown command {word!r}: expected A..B or one of {', '.join(commands)}"
                      + hint)
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer, exit
+        from abdiff.completion import complete
+
+        complete(build_parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with _stop_on_signals():
@@ -127,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, InfrastructureError) as exc:
         print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # the reader went away (`abdiff ... | head`): nothing more to say, to anyone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".

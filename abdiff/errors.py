@@ -3,6 +3,7 @@ the tool could not run (3), a bug in abdiff (3, with its traceback saved)."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import tempfile
 import traceback
@@ -65,3 +66,14 @@ def exception_line(exc: BaseException) -> str:
     last line (of an assertion or a CUDA error) is the one that says what failed."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[-1].strip()}" if lines else type(exc).__name__
+
+
+def did_you_mean(word: str, known: list[str] | set[str], prefix: str = "",
+                 guesses: list[str] | None = None) -> str:
+    """"; did you mean X?" (or "X or Y") for a mistyped `word`, else "": a name that
+    differs only in case first, then the close ones (difflib); `guesses` when the caller
+    has its own (a range typo). `prefix` goes before each guess (`backend=`)."""
+    if guesses is None:
+        same_case = sorted(k for k in known if k.lower() == word.lower() and k != word)
+        guesses = same_case or difflib.get_close_matches(word, sorted(known), n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(prefix + g for g in guesses)}?" if guesses else ""

@@ -13,12 +13,13 @@ measurement on either side, nothing was checked and the exit code is 3.
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from abdiff.errors import InputError
+from abdiff.errors import InputError, did_you_mean
 from abdiff.records import ConfigResult
 
 VERDICTS = ("still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
@@ -37,9 +38,10 @@ def parse_expect(items: list[str], allowed_keys: list[str]) -> dict[str, list[st
         if not sep or not key or not value:
             raise InputError(f"--expect {item!r}: expected KEY=VALUE, e.g. --expect backend=DSA")
         if key not in allowed_keys:
-            raise InputError(
-                f"--expect {item!r}: unknown key '{key}'; allowed: {', '.join(allowed_keys)}"
-            )
+            raise InputError(f"--expect {item!r}: unknown key '{key}'; allowed: "
+                             f"{', '.join(allowed_keys)}" + did_you_mean(
+                                 key, [], guesses=[f"{k}={value}" for k in
+                                                   get_close_matches(key, allowed_keys, n=1)]))
         expect.setdefault(key, []).extend(v for v in value.split(",") if v)
     return expect
 

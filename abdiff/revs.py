@@ -36,7 +36,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError, InputError, did_you_mean
 
 WORKTREE = "WORKTREE"
 """The sha of side B in "A..": the working tree, with its uncommitted and untracked files."""
@@ -239,12 +239,14 @@ def open_repo(path: Path | None = None) -> Path:
     """
     where = Path.cwd() if path is None else Path(path)
     if not where.exists():
-        raise InputError(f"repository path {where} does not exist")
+        raise InputError(f"repository path {where} does not exist; pass --repo with the "
+                         "benchmark's git clone")
     if not where.is_dir():
         where = where.parent
     proc = run_git(where, "rev-parse", "--is-bare-repository", "--absolute-git-dir", check=False)
     if proc.returncode != 0:
-        raise InputError(f"{where} is not in a git repository ({git_message(proc.stderr)})")
+        raise InputError(f"{where} is not in a git repository ({git_message(proc.stderr)}); run "
+                         "abdiff inside the benchmark's clone or pass --repo PATH")
     bare, git_dir = proc.stdout.splitlines()[:2]
     if bare == "true":
         return Path(git_dir).resolve()
@@ -286,15 +288,21 @@ def resolve_rev(repo_root: Path, rev: str) -> SideSpec:
     if "Needed a single revision" in reason and "error:" not in reason:
         reason += " (no branch, tag or commit by that name)"
     guesses = similar_refs(repo_root, rev)
-    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    hint = did_you_mean(rev, [], guesses=guesses) or \
+        "; `git branch -a` and `git tag` list the names (git fetch one that is not here)"
     raise InputError(f"unknown revision {rev!r} in {repo_root}: {reason}{hint}")
+
+
+def ref_names(repo_root: Path) -> list[str]:
+    """The repository's branch, tag and remote-branch names (none outside a repository)."""
+    proc = run_git(repo_root, "for-each-ref", "--format=%(refname:short)", "refs/heads",
+                   "refs/tags", "refs/remotes", check=False)
+    return proc.stdout.split() if proc.returncode == 0 else []
 
 
 def similar_refs(repo_root: Path, rev: str) -> list[str]:
     """Branch and tag names close to a mistyped `rev` (difflib), for "did you mean"."""
-    proc = run_git(repo_root, "for-each-ref", "--format=%(refname:short)", "refs/heads",
-                   "refs/tags", "refs/remotes", check=False)
-    return difflib.get_close_matches(rev, proc.stdout.split(), n=3, cutoff=0.6)
+    return difflib.get_close_matches(rev, ref_names(repo_root), n=3, cutoff=0.6)
 
 
 def merge_base(repo_root: Path, a: SideSpec, b: SideSpec) -> SideSpec:

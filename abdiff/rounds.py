@@ -108,9 +108,10 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
         if outcome.stderr_path.exists() else ""
     reason = launcher.launch_failure(stderr)
     if reason:
-        return f"{launcher.name} could not launch the worker: {reason}"
+        return (f"{launcher.name} could not launch the worker: {reason}; `abdiff doctor "
+                f"--launcher {launcher.name}` tries a 2-rank hello")
     why = death_record(outcome, round_index, False, settings.timeout_s).error
-    hint = ""
+    hint = "; `abdiff doctor` checks python, torch and the device"
     if settings.max_memory_bytes is not None:
         hint = f"; is --max-memory {_size_text(settings.max_memory_bytes)} too small?"
     return f"a worker could not start: {why}{hint} (its output is in {attempt})"

@@ -273,7 +273,7 @@ def run_slots(
         todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
                 and not measurement.settled_failure(side, c.id)]
         if not todo:
-            progress.step(f"{side} round {round_index + 1} (kept)", len(configs), None)
+            progress.step(len(configs), None)
             continue
         started = time.monotonic()
         side_run = measurement.sides[side]
@@ -282,6 +282,7 @@ def run_slots(
             shutil.rmtree(work_dir)  # a half-run round from an interrupted run
         if side_run.refresh is not None:
             side_run.checkout = side_run.refresh()
+        progress.watch(work_dir, side)
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir,
@@ -289,6 +290,7 @@ def run_slots(
                                lambda worker, side=side, r=round_index:
                                order_seed(measurement.seed, side, r, worker))
         finally:
+            progress.watch(None)
             measurement.save(complete=False)
         side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
             + output.orders
@@ -301,8 +303,7 @@ def run_slots(
         if any(session.get(k) != v for k, v in machine.items()):
             session.update(machine)
             measurement.save(complete=False)
-        progress.step(f"{side} round {round_index + 1}", len(configs),
-                      time.monotonic() - started)
+        progress.step(len(configs), time.monotonic() - started)
 
 
 def measure(
@@ -331,7 +332,11 @@ def measure(
         side.run.looks = plan.looks().to_json()
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
     progress = Progress(quiet)
-    progress.plan("first rounds", len(slots) * len(configs))
+    sides = len(measurement.sides)
+    extra_rounds = plan.max_rounds - plan.rounds if undecided is not None else 0
+    # the most the adaptive blocks may add: every config, up to max-rounds (the ETA's bound)
+    progress.plan("first rounds", len(slots), len(slots) * len(configs),
+                  sides * extra_rounds * len(configs))
     try:
         with standing_by(launcher, settings.worker_start, measurement.state_dir / "standby",
                          settings.pass_env, settings.max_memory_bytes) as pool:
@@ -351,7 +356,8 @@ def measure(
                                if s[0] in measurement.sides]
                 block = [c for c in configs if c.id in ids]
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
-                              "configs", len(block_slots) * len(block))
+                              "configs", len(block_slots), len(block_slots) * len(block),
+                              sides * (plan.max_rounds - done - extra) * len(block))
                 run_slots(measurement, block_slots, block, target, launcher, settings, progress)
                 done += extra
             if pool is not None:

@@ -89,9 +89,12 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
     start_mode = worker_start(args.prestart)
     # the first worker (the fork server) imports torch while the checks below run and the
     # checkouts are made; in the system's temporary folder: a run the checks refuse leaves
-    # the cache untouched
-    prime(launcher, start_mode, Path(tempfile.gettempdir()),
-          target.worker_env(), args.pass_env, args.max_memory)
+    # the cache untouched. Not for --resume: a finished run re-reports without any worker,
+    # and ending a server still importing torch cost seconds (a resumed unfinished run
+    # starts its server when it measures)
+    if not args.resume:
+        prime(launcher, start_mode, Path(tempfile.gettempdir()),
+              target.worker_env(), args.pass_env, args.max_memory)
     if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
         problem = (preflight(target.name, args.device, launcher_name)
                    or target.preflight(suite, launcher_name))
@@ -170,9 +173,11 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
                 raise InfrastructureError(
                     f"nothing measured: no config ran {sides}in the first round; first "
                     f"cause: {config.id} on {name} ({run.rev}): {failed.status}: {failed.error} "
-                    f"(full text in {where})")
+                    f"(full text in {where}); fix that, then re-run (`abdiff doctor "
+                    "A..B` checks the probe's hooks in both sides)")
         raise InfrastructureError(f"nothing measured: no config ran {sides}in the first round "
-                                  f"(run files in {measurement.state_dir})")
+                                  f"(run files in {measurement.state_dir}); read the workers' "
+                                  "stderr there, fix the cause and re-run")
 
     return check
 
@@ -227,7 +232,10 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
         if check_measured is not None:
             notes = notes + check_measured()
-        if not args.quiet:
+        if not args.quiet and not measurement.processes:
+            print(f"abdiff: no worker started: the rounds kept in {where} are reported",
+                  file=sys.stderr)
+        elif not args.quiet:
             ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
@@ -253,11 +261,12 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
     sides = {"B": side_run(bench, spec_b)}
     what = f"baseline {name!r}"
     margin = drift_margin(run_a, min_effect, what)
+    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
              f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             f"interleaved with B: {margin.why}. B gets no adaptive rounds: they would run "
-             "fewer configs per process than the baseline's rounds did, and a config's place "
-             "in its process moves its latency"]
+             "interleaved with B", margin.why,
+             "B gets no adaptive rounds: they would run fewer configs per process than the "
+             "baseline's rounds did, and a config's place in its process moves its latency"]
 
     def machine_matches() -> list[str]:
         here = {**sides["B"].run.env, **chosen}

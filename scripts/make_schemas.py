@@ -14,20 +14,21 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from abdiff.records import Result, RunFile
+from abdiff.records import RESULT_SCHEMA, RUN_SCHEMA, Result, RunFile
 from abdiff.suites.loader import SuiteFile
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 DOCUMENTS = {
-    "run.json": (RunFile, "abdiff run file or baseline (abdiff.run/1)"),
-    "result.json": (Result, "abdiff comparison result (abdiff.result/1)"),
+    "run.json": (RunFile, f"abdiff run file or baseline ({RUN_SCHEMA})"),
+    "result.json": (Result, f"abdiff comparison result ({RESULT_SCHEMA}; changelog: "
+                            "docs/reports.md)"),
     "suite.json": (SuiteFile, "abdiff suite (YAML)"),
 }
 
 
 def schema_text(model: type, title: str) -> str:
     schema = TypeAdapter(model).json_schema(mode="validation")
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title, **schema}
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": title}
     return json.dumps(schema, indent=1, sort_keys=True) + "\n"
 
 

@@ -237,6 +237,69 @@ def test_did_you_mean_a_command(argv: list[str], meant: str,
     assert answer(capsys, argv).endswith(f"; did you mean {meant}?")
 
 
+# ---------------------------------------------------------------- did you mean, next steps
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--configs", "mpt"], "--configs 'mpt': no such suite; built-in suites are ctx, decode, "
+                           "mtp, mtp-hopper, or give a path to a YAML file; did you mean mtp?"),
+    (["--configs", "mtp", "--expect", "backnd=DSA"],
+     "--expect 'backnd=DSA': unknown key 'backnd'; allowed: run_type, backend, batch_size, "
+     "seq_len_q, seq_len_kv_cache; did you mean backend=DSA?"),
+    (["--configs", "mtp", "--expect", "backend=dsa"],
+     "--expect backend=dsa: no config has backend 'dsa' (values are case-sensitive: DSA, "
+     "TRTLLM); did you mean backend=DSA?"),
+])
+def test_did_you_mean_a_suite_or_an_expect_key_or_value(
+        extra: list[str], said: str, repos: dict[str, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    line = answer(capsys, ["main..pr", "--repo", repos["demo"], "--cache-dir",
+                           tmp_path / "cache", *extra])
+    assert line == f"abdiff: error: {said}"
+    assert not (tmp_path / "cache" / "runs").exists()
+
+
+def test_an_unknown_rev_with_no_close_name_says_where_to_look(
+        repos: dict[str, Path], suite: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    line = answer(capsys, diff_argv("main..zzzqqq", repos["demo"], suite, tmp_path))
+    assert line.endswith("(no branch, tag or commit by that name); `git branch -a` and `git "
+                         "tag` list the names (git fetch one that is not here)")
+
+
+def test_a_repository_without_a_benchmark_names_what_was_looked_for(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No target's layout: one line naming the repository, its commit, what was looked for
+    and --target, before any checkout or worker (no cache folder appears)."""
+    repo = tmp_path / "plain-repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "model.py").write_text("print('no benchmark here')\n")
+    git(repo, "add", "model.py")
+    git(repo, "commit", "-q", "-m", "no benchmark")
+    git(repo, "branch", "pr")
+    head = git(repo, "rev-parse", "--short=10", "HEAD").strip()
+    line = answer(capsys, ["main..pr", "--configs", "mtp", "--repo", repo, "--cache-dir",
+                           tmp_path / "cache"])
+    assert line == (f"abdiff: error: no benchmark found in {repo} at {head}: looked for "
+                    "tensorrt_llm/tools/layer_wise_benchmarks (trtllm); "
+                    "tinyllm/tools/layer_wise_benchmarks/runner.py (reference); pass --target "
+                    "trtllm|reference (or --repo the benchmark's repository)")
+    assert not (tmp_path / "cache").exists()
+    line = answer(capsys, ["doctor", "main..pr", "--repo", repo, "--cache-dir",
+                           tmp_path / "cache"])
+    assert line.startswith(f"abdiff: error: no benchmark found in {repo} at {head}: ")
+
+
+def test_bisect_did_you_mean_a_config(repos: dict[str, Path], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    suite = write_suite(tmp_path / "two.yaml", [1, 2])
+    line = answer(capsys, ["bisect", "main..pr", "--configs", suite, "--repo", repos["demo"],
+                           "--cache-dir", tmp_path / "cache", "--config",
+                           config_id(3).replace("bs3", "bs22")])
+    assert line.endswith(f"; did you mean {config_id(2)} or {config_id(1)}?"), line
+
+
 def test_usage_errors_name_abdiff_once(capsys: pytest.CaptureFixture[str]) -> None:
     line = answer(capsys, ["compare"])
     assert line.startswith("abdiff: error: compare: the following arguments are required: ")

@@ -102,8 +102,10 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert result["a"]["baseline"] == "rel-1"
     # two sessions: the margin comes from their measured drift, not the fixed factor
     assert "not interleaved" in result["notes"][0] and "session drift measured in baseline " \
-        "'rel-1' (2 sessions" in result["notes"][0]
-    assert "no adaptive rounds" in result["notes"][0]
+        "'rel-1' (2 sessions" in result["notes"][1]
+    assert "no adaptive rounds" in result["notes"][2]
+    assert all(len(note) < 400 for note in result["notes"][:3])  # never cut mid-sentence
+    assert "'rel-1''s" not in done.stdout
     assert {c["latency"]["rounds_b"] for c in result["configs"]} <= {0, 2}
     assert result["summary"]["min_effect"] > 0.02
     fixed = [c for c in result["configs"] if c["status_change"] == "fixed"]

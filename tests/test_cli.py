@@ -4,6 +4,7 @@ abdiff` without the `bench` extra, as the trusted PR-comment job installs it).""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,36 @@ def test_reading_commands_run_without_torch(tmp_path: Path) -> None:
     assert compare_md.startswith("<!-- abdiff -->") and "<html" in compare_html.lower()
     assert "would POST" in comment and "<!-- abdiff -->" in comment
     assert "reference-cpu" in listed and "fingerprint:" in shown
+
+
+def _noisy_run(rev: str, sha: str, rng: random.Random) -> dict:
+    """Two rounds per config whose medians differ up to 10x: the first look of an adaptive
+    plan (alpha/27 at df 1) then finds no detectable effect at all."""
+    return {"schema": "abdiff.run/1", "rev": rev, "sha": sha * 40, "target": "reference",
+            "suite": "noisy", "env": {"device": "cpu"},
+            "looks": {"first": 2, "max_rounds": 15, "step": 2},
+            "configs": [{"id": f"GEN-TRTLLM-bs{n}-q1-kv64",
+                         "params": {"run_type": "GEN", "backend": "TRTLLM", "batch_size": n,
+                                    "seq_len_q": 1, "seq_len_kv_cache": 64},
+                         "rounds": [{"status": "ok", "round": i, "latency_us": [
+                             v * (1 + 0.01 * rng.random()) for _ in range(5)]}
+                             for i, v in enumerate(100.0 * n * rng.choice([1, 1.5, 3, 10])
+                                                   for _ in range(2))]}
+                        for n in range(1, 13)]}
+
+
+def test_a_noisy_comparison_prints_no_numpy_warning(tmp_path: Path) -> None:
+    """Latency that no run of this size could decide: `inconclusive` and the next step, and
+    nothing from numpy (an overflow in expm1 reached the terminal before)."""
+    rng = random.Random(5)
+    for side, rev, sha in (("a", "main", "a"), ("b", "pr", "b")):
+        (tmp_path / f"{side}.json").write_text(json.dumps(_noisy_run(rev, sha, rng)))
+    done = subprocess.run([sys.executable, "-m", "abdiff.cli", "compare", tmp_path / "a.json",
+                           tmp_path / "b.json"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and "Warning" not in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("abdiff: no unintended change: 12 of 12 configs measured; ")
+    assert lines[-1].endswith("(exit 0: nothing changed outside the expected scope)")
+    assert any(line.startswith("next: latency undecided for ") and "re-run with --max-rounds 30"
+               in line for line in lines[-4:-1]), lines[-4:]

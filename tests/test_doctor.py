@@ -101,3 +101,35 @@ def test_the_launcher_and_tensorrt_llm_are_checked() -> None:
     no_trtllm = gpu_machine(find_spec=lambda name: None)
     assert "needs tensorrt_llm (tensorrt_llm: not installed)" in preflight(
         "trtllm", "auto", "local", no_trtllm)
+
+
+def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
+    """On the demo, `abdiff doctor main..pr --configs mtp` checks the reference target (as
+    the run would), says so first, and ends with what its exit status means."""
+    from conftest import git, run_abdiff
+
+    from abdiff.demo import build_demo_repo
+
+    repo = tmp_path / "demo"
+    build_demo_repo(repo)
+    done = run_abdiff("doctor", "main..pr", "--configs", "mtp", "--repo", repo, "--cache-dir",
+                      tmp_path / "cache")
+    lines = done.stdout.splitlines()
+    assert lines[0] == (f"abdiff doctor: checking target reference (detected in {repo}: "
+                        "tinyllm/tools/layer_wise_benchmarks/runner.py)")
+    assert ("suite mtp: target reference runs it on this machine's device (no model files, no "
+            "GPU generation to check)") in lines
+    assert "PROBLEM" not in done.stdout and "target reference (chosen): can run here" in lines
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert lines[-1] == ("abdiff doctor: target reference: ready: this machine can run it and "
+                         "every hook the probe uses is present (exit 0)")
+    # a repository without a benchmark, no range: the machine, for the reference target
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    git(plain, "init", "-q")
+    done = run_abdiff("doctor", "--repo", plain)
+    lines = done.stdout.splitlines()
+    assert lines[0] == (f"abdiff doctor: checking target reference (no benchmark in {plain}; "
+                        "pass --target trtllm or --repo PATH to check another)")
+    assert lines[-1] == ("abdiff doctor: target reference: this machine can run it (no hooks "
+                         "checked: give a benchmark repository and a range) (exit 0)")

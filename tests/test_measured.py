@@ -38,7 +38,8 @@ pytestmark = pytest.mark.slow
 
 NOTHING_MEASURED = re.compile(
     r"abdiff: error: nothing measured: no config ran on either side in the first round; "
-    r"first cause: (\S+) on A \((\S+)\): failed: (.+) \(full text in (\S+)\)")
+    r"first cause: (\S+) on A \((\S+)\): failed: (.+) \(full text in (\S+)\); fix that, "
+    r"then re-run \(`abdiff doctor A\.\.B` checks the probe's hooks in both sides\)$")
 
 
 def run_reports(*args: object, out: Path, env: dict[str, str] | None = None
@@ -203,7 +204,8 @@ def test_compare_of_runs_that_measured_nothing_is_exit_3(failures: dict,
     assert proc.returncode == 3
     assert one_line(proc.stderr) == (
         f"abdiff: error: nothing measured: no config ran on either side; first failure: "
-        f"{config_id(6)}: ValueError: injected failure for batch_size 6")
+        f"{config_id(6)}: ValueError: injected failure for batch_size 6; fix it and re-run "
+        "(`abdiff doctor A..B` checks the hooks) (exit 3)")
     assert proc.stdout.splitlines()[1].startswith(":warning: **abdiff: nothing measured")
 
 
@@ -246,7 +248,9 @@ def test_a_bug_in_abdiff_is_exit_3_with_its_traceback_and_the_rounds_kept(
     # the same command without the bug reports from the kept rounds, measuring nothing again
     again = run_abdiff(*args, "--resume")
     assert again.returncode == 0, again.stderr
-    assert "abdiff: 0 worker processes this run" in again.stderr
+    # no worker, and no fork server importing torch for none (--resume re-prints fast)
+    assert f"abdiff: no worker started: the rounds kept in {state} are reported" in again.stderr
+    assert "forked" not in again.stderr
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from html.parser import HTMLParser
@@ -11,6 +13,7 @@ import pytest
 from abdiff.errors import InputError
 from abdiff.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 from abdiff.reports import FORMATS, common, markdown, render
+from abdiff.reports import csv as csv_report
 from abdiff.reports import html as html_report
 from abdiff.reports import json as json_report
 from abdiff.reports import table as table_report
@@ -72,7 +75,7 @@ def make_result(**overrides) -> Result:
 
 
 def test_formats_registry() -> None:
-    assert set(FORMATS) == {"table", "markdown", "json", "html"}
+    assert set(FORMATS) == {"table", "markdown", "json", "html", "csv"}
     result = make_result()
     for name, module in FORMATS.items():
         assert isinstance(module.render(result), str), name
@@ -115,7 +118,12 @@ def test_table() -> None:
     lines = text.rstrip("\n").splitlines()
     assert lines[0] == "abdiff: A: main (aaaaaaaaaa) B: pr-v1 (bbbbbbbbbb)"
     assert "note: side A is a stored baseline, not interleaved with B" in text
-    assert lines[-1] == f"abdiff: 1 unintended change; {SUMMARY}"
+    assert lines[-1] == ("abdiff: 1 unintended change: 5 of 6 configs measured; 1 failed on one "
+                         "side; 1 unintended, 1 expected, 3 unchanged, 1 inconclusive (exit 1: a "
+                         "change outside the expected scope, in the UNINTENDED rows)")
+    assert lines[-2] == ("next: latency undecided for 1 of 6 configs after 4 rounds per side; "
+                         "re-run with --max-rounds 30, or on an idle machine (the report's "
+                         "notes say how much rounds vary)")
     assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")
@@ -136,7 +144,7 @@ def test_table_fits_the_terminal_width(monkeypatch: pytest.MonkeyPatch, columns:
     trt.kernels_added["void cutlass::device_kernel<flash::FlashAttnFwdSm90<" + "x" * 120] = 3
     text = table_report.render(result, colour=False)
     lines = text.rstrip("\n").splitlines()
-    assert lines[-1].startswith("abdiff: 1 unintended change; ")  # the verdict, one line, last
+    assert lines[-1].startswith("abdiff: 1 unintended change: ")  # the verdict, one line, last
     assert all(len(line) <= columns for line in lines[:-1]), max(lines[:-1], key=len)
     for cfg in result.configs:  # each config's verdict and id on one line, once: grep finds it
         hits = [ln for ln in lines if cfg.id in ln and not ln.startswith("[")]
@@ -523,13 +531,17 @@ def test_headline_says_when_latency_was_undecided_and_what_would_decide() -> Non
     configs = [_config("TRTLLM", bs, 1, "inconclusive", latency=undecided) for bs in (8, 16, 32)]
     configs.append(_config("TRTLLM", 64, 1, "unchanged"))
     result = make_result(configs=configs, summary={"exit_code": 0})
-    headline = ("no unintended change found, but latency undecided for 3 of 4 configs (about "
-                "31 rounds per side would decide them: --max-rounds 31); 4 measured, "
-                "3 inconclusive")
+    headline = ("no unintended change found, but latency undecided for 3 of 4 configs; "
+                "4 measured, 3 inconclusive")
     assert common.verdict_line(result) == headline
     assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
     assert markdown.render(result).splitlines()[1].startswith(":warning:")
-    assert table_report.render(result).splitlines()[-1].startswith(f"abdiff: {headline}; ")
+    last = table_report.render(result).splitlines()
+    assert last[-1].startswith("abdiff: no unintended change: 4 of 4 configs measured; 1 "
+                               "unchanged, 3 inconclusive (exit 0: ")
+    assert " ".join(last[-3:-1]).startswith(
+        "next: latency undecided for 3 of 4 configs after 5 rounds per side; about 31 would "
+        "decide them: re-run with --max-rounds 31")  # wrapped to the width
     flagged = make_result()  # an unintended change leads; the summary counts the undecided
     assert common.verdict_line(flagged) == "1 unintended change"
 
@@ -587,3 +599,76 @@ def test_kernel_time_root_cause_in_every_format() -> None:
     config = next(c for c in data["configs"] if c["verdict"] == "unintended")
     assert config["kernel_deltas"][0] == {"kernel": SDPA, "a_us": 0.0, "b_us": 21.5,
                                           "delta_us": 21.5}
+
+
+def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
+    """--format csv: one header, rows A, B, B/A per config in reading order; the side rows
+    hold what each side measured, the B/A row the verdict and the ratio."""
+    result = make_result()
+    broken = result.configs[3]
+    broken.error_a = "=HYPERLINK(\"http://evil.invalid\") SIGABRT"  # benchmark text
+    text = csv_report.render(result)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(rows[0]) == csv_report.COLUMNS
+    assert len(rows) == 3 * len(result.configs)
+    assert [r["side"] for r in rows[:3]] == ["A", "B", "B/A"]
+    assert [r["config"] for r in rows[::3]] == [c.id for c in common.ordered(result)]
+    by = {(r["config"], r["side"]): r for r in rows}
+    flagged = by[("GEN-TRTLLM-bs32-q4-kv2049", "B/A")]
+    assert (flagged["verdict"], flagged["latency_verdict"], flagged["ratio"], flagged["ci_low"],
+            flagged["ci_high"], flagged["in_scope"]) == ("unintended", "slower", "1.043", "1.021",
+                                                        "1.066", "false")
+    a_side = by[("GEN-TRTLLM-bs32-q4-kv2049", "A")]
+    b_side = by[("GEN-TRTLLM-bs32-q4-kv2049", "B")]
+    assert a_side["facts"] == "attn_metadata.max_total_draft_tokens=None"
+    assert b_side["facts"] == "attn_metadata.max_total_draft_tokens=3"
+    assert a_side["kernels_only_here"] == "aten::_softmax x2; aten::bmm x4"
+    assert b_side["kernels_only_here"] == f"{SDPA} x2"
+    assert (a_side["rev"], b_side["rev"], a_side["sha"]) == ("main", "pr-v1", "a" * 40)
+    assert a_side["verdict"] == "" and flagged["status"] == ""  # each row its own columns
+    fixed = by[(broken.id, "A")]
+    assert fixed["status"] == "aborted" and fixed["error"].startswith("'=HYPERLINK")
+    assert by[(broken.id, "B/A")]["status_change"] == "fixed"
+    assert render(result, "csv") == text
+
+
+def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> None:
+    result = make_result()
+    step = ("latency undecided for 1 of 6 configs after 4 rounds per side; re-run with "
+            "--max-rounds 30, or on an idle machine (the report's notes say how much rounds "
+            "vary)")
+    assert common.next_step(result) == f"next: {step}"
+    assert f"Next: {step}" in markdown.render(result).splitlines()
+    table_text = " ".join(table_report.render(result, width=240, colour=False).split())
+    assert f"next: {step} abdiff: 1 unintended change" in table_text
+    decided = make_result(configs=[c for c in make_result().configs
+                                   if c.verdict != "inconclusive"])
+    assert common.next_step(decided) is None and "next:" not in markdown.render(decided).lower()
+
+
+def test_the_result_is_valid_against_its_documented_schema() -> None:
+    """docs/schemas/result.json describes what --json writes, and docs/reports.md has a
+    changelog row for the version written."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    from abdiff.records import RESULT_SCHEMA
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    schema = json.loads((docs / "schemas" / "result.json").read_text())
+    assert RESULT_SCHEMA in schema["title"]
+    document = json.loads(json_report.render(make_result()))
+    jsonschema.validate(document, schema)
+    document["configs"][0]["verdict"] = "fine"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, schema)
+    changelog = (docs / "reports.md").read_text().split("### Changelog of the result schema")[1]
+    assert f"| `{RESULT_SCHEMA}` | " in changelog
+
+
+def test_a_long_note_is_cut_after_a_whole_clause() -> None:
+    long = "; ".join(f"clause {i} says something about the rounds of this run" for i in range(20))
+    (note,) = common.notes(make_result(notes=[long]))
+    assert note.endswith("this run … (whole in the JSON)") and len(note) <= 400
+    assert note[: -len(" … (whole in the JSON)")] in long
+    assert common.notes(make_result(notes=["short; whole"])) == ["short; whole"]

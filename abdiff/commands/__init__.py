@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 
 NAMES = ["diff", "run", "compare", "baseline", "bisect", "demo", "suites", "comment", "cache",
-         "doctor", "check-kernels"]
+         "doctor", "check-kernels", "history"]
 
 
 def commands(first_word: str | None = None) -> list[ModuleType]:

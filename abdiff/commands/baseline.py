@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+import textwrap
 from pathlib import Path
 
 from tabulate import tabulate
@@ -23,14 +24,11 @@ from abdiff.baselines import (
     session_drift,
 )
 from abdiff.commands.common import add_measure_options
-from abdiff.compare import side_facts, side_kernels, side_status
 from abdiff.records import write_run_file
-from abdiff.reports.common import clip, headline_first, value_text
+from abdiff.reports.common import clip
 from abdiff.revs import open_repo
 from abdiff.session import measure_one_side
 from abdiff.stats import DEFAULT_MIN_EFFECT
-
-KERNEL_WIDTH = 100  # CUDA kernel names run to thousands of characters
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,37 +76,50 @@ def show_list(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    """The baseline's provenance, then a block per config (time per step with its spread,
+    facts, kernels), wrapped to the terminal's width."""
+    from abdiff.history import machine_of, measured_at, snapshot
+    from abdiff.reports.history import facts_text, kernels_text, latency_text
+    from abdiff.reports.table import terminal_width
+
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     run = load_baseline(folder, args.name)
-    print(f"{args.name}: {run.rev} ({run.sha}) suite {run.suite}, target {run.target}")
-    print("fingerprint: " + ", ".join(f"{k}={v}" for k, v in fingerprint(run).items()))
-    for session_id, where in sorted(run.sessions.items(), key=lambda s: s[1].get("started", "")):
-        print(f"session {session_id}: " + ", ".join(f"{k}={v}" for k, v in where.items()))
+    width = terminal_width()
+
+    def say(text: str, indent: str = "") -> None:
+        print("\n".join(textwrap.wrap(text, width, initial_indent=indent,
+                                       subsequent_indent=indent + "    ",
+                                       break_on_hyphens=False)))
+
+    say(f"baseline {args.name}: {run.rev} at commit {run.sha[:12]}, suite {run.suite}, target "
+        f"{run.target}, {len(run.configs)} configs")
+    sessions = sorted(run.sessions.items(), key=lambda s: str(s[1].get("started", "")))
+    say(f"recorded {run.env.get('recorded_at') or measured_at(run) or 'at an unknown time'} on "
+        f"{machine_of(run)}; {len(sessions)} session{'' if len(sessions) == 1 else 's'}: "
+        + ", ".join(f"{sid} ({str(where.get('started', '?'))[:16].replace('T', ' ')}, "
+                    f"{where.get('host', '?')})" for sid, where in sessions))
+    say("machine fingerprint: " + ", ".join(f"{k}={v}" for k, v in fingerprint(run).items()))
     drift = session_drift(run)
     if drift is None:
-        print("session drift: unknown (one measuring session; refresh with --append in another "
-              "session to measure it)")
+        say("session drift: unknown (one measuring session; `abdiff baseline refresh "
+            f"{args.name} --rev {run.rev} --configs {run.suite} --append` in another session "
+            "measures it)")
     else:
         margin = drift_margin(run, DEFAULT_MIN_EFFECT, f"baseline {args.name!r}")
-        print(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
-              f"sessions (df {drift.df}); at --min-effect {DEFAULT_MIN_EFFECT:.0%} a comparison "
-              f"uses a {margin.value:.1%} margin")
-    rows = []
+        say(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
+            f"sessions (df {drift.df}); at --min-effect {DEFAULT_MIN_EFFECT:.0%} a comparison "
+            f"uses a {margin.value:.1%} margin")
+    say("time per step: median of the round medians ± their spread (normal-consistent MAD)")
     for config in run.configs:
-        status, error = side_status(config.rounds)
-        facts = side_facts(config.rounds) or {}
-        kernels = side_kernels(config.rounds) or {}
-        names = sorted(kernels, key=headline_first)
+        shot = snapshot(config)
         spread = drift.spread.get(config.id) if drift else None
-        rows.append([
-            config.id, len(config.rounds), "" if spread is None else f"{spread:.2%}",
-            status if error is None else clip(f"{status}: {error}"),
-            "\n".join(f"{k.split('.')[-1]}={value_text(v)}" for k, v in facts.items()),
-            "\n".join(f"{clip(k, KERNEL_WIDTH)} x{kernels[k]}" for k in names[:8])
-            + (f"\n(+{len(kernels) - 8} more)" if len(kernels) > 8 else ""),
-        ])
-    print(tabulate(rows, headers=["config", "rounds", "session spread", "status", "facts",
-                                  "kernels"]))
+        print()
+        say(f"{config.id}  {shot.status}  {shot.rounds} rounds  {latency_text(shot)}"
+            + ("" if spread is None else f"  (session spread {spread:.2%})"))
+        if shot.error:
+            say(f"error    {clip(shot.error)}", "    ")
+        say(f"facts    {facts_text(shot.facts) or 'none'}", "    ")
+        say(f"kernels  {len(shot.kernels)}: {kernels_text(shot.kernels, 8) or 'none'}", "    ")
     return 0
 
 

@@ -31,7 +31,7 @@ from abdiff.commands.common import (
     check_min_effect,
     expect_scope,
 )
-from abdiff.errors import InputError
+from abdiff.errors import InputError, did_you_mean
 from abdiff.files import write_atomic
 from abdiff.records import Result
 from abdiff.reports import bisect as bisect_report
@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [c for c in args.config if c not in known]
     if unknown:
         raise InputError(f"--config {unknown[0]!r} is not in suite {bench.suite.name!r} "
-                         f"(its configs: {', '.join(sorted(known))})")
+                         f"(its configs: {', '.join(sorted(known))})"
+                         + did_you_mean(unknown[0], known))
     path = first_parent_path(repo_root, spec_a, spec_b)
     steps = StepRunner(args, bench, expect, min_effect)
 

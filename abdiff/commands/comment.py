@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--stale needs --head-sha and --run-url (the run that left no result)")
     token = os.environ.get("GITHUB_TOKEN", "").strip()
     if not token and not args.dry_run:
-        raise InputError("GITHUB_TOKEN is not set (needed to post; --dry-run needs none)")
+        raise InputError("GITHUB_TOKEN is not set (needed to post): export it in the "
+                         "comment job, or pass --dry-run to print the comment instead")
     if args.stale:
         return _mark_stale(args, token)
     if args.result is not None:

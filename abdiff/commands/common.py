@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from pathlib import Path
 
 from abdiff import stats
-from abdiff.errors import InputError
+from abdiff.errors import InputError, did_you_mean
 from abdiff.files import write_atomic
 from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES
 from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line
+from abdiff.reports.common import clip, final_line, next_step
 from abdiff.schedule import (
     Plan,
 )
@@ -161,6 +160,9 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
     if (args.output or args.format != "table") and not (nothing and not args.output):
         stream = sys.stdout if args.output else sys.stderr
         sys.stdout.flush()
+        step = next_step(result)
+        if step:
+            print(step, file=stream)
         print(final_line(result), file=stream, flush=True)
 
 
@@ -173,8 +175,8 @@ def finish(result: Result, args: argparse.Namespace) -> int:
         first = next((c for c in result.configs if c.error_a or c.error_b), None)
         cause = (f"; first failure: {first.id}: {clip(first.error_a or first.error_b)}"
                  if first else "")
-        print(f"abdiff: error: nothing measured: no config ran on either side{cause}",
-              file=sys.stderr)
+        print(f"abdiff: error: nothing measured: no config ran on either side{cause}; fix "
+              "it and re-run (`abdiff doctor A..B` checks the hooks) (exit 3)", file=sys.stderr)
     return code
 
 
@@ -202,9 +204,7 @@ def check_expect_values(expect: dict[str, list[str]], params: list[dict]) -> Non
         for value in values:
             if value in known:
                 continue
-            same_case = [k for k in known if k.lower() == value.lower()]
-            guess = same_case or difflib.get_close_matches(value, known, n=1)
-            hint = f"; did you mean {key}={guess[0]}?" if guess else ""
+            hint = did_you_mean(value, known, prefix=f"{key}=")
             raise InputError(f"--expect {key}={value}: no config has {key} {value!r} (values "
                              f"are case-sensitive: {', '.join(known) or 'none'}){hint}")
 

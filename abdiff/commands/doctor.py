@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         missing_for,
     )
     from abdiff.revs import open_repo
-    from abdiff.targets import target_class, target_names
+    from abdiff.targets import detect_target, target_class, target_names
 
     repo_root: Path | None = None
     if args.repo or args.range:
@@ -55,8 +55,16 @@ def run(args: argparse.Namespace) -> int:
     names = target_names()
     classes = [target_class(name) for name in names]
     detected = next((t for t in classes if repo_root and t.detect(repo_root)), None)
-    target_cls = target_class(args.target) if args.target else (
-        detected or target_class("reference"))
+    if args.target:
+        target_cls, why = target_class(args.target), "--target"
+    elif detected:
+        target_cls, why = detected, f"detected in {repo_root}: {detected.layout}"
+    elif args.range and repo_root is not None:  # the run would refuse it: so does doctor
+        target_cls, why = detect_target(repo_root), ""
+    else:  # the machine alone, for the target that needs the least of it
+        target_cls = target_class("reference")
+        why = (f"no benchmark in {repo_root}" if repo_root else "no repository here") + \
+            "; pass --target trtllm or --repo PATH to check another"
     target = target_cls()
 
     if args.launcher:
@@ -64,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
         print()
+    print(f"abdiff doctor: checking target {target_cls.name} ({why})\n")
     checks = machine_checks(classes)
     print(machine_table(checks, sorted(names)))
     print()
@@ -74,7 +83,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"target {name}{chosen}: {state}")
 
     suite_failed = False
-    if args.configs:
+    # a suite's models and GPU generation are the trtllm target's; with no benchmark to
+    # tell the target, a suite is checked as trtllm would run it
+    if args.configs and "GPU" not in target_cls.requires and (args.target or detected):
+        from abdiff.suites import load_suite
+
+        load_suite(args.configs)  # a typo is still refused
+        print(f"\nsuite {args.configs}: target {target_cls.name} runs it on this machine's "
+              "device (no model files, no GPU generation to check)")
+    elif args.configs:
         from abdiff.suites import load_suite
 
         suite = load_suite(args.configs)
@@ -117,4 +134,18 @@ def run(args: argparse.Namespace) -> int:
     elif repo_root is None and target.hooks:
         print("\nno repository here: hooks not checked (give --repo PATH or a range)")
     code = exit_code(checks, target_cls.name, reports)
-    return 3 if code == 0 and suite_failed else code
+    code = 3 if code == 0 and suite_failed else code
+    meaning = DOCTOR_EXITS[code] if reports or code else \
+        "this machine can run it (no hooks checked: give a benchmark repository and a range)"
+    print(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
+    return code
+
+
+# what doctor's exit status means, on its last line
+DOCTOR_EXITS = {
+    0: "ready: this machine can run it and every hook the probe uses is present",
+    1: "a hook the probe uses is missing in a checkout (listed above); abdiff cannot read "
+       "that side's facts",
+    3: "this machine lacks what it needs (MISSING or PROBLEM above); install it, or measure "
+       "elsewhere",
+}

@@ -231,7 +231,8 @@ def _check_target(path: Path) -> None:
         if not path.is_dir():
             raise InputError(f"demo path {path} exists and is not a directory")
         if any(path.iterdir()):
-            raise InputError(f"demo path {path} exists and is not empty")
+            raise InputError(f"demo path {path} exists and is not empty; give another PATH "
+                             "(`abdiff demo PATH`) or remove it")
 
 
 def _build_history(path: Path, files: dict[str, bytes], template: str) -> str:

@@ -195,7 +195,8 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
     if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
             os.access(spec.cwd / spec.argv[0], os.X_OK)):
         # checked here, because once guard.py runs a failed exec is only an exit code
-        raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program")
+        raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program; install it "
+                                  "or put it on PATH (`abdiff doctor` lists what is missing)")
     home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
     try:
         with contextlib.ExitStack() as files:

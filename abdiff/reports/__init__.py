@@ -11,13 +11,14 @@ from types import ModuleType
 
 from abdiff.errors import InputError
 from abdiff.records import Result
-from abdiff.reports import html, json, markdown, table
+from abdiff.reports import csv, html, json, markdown, table
 
 FORMATS: dict[str, ModuleType] = {
     "table": table,
     "markdown": markdown,
     "json": json,
     "html": html,
+    "csv": csv,
 }
 
 

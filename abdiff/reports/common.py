@@ -135,20 +135,14 @@ def summary_sentence(result: Result) -> str:
 
 
 def latency_undecided(result: Result) -> str | None:
-    """"latency undecided for 3 of 12 configs (about 31 rounds per side would decide:
-    --max-rounds 31)" when any config with latency on both sides got no latency verdict;
-    None otherwise. Such a run checked status, facts and kernels, but not all speeds, and
-    its headline must say so and what would decide them."""
+    """"latency undecided for 3 of 12 configs" when any config with latency on both sides
+    got no latency verdict; None otherwise. Such a run checked status, facts and kernels,
+    but not all speeds: its headline says so, `next_step` what would decide them."""
     timed = [c for c in result.configs if c.latency.verdict != "n/a"]
     undecided = [c for c in timed if c.latency.verdict == "inconclusive"]
     if not undecided:
         return None
-    text = f"latency undecided for {len(undecided)} of {len(timed)} configs"
-    needed = [c.latency.rounds_needed for c in undecided if c.latency.rounds_needed]
-    if needed:
-        text += (f" (about {max(needed)} rounds per side would decide them: --max-rounds "
-                 f"{max(needed)})")
-    return text
+    return f"latency undecided for {len(undecided)} of {len(timed)} configs"
 
 
 def verdict_line(result: Result) -> str:
@@ -200,9 +194,49 @@ def passed(result: Result) -> bool:
             and latency_undecided(result) is None)
 
 
+# what each exit status of a compared run means, on its last line
+EXIT_MEANINGS = {
+    0: "nothing changed outside the expected scope",
+    1: "a change outside the expected scope, in the UNINTENDED rows",
+    3: "nothing measured: abdiff could not check anything",
+}
+
+
 def final_line(result: Result) -> str:
-    """The one line every command ends with, whatever went to files."""
-    return f"abdiff: {verdict_line(result)}; {summary_sentence(result)}"
+    """The one line every command ends with, whatever went to files: the verdict, each
+    count said once, and what the exit status means."""
+    code = exit_code(result)
+    tally = counts(result)
+    meaning = EXIT_MEANINGS.get(code, "")
+    if code == policy.NOTHING_MEASURED_EXIT:
+        head = "nothing measured"
+    elif tally["unintended"]:
+        head = f"{tally['unintended']} unintended change{'' if tally['unintended'] == 1 else 's'}"
+    elif code == 1 and result.summary.get("require_all") is True:
+        head = "not every config measured"
+        meaning = "--require-all and a config not measured on both sides"
+    else:
+        head = "no unintended change"
+    order = [*SUMMARY_ORDER, *(v for v in tally if v not in SUMMARY_ORDER)]
+    verdicts = ", ".join(f"{tally[v]} {v}" for v in order if tally.get(v))
+    return f"abdiff: {head}: {measured_sentence(result)}; {verdicts} (exit {code}: {meaning})"
+
+
+def next_step(result: Result) -> str | None:
+    """What to do about the configs the run could not decide (latency inconclusive), or
+    None: the rounds per side that each one's measured spread says would decide it
+    (`LatencyResult.rounds_needed`, the largest of them); beyond 100, a quieter machine."""
+    undecided = [c for c in result.configs if c.verdict == "inconclusive"]
+    if not undecided:
+        return None
+    rounds = max(max(c.latency.rounds_a, c.latency.rounds_b) for c in undecided)
+    needed = max((c.latency.rounds_needed or 2 * rounds for c in undecided), default=30)
+    text = (f"next: latency undecided for {len(undecided)} of {len(result.configs)} configs "
+            f"after {rounds} rounds per side")
+    if needed <= 100:
+        return f"{text}; about {needed} would decide them: re-run with --max-rounds {needed}"
+    return (f"{text}; their rounds vary too much to decide here (about {needed} rounds): "
+            "measure on an idle machine (the report's notes say how much rounds vary)")
 
 
 def exit_code(result: Result) -> int:
@@ -470,6 +504,19 @@ def only_in_lines(result: Result) -> list[str]:
     return lines
 
 
+NOTE_LIMIT = 400
+
+
 def notes(result: Result) -> list[str]:
-    """Result.notes, one clipped line each."""
-    return [clip(n, 400) for n in result.notes]
+    """Result.notes, one clipped line each; a note too long is cut after its last whole
+    clause ("; " or ". ") that fits, not mid-word (the JSON keeps it whole)."""
+    suffix = f" {ELLIPSIS} (whole in the JSON)"
+    room = NOTE_LIMIT - len(suffix)
+    out = []
+    for note in result.notes:
+        line = clip(note, 10 * NOTE_LIMIT)
+        if len(line) > NOTE_LIMIT:
+            cut = max(line.rfind("; ", 0, room), line.rfind(". ", 0, room))
+            line = (line[:cut] if cut > room // 2 else line[:room].rstrip()) + suffix
+        out.append(line)
+    return out

@@ -148,6 +148,9 @@ def render(result: Result, details_url: str | None = None) -> str:
     ]
     if details_url:
         lines += ["", f"[Full report and run artifacts]({check_url(details_url)})"]
+    step = common.next_step(result)
+    if step:  # what to do about the inconclusive configs, before the notes that explain them
+        lines += ["", escape(step[0].upper() + step[1:])]
     notes = [*common.notes(result), *common.only_in_lines(result)]
     used = 0
     for shown, note in enumerate(notes):

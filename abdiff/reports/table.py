@@ -202,7 +202,9 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
         notes = [f"[{n}] {', '.join(ids)} {line}"
                  for n, (line, ids) in enumerate(errors.items(), start=1)]
         lines += ["", *_wrap(notes, width, "    ")]
-    lines += ["", _paint(common.final_line(result), _final_tone(result), colour)]
+    step = common.next_step(result)
+    lines += ["", *(_wrap([step], width, "      ") if step else []),
+              _paint(common.final_line(result), _final_tone(result), colour)]
     return "\n".join(lines) + "\n"
 
 

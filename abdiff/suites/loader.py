@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import yaml
 
-from abdiff.errors import InputError
+from abdiff.errors import InputError, did_you_mean
 from abdiff.files import read_text
 from abdiff.targets.layerwise import MATRIX_KEYS, Matrix, NonNegative, Positive, config_id
 from abdiff.validate import Len, from_json
@@ -142,6 +142,7 @@ def load_suite(name_or_path: str, allow_large: bool = False,
             raise InputError(
                 f"--configs {name_or_path!r}: no such suite; built-in suites are "
                 f"{', '.join(sorted(builtin))}, or give a path to a YAML file"
+                + did_you_mean(name_or_path, list(builtin))
             )
     text = read_text(path, "suite")
     try:

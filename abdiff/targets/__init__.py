@@ -101,11 +101,18 @@ def target_package(name: str) -> str:
 
 
 def detect_target(root: Path, requested: str | None = None) -> type[Target]:
-    """`--target` if given, else the first target whose layout the repository has."""
+    """`--target` if given, else the first target whose layout the repository has; none:
+    InputError naming what was looked for (before any checkout or worker)."""
     if requested:
         return target_class(requested)
-    for name in registered():
-        target = target_class(name)
+    classes = [target_class(name) for name in registered()]
+    for target in classes:
         if target.detect(root):
             return target
-    return target_class("reference")
+    from abdiff.revs import run_git
+
+    head = run_git(root, "rev-parse", "--short=10", "HEAD", check=False).stdout.strip()
+    looked = "; ".join(f"{t.layout} ({t.name})" for t in classes if t.layout)
+    raise InputError(f"no benchmark found in {root} at {head or 'its working tree'}: looked "
+                     f"for {looked}; pass --target {'|'.join(registered())} (or --repo "
+                     "the benchmark's repository)")

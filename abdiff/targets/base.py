@@ -68,6 +68,8 @@ class Target(ABC):
     # the worker captures kernels in a pass after every config was timed, and can be
     # started for captures only (RoundJob.capture_only)
     capture_pass: ClassVar[bool] = False
+    # what `detect` looks for, as a user reads it ("no benchmark found ... looked for ...")
+    layout: ClassVar[str] = ""
 
     @classmethod
     @abstractmethod

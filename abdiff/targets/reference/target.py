@@ -27,6 +27,7 @@ REFERENCE_HOOKS: tuple[Hook, ...] = (
 
 class ReferenceTarget(Target):
     name: ClassVar[str] = "reference"
+    layout: ClassVar[str] = RUNNER_FILE
     capture_pass: ClassVar[bool] = True
     hooks = REFERENCE_HOOKS
     needs: ClassVar[dict[str, str]] = {

@@ -614,6 +614,7 @@ class TrtllmTarget(Target):
     """Runs upstream's run.py at each checkout, with the probe in every rank."""
 
     name: ClassVar[str] = "trtllm"
+    layout: ClassVar[str] = TOOLS_DIR
     hooks = TRTLLM_HOOKS
     needs: ClassVar[dict[str, str]] = {
         "GPU": "everything: upstream's benchmark runs on CUDA only",

@@ -1,0 +1,46 @@
+"""`abdiff history CONFIG... [--html FILE]`: configs across release baselines and recorded
+runs (latency, facts, kernels), as a table and as a plot in an HTML page (abdiff/history.py
+collects, reports/history.py renders)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "history", help="configs across baselines and recorded runs: latency, facts, kernels",
+        description="The time per step, facts and kernels of configs across the release "
+        "baselines (baselines/*.json) and the runs kept in the cache, oldest first.")
+    parser.add_argument("config", nargs="+", metavar="CONFIG",
+                        help="config id, e.g. GEN-TRTLLM-bs8-q2-kv2049")
+    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
+    parser.add_argument("--baselines-dir", type=Path, metavar="DIR",
+                        help="default: baselines/ in the repository")
+    parser.add_argument("--cache-dir", type=Path, help="where the recorded runs are kept "
+                        "(default: the measuring commands' cache)")
+    parser.add_argument("--html", type=Path, metavar="FILE",
+                        help="also write the page with a plot per config")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from abdiff.baselines import baselines_dir
+    from abdiff.checkouts import default_cache_dir
+    from abdiff.files import write_atomic
+    from abdiff.history import collect
+    from abdiff.reports.history import render_html, render_table
+    from abdiff.reports.table import terminal_width
+    from abdiff.revs import open_repo
+
+    repo_root = open_repo(args.repo)
+    runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
+    history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,
+                      list(dict.fromkeys(args.config)))
+    sys.stdout.write(render_table(history, terminal_width()))
+    if args.html:
+        write_atomic(args.html, render_html(history))
+        print(f"abdiff: wrote {args.html} (html)", file=sys.stderr)
+    return 0

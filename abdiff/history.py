@@ -1,0 +1,138 @@
+"""History of configs: their latency, facts and kernels across release baselines and
+recorded runs (`abdiff history CONFIG...`, reports/history.py renders it).
+
+Sources, each a run file (`abdiff.run/1`): the baselines (`baselines/NAME.json`)
+and the sides of the runs kept in the cache's state folders (`runs/*/a.json`,
+`b.json`), of this repository's commits only (the cache is shared between
+repositories). A point is one config in one source; points are ordered by when
+they were measured. `Snapshot` is also what `abdiff baseline show` prints per config.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from abdiff.compare import latency_samples, side_facts, side_kernels, side_status
+from abdiff.errors import InputError, did_you_mean
+from abdiff.records import ConfigRuns, RunFile, load_run_file
+from abdiff.stats import robust_spread
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One config as one run file measured it."""
+
+    status: str
+    error: str | None
+    rounds: int
+    median_us: float | None  # median of the round medians
+    spread_us: float | None  # their normal-consistent MAD (stats.robust_spread)
+    facts: dict[str, Any]
+    kernels: dict[str, int]
+
+
+def snapshot(config: ConfigRuns) -> Snapshot:
+    import numpy as np
+
+    status, error = side_status(config.rounds)
+    medians = [statistics.median(s) for s in latency_samples(config) if s]
+    return Snapshot(
+        status=status, error=error, rounds=len(config.rounds),
+        median_us=statistics.median(medians) if medians else None,
+        spread_us=robust_spread(np.array(medians)) if len(medians) > 1 else None,
+        facts=side_facts(config.rounds) or {}, kernels=side_kernels(config.rounds) or {})
+
+
+@dataclass(frozen=True)
+class Point:
+    """One source (a baseline, or one side of a recorded run) and its snapshots."""
+
+    kind: Literal["baseline", "run"]
+    source: str  # "baseline release-1", "run 56468474 A"
+    rev: str
+    sha: str
+    when: str  # ISO 8601, UTC; "" when the file does not say
+    machine: str
+    configs: dict[str, Snapshot]
+
+
+@dataclass(frozen=True)
+class History:
+    config_ids: tuple[str, ...]
+    points: tuple[Point, ...]  # oldest first
+    searched: str  # where the sources were looked for, as a user reads it
+
+
+def measured_at(run: RunFile) -> str:
+    """When a run file's rounds were measured: its latest session's start, else the
+    baseline's recorded_at, else ""."""
+    started = [str(s.get("started", "")) for s in run.sessions.values() if s.get("started")]
+    return max(started) if started else str(run.env.get("recorded_at", ""))
+
+
+def machine_of(run: RunFile) -> str:
+    env = run.env
+    device = env.get("device_name") or env.get("cpu_model") or env.get("device") or "?"
+    host = env.get("host") or next((s.get("host") for s in run.sessions.values()
+                                    if s.get("host")), None)
+    return f"{device} on {host}" if host else str(device)
+
+
+def _sources(baselines: Path, runs: Path) -> list[tuple[Literal["baseline", "run"], str, Path]]:
+    found: list[tuple[Literal["baseline", "run"], str, Path]] = [
+        ("baseline", f"baseline {p.stem}", p) for p in sorted(baselines.glob("*.json"))]
+    for state in sorted(runs.glob("*/state.json")):
+        for side in ("a", "b"):
+            path = state.parent / f"{side}.json"
+            if path.is_file():
+                found.append(("run", f"run {state.parent.name[:8]} {side.upper()}", path))
+    return found
+
+
+def commits_in(repo_root: Path, shas: set[str]) -> set[str]:
+    """The shas that are commits of this repository (one git call)."""
+    from abdiff.revs import run_git
+
+    if not shas:
+        return set()
+    proc = run_git(repo_root, "rev-list", "--no-walk", "--ignore-missing", *sorted(shas),
+                   check=False)
+    return set(proc.stdout.split()) & shas
+
+
+def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str]) -> History:
+    """The history of `config_ids`; InputError naming what exists when a config is in no
+    source (with the closest id), or when there is no source at all."""
+    searched = f"{baselines}/*.json and the runs in {runs}"
+    loaded = []
+    for kind, source, path in _sources(baselines, runs):
+        try:
+            loaded.append((kind, source, load_run_file(path)))
+        except InputError:
+            continue  # a damaged or foreign file is not this history's concern
+    ours = commits_in(repo_root, {run.sha for _, _, run in loaded if run.sha != "WORKTREE"})
+    # a baseline refresh measures in a state folder too: its rounds are the baseline's
+    in_baselines = {sid for k, _, r in loaded if k == "baseline" for sid in r.sessions}
+    loaded = [(k, s, r) for k, s, r in loaded if k == "baseline" or (
+        r.sha in ours and not (r.sessions and set(r.sessions) <= in_baselines))]
+    if not loaded:
+        raise InputError(f"no baselines or recorded runs in {searched}; record one with "
+                         "`abdiff baseline refresh NAME --rev REV --configs SUITE` or run "
+                         "`abdiff A..B --configs SUITE`")
+    known = {c.id for _, _, run in loaded for c in run.configs}
+    for wanted in config_ids:
+        if wanted not in known:
+            raise InputError(f"config {wanted!r} is in none of {len(loaded)} baselines and "
+                             f"recorded runs ({searched}); `abdiff baseline show NAME` lists "
+                             "a baseline's configs" + did_you_mean(wanted, known))
+    points = []
+    for kind, source, run in loaded:
+        shots = {c.id: snapshot(c) for c in run.configs if c.id in config_ids and c.rounds}
+        if shots:
+            points.append(Point(kind, source, run.rev, run.sha, measured_at(run),
+                                machine_of(run), shots))
+    points.sort(key=lambda p: (p.when, p.source))
+    return History(tuple(config_ids), tuple(points), searched)

@@ -1,0 +1,139 @@
+"""`abdiff history`: configs across baselines and recorded runs, as a user reads it.
+
+The sources are the run files measured on the H200 (results/h200/, baselines/), as a
+repository's baselines and as runs kept in a cache's state folders, their commits
+rewritten to the demo repository's (abdiff keeps only runs of the repository's own
+commits), each given the session it was measured in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import git, run_abdiff
+
+from abdiff.demo import build_demo_repo
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "results" / "h200"
+CONFIG = "GEN-TRTLLM-bs8-q2-kv2049"
+
+
+def _copy(source: Path, target: Path, sha: str, started: str) -> None:
+    data = json.loads(source.read_text())
+    data["sha"] = sha
+    data["sessions"] = {f"s{started[8:10]}{started[11:13]}": {"started": started, "host": "h200"}}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data))
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("history")
+    repo = base / "demo"
+    build_demo_repo(repo)
+    sha = {rev: git(repo, "rev-parse", rev).strip() for rev in ("main", "pr", "pr-v1")}
+    baselines, runs = base / "baselines", base / "cache" / "runs"
+    _copy(H200 / "graph-main..pr/a.json", baselines / "release-0.json", sha["main"],
+          "2026-12-01T10:00:00+00:00")
+    _copy(ROOT / "baselines/reference-h200.json", baselines / "release-1.json", sha["pr"],
+          "2026-12-03T10:00:00+00:00")
+    for key, folder, started in (("1111aaaa", "cuda-graph-main..pr-v1", "2026-12-02T09:00:00"),
+                                 ("2222bbbb", "graph-main..pr", "2026-12-02T12:00:00")):
+        a, b = (json.loads((H200 / folder / f"{s}.json").read_text())["rev"] for s in "ab")
+        _copy(H200 / folder / "a.json", runs / key / "a.json", sha[a], started + "+00:00")
+        _copy(H200 / folder / "b.json", runs / key / "b.json", sha[b], started + "+00:01")
+        (runs / key / "state.json").write_text(json.dumps({"seed": 1, "complete": True}))
+    # another repository's run in the same cache: not this history's
+    _copy(H200 / "graph-pr..pr/a.json", runs / "3333cccc" / "a.json", "f" * 40,
+          "2026-12-02T13:00:00+00:00")
+    (runs / "3333cccc" / "state.json").write_text("{}")
+    return {"repo": repo, "baselines": baselines, "cache": base / "cache", "base": base}
+
+
+def history(sources: dict[str, Path], *args: object, columns: int = 100):
+    env = {**__import__("conftest").git_env(), "COLUMNS": str(columns)}
+    return run_abdiff("history", *args, "--repo", sources["repo"], "--baselines-dir",
+                      sources["baselines"], "--cache-dir", sources["cache"], env=env)
+
+
+def test_the_table_shows_each_point_and_what_changed(sources: dict[str, Path]) -> None:
+    page = sources["base"] / "history.html"
+    done = history(sources, CONFIG, "GEN-DSA-bs8-q2-kv2049", "--html", page)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    assert lines[0].startswith("abdiff history: 6 baselines and recorded runs (")
+    start = lines.index(f"{CONFIG}: 6 points")
+    block = lines[start:lines.index("", start)]
+    rows = [ln for ln in block if re.match(r"  2026-12-0\d", ln)]
+    assert [r.split()[2:4] for r in rows] == [
+        ["baseline", "release-0"], ["run", "1111aaaa"], ["run", "1111aaaa"],
+        ["run", "2222bbbb"], ["run", "2222bbbb"], ["baseline", "release-1"]]
+    assert re.match(r"  2026-12-01 10:00  baseline release-0  main \([0-9a-f]{10}\)\s+ok\s+"
+                    r"\d+(\.\d+)? µs ±\d", rows[0]), rows[0]
+    text = "\n".join(block)
+    # pr-v1 (run 1111aaaa B) set TRTLLM's max_total_draft_tokens; main after it did not
+    assert "      facts: attn_metadata.max_total_draft_tokens None -> 1" in text
+    assert "      facts: attn_metadata.max_total_draft_tokens 1 -> None" in text
+    assert re.search(r"      kernels \+4 -8: \+", text), text
+    assert "3333cccc" not in done.stdout  # another repository's run
+    dsa = lines[lines.index("GEN-DSA-bs8-q2-kv2049: 6 points"):]
+    assert any(ln.strip() == "status aborted -> ok" for ln in dsa)
+    assert any("error: SIGABRT" in ln for ln in dsa)
+    assert done.stderr == f"abdiff: wrote {page} (html)\n"
+
+    html = page.read_text()
+    assert "<script" not in html and "http" not in html.replace(
+        "http://www.w3.org", "")  # self-contained
+    assert html.count('class="point-mark') == 6 + 6  # a mark per point of each config
+    # diamonds: both baselines of TRTLLM, release-1 of DSA; DSA aborted on main: an x
+    assert html.count('class="point-mark baseline"') == 3
+    assert html.count('class="point-mark failed"') == 3  # release-0, runs' A sides
+    assert html.count('class="change-mark"') >= 3
+    assert "attn_metadata.max_total_draft_tokens None -&gt; 1" in html
+
+
+def test_a_mistyped_config_gets_the_closest_ids(sources: dict[str, Path]) -> None:
+    done = history(sources, "GEN-TRTLLM-bs8-q3-kv2049")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("abdiff: error: config 'GEN-TRTLLM-bs8-q3-kv2049' is in none "
+                                  "of 6 baselines and recorded runs")
+    assert done.stderr.rstrip().endswith(
+        "; did you mean GEN-TRTLLM-bs8-q4-kv2049 or GEN-TRTLLM-bs8-q2-kv2049?")
+
+
+def test_nothing_recorded_says_how_to_record(sources: dict[str, Path], tmp_path: Path) -> None:
+    done = run_abdiff("history", CONFIG, "--repo", sources["repo"], "--baselines-dir",
+                      tmp_path / "none", "--cache-dir", tmp_path / "cache")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"abdiff: error: no baselines or recorded runs in {tmp_path / 'none'}/*.json and the "
+        f"runs in {tmp_path / 'cache' / 'runs'}; record one with `abdiff baseline refresh NAME "
+        "--rev REV --configs SUITE` or run `abdiff A..B --configs SUITE`")
+
+
+def test_baseline_show_fits_the_terminal(sources: dict[str, Path]) -> None:
+    """Provenance first, then each config's time per step with its spread, facts, kernels."""
+    env = {**__import__("conftest").git_env(), "COLUMNS": "80"}
+    done = run_abdiff("baseline", "show", "release-1", "--repo", sources["repo"],
+                      "--baselines-dir", sources["baselines"], env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    said = done.stdout.replace("\n    ", " ").splitlines()  # wrapped lines joined
+    assert re.fullmatch(r"baseline release-1: pr at commit [0-9a-f]{12}, suite mtp, target "
+                        r"reference, 12 configs", said[0])
+    assert said[1].startswith("recorded 2026-12-02T15:02:54+00:00 on NVIDIA H200")
+    assert said[1].endswith("; 1 session: s0310 (2026-12-03 10:00, h200)")
+    assert said[2].startswith("machine fingerprint: target=reference, device=cuda")
+    assert said[3].startswith("session drift: unknown (one measuring session;")
+    config = next(ln for ln in lines if ln.startswith(CONFIG))
+    assert re.fullmatch(rf"{CONFIG}  ok  5 rounds  \d+(\.\d+)? µs ±\d+(\.\d+)?", config), config
+    block = lines[lines.index(config):]
+    assert block[1].startswith("    facts    attn_metadata.")
+    assert any(ln.startswith("    kernels  ") for ln in block[1:6])
