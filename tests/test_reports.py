@@ -121,9 +121,9 @@ def test_table() -> None:
     assert lines[-1] == ("abdiff: 1 unintended change: 5 of 6 configs measured; 1 failed on one "
                          "side; 1 unintended, 1 expected, 3 unchanged, 1 inconclusive (exit 1: a "
                          "change outside the expected scope, in the UNINTENDED rows)")
+    # a result without rounds_needed (result/2): twice the rounds
     assert lines[-2] == ("next: latency undecided for 1 of 6 configs after 4 rounds per side; "
-                         "re-run with --max-rounds 30, or on an idle machine (the report's "
-                         "notes say how much rounds vary)")
+                         "about 8 would decide them: re-run with --max-rounds 8")
     assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")
@@ -539,7 +539,7 @@ def test_headline_says_when_latency_was_undecided_and_what_would_decide() -> Non
     last = table_report.render(result).splitlines()
     assert last[-1].startswith("abdiff: no unintended change: 4 of 4 configs measured; 1 "
                                "unchanged, 3 inconclusive (exit 0: ")
-    assert " ".join(last[-3:-1]).startswith(
+    assert " ".join(last[-3:-1]).strip().startswith(
         "next: latency undecided for 3 of 4 configs after 5 rounds per side; about 31 would "
         "decide them: re-run with --max-rounds 31")  # wrapped to the width
     flagged = make_result()  # an unintended change leads; the summary counts the undecided
@@ -634,9 +634,8 @@ def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
 
 def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> None:
     result = make_result()
-    step = ("latency undecided for 1 of 6 configs after 4 rounds per side; re-run with "
-            "--max-rounds 30, or on an idle machine (the report's notes say how much rounds "
-            "vary)")
+    step = ("latency undecided for 1 of 6 configs after 4 rounds per side; about 8 would "
+            "decide them: re-run with --max-rounds 8")
     assert common.next_step(result) == f"next: {step}"
     assert f"Next: {step}" in markdown.render(result).splitlines()
     table_text = " ".join(table_report.render(result, width=240, colour=False).split())
