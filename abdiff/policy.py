@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigResult
+from abdiff.records import ConfigResult, Verdict
 
 VERDICTS = ("still-failing", "unintended", "inconclusive", "expected", "unchanged")
 NOTHING_MEASURED_EXIT = 3  # no config produced a measurement on either side: the tool failed
@@ -56,7 +56,7 @@ def changed(config: ConfigResult) -> bool:
     )
 
 
-def verdict(config: ConfigResult) -> str:
+def verdict(config: ConfigResult) -> Verdict:
     if config.status_change == "broken":
         return "unintended"
     if changed(config):

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -265,11 +266,9 @@ def run_slots(
             shutil.rmtree(work_dir)  # a half-run round from an interrupted run
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
-                               round_index, work_dir,
-                               lambda cid, record, side=side: measurement.add(
-                                   side, cid, replace(record, companion=cid in companions)),
-                               lambda worker, side=side, r=round_index:
-                               order_seed(measurement.seed, side, r, worker))
+                               round_index, work_dir, partial(_record, measurement, side,
+                                                              companions),
+                               partial(order_seed, measurement.seed, side, round_index))
         finally:
             measurement.save(complete=False)
         side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
@@ -285,6 +284,12 @@ def run_slots(
             measurement.save(complete=False)
         progress.step(f"{side} round {round_index + 1}", len(configs),
                       time.monotonic() - started)
+
+
+def _record(measurement: Measurement, side: str, companions: frozenset[str], config_id: str,
+            record: RoundRecord) -> None:
+    """Keep one round's record as it is known, marked where its config is a companion."""
+    measurement.add(side, config_id, replace(record, companion=config_id in companions))
 
 
 def pick_companions(configs: list[Config], undecided: set[str],

@@ -42,11 +42,12 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
-from abdiff.records import LatencyResult
+from abdiff.records import LatencyResult, LatencyVerdict
 from abdiff.sequential import Looks, look_level
 
 DEFAULT_MIN_EFFECT = 0.02
@@ -580,7 +581,7 @@ def compare_latency(
     off_a = np.array([(a_offsets or {}).get(i, np.nan) for i in ids_a], dtype=float)
     off_b = np.array([(b_offsets or {}).get(i, np.nan) for i in ids_b], dtype=float)
     known_a, known_b = int(np.isfinite(off_a).sum()), int(np.isfinite(off_b).sum())
-    process = {}
+    process: dict[str, int] = {}
     if known_a >= MIN_ROUNDS and known_b >= 1:
         # rounds of a known process, its speed taken off: only slowness of this config counts
         own_a, own_b = all_a - off_a, all_b - off_b
@@ -595,7 +596,7 @@ def compare_latency(
         slow_b = int(slow_rounds(all_b, kept_a)[0])
         odd_excess = slow_excess(all_b, slow_b, kept_a)
         odd_note = _odd_note(slow_a, slow_b, na, nb, odd_excess)
-    sides = dict(
+    sides: dict[str, Any] = dict(
         a_us=float(np.exp(np.median(kept_a))), b_us=float(np.exp(np.median(kept_b))),
         a_spread_us=robust_spread(np.exp(kept_a)), b_spread_us=robust_spread(np.exp(kept_b)),
         set_aside_a=[{"round": ids_a[i], "median_us": float(medians_a[i])}
@@ -746,16 +747,17 @@ def latency_verdicts(
     lower = 1 / (1 + min_effect)
     results = []
     for i, s in enumerate(stats):
-        ci = [_number(s.ci[0]), _number(s.ci[1])]
+        ci_low, ci_high = _number(s.ci[0]), _number(s.ci[1])
         p = adjusted.get(i)
         notes = [s.odd_note] if s.odd_note else []
         level = float(config_levels[i]) * size if spending else alpha
+        verdict: LatencyVerdict
         if p is None:
             verdict = "inconclusive"
             method = f"{s.method}; fewer than {MIN_ROUNDS} rounds on a side: no verdict"
         else:
             method = f"{s.method}; {label}"
-            if spending:
+            if spending and looks is not None:
                 method += (f"; look {looks.index(looked[i]) + 1} of {len(looks.rounds())} at "
                            f"level {level:.2g} (alpha spending)")
             if p < level and i in by_odd:
@@ -772,7 +774,7 @@ def latency_verdicts(
         results.append(LatencyResult(
             verdict=verdict,
             ratio=_number(s.ratio),
-            ci=ci if all(c is not None for c in ci) else None,
+            ci=[ci_low, ci_high] if ci_low is not None and ci_high is not None else None,
             p=p,
             p_equivalence=_number(s.p_equivalence),
             rounds_a=s.rounds_a,

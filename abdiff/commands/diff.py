@@ -20,7 +20,13 @@ from abdiff.commands.common import (
 )
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Plan
-from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
+from abdiff.session import (
+    Bench,
+    against_baseline,
+    measure_and_compare,
+    prepare_bench,
+    side_run,
+)
 from abdiff.targets.layerwise import MATRIX_KEYS
 
 
@@ -48,22 +54,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
     repo_root = open_repo(args.repo)
-    # the range before the bench: a typo is refused before a worker process starts
     baseline = parse_baseline_range(args.range)
-    specs = resolve_range(repo_root, args.range) if baseline is None else None
-    bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
-                          [c.params for c in bench.suite.configs])
     if baseline is not None:
-        result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
-    else:
-        spec_a, spec_b = specs
-        notes = []
-        if spec_a.sha == spec_b.sha:
-            notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
-                         "every change reported is noise or flakiness")
-            print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
-        sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
-        result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect,
-                                     notes)
-    return finish(result, args)
+        bench, expect = _bench_and_scope(args, repo_root)
+        return finish(against_baseline(args, bench, repo_root, *baseline, expect, min_effect),
+                      args)
+    # the range before the bench: a typo is refused before a worker process starts
+    spec_a, spec_b = resolve_range(repo_root, args.range)
+    bench, expect = _bench_and_scope(args, repo_root)
+    notes = []
+    if spec_a.sha == spec_b.sha:
+        notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
+                     "every change reported is noise or flakiness")
+        print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
+    sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
+    return finish(measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect,
+                                      notes), args)
+
+
+def _bench_and_scope(args: argparse.Namespace,
+                     repo_root: Path) -> tuple[Bench, dict[str, list[str]]]:
+    """The suite, target and launcher of the run, and its --expect scope."""
+    bench = prepare_bench(args, repo_root)
+    return bench, expect_scope(args, bench.suite.expect, list(MATRIX_KEYS),
+                               [c.params for c in bench.suite.configs])

@@ -119,8 +119,9 @@ def suite_models(suite: Suite) -> dict[str, str]:
     from abdiff.targets.trtllm.target import BACKEND_DEFAULTS, FALLBACK_CONFIG, TrtllmOptions
 
     options = TrtllmOptions.parse(suite.target_options, {})
-    backends = sorted({c.params.get("backend") for c in suite.configs} - {None})
-    models = {}
+    backends = sorted({str(c.params["backend"]) for c in suite.configs
+                       if c.params.get("backend") is not None})
+    models: dict[str, str] = {}
     for backend in backends:
         models[backend] = (options.model or options.models.get(backend)
                            or BACKEND_DEFAULTS.get(backend, {}).get("model")
