@@ -1,4 +1,4 @@
-"""benchmarks/calibration.py --replay on the rounds recorded on the H200 (results/h200/)."""
+"""lab/calibration.py --replay on rounds recorded on the H200 (tests/data/h200/)."""
 
 import re
 import subprocess
@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "tests" / "data" / "h200"
+CALIBRATION = ROOT / "lab" / "calibration.py"
 
 
+@pytest.mark.slow
 def test_replay_pools_both_sides_of_an_a_a_run() -> None:
-    runs = [ROOT / "results" / "h200" / "graph-pr..pr" / f"{side}.json" for side in "ab"]
+    runs = [H200 / f"graph-pr..pr-{side}.json" for side in "ab"]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "calibration.py"), "--replay", *map(str, runs),
+        [sys.executable, str(CALIBRATION), "--replay", *map(str, runs),
          "--runs", "200", "--jobs", "2"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     # 5 rounds per side and file, pooled by commit and config: 10 per config
@@ -24,10 +27,11 @@ def test_replay_pools_both_sides_of_an_a_a_run() -> None:
     assert _percent(fixed["power +5%"]) > 80.0  # a 5% change is seen
 
 
+@pytest.mark.slow
 def test_replay_without_enough_rounds_is_one_line(tmp_path: Path) -> None:
-    run = ROOT / "results" / "h200" / "baseline-graph..pr" / "b.json"  # 5 rounds per config
+    run = H200 / "baseline-graph..pr-b.json"  # 5 rounds per config
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "calibration.py"), "--replay", str(run),
+        [sys.executable, str(CALIBRATION), "--replay", str(run),
          "--runs", "100"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
     assert "no config with 6+ ok rounds" in done.stderr
@@ -50,7 +54,7 @@ def _percent(cell: str) -> float:
 def test_one_slow_process_in_twelve_no_longer_makes_configs_undecidable() -> None:
     """Issue 23's profile: 0.3% process noise, 1% jitter, 8% of processes 25% slow, 5 rounds."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "calibration.py"), "--profiles", "gpu-odd",
+        [sys.executable, str(CALIBRATION), "--profiles", "gpu-odd",
          "--runs", "200", "--jobs", "2"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     fixed = _row(done.stdout, "abdiff (fixed 5)")
@@ -78,7 +82,7 @@ def test_a_clear_change_below_the_threshold_counts_as_shown(
     """The +1% rows' "flagged or shown significant below the threshold" count: a significant
     slowdown under --min-effect carries the note and counts; a faster one or a bare
     `unchanged` does not."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "lab"))
     from calibration import shows_slowdown
 
     from abdiff import stats

@@ -83,7 +83,7 @@ def test_a_config_slow_in_its_own_processes_is_flagged() -> None:
     assert {latency[f"c{i}"].verdict for i in range(1, 8)} == {"unchanged"}
 
 
-H200_AA = Path(__file__).parent.parent / "results" / "h200" / "issue16" / "companions" / "pr..pr"
+H200_AA = Path(__file__).parent / "data" / "h200"  # companions-pr..pr-a.json, -b.json
 
 
 def slowed(run: RunFile, config_id: str | None, rounds: set[int]) -> RunFile:
@@ -98,7 +98,7 @@ def slowed(run: RunFile, config_id: str | None, rounds: set[int]) -> RunFile:
 def test_recorded_h200_aa_with_a_planted_sometimes_slow_config() -> None:
     """An A/A run on the H200 (graph replays, 12 configs, 5-11 rounds); B's processes 1, 3
     and 4 made 25% slower in one config only, then in every config."""
-    a, b = load_run_file(H200_AA / "a.json"), load_run_file(H200_AA / "b.json")
+    a, b = (load_run_file(H200_AA / f"companions-pr..pr-{side}.json") for side in "ab")
     assert {c.latency.verdict for c in compare_runs(a, b, {}).configs} == {"unchanged"}
     config = "GEN-TRTLLM-bs32-q1-kv2049"
     result = compare_runs(a, slowed(b, config, {1, 3, 4}), {})
@@ -108,7 +108,8 @@ def test_recorded_h200_aa_with_a_planted_sometimes_slow_config() -> None:
     assert {lat.verdict for cid, lat in latency.items() if cid != config} == {"unchanged"}
     # the same processes slow in every config: the processes, not a config, were slow
     # (set aside, so a noisy config may lose its decision with that round, never flag)
-    result = compare_runs(a, slowed(load_run_file(H200_AA / "b.json"), None, {1}), {})
+    b = load_run_file(H200_AA / "companions-pr..pr-b.json")
+    result = compare_runs(a, slowed(b, None, {1}), {})
     assert {c.latency.verdict for c in result.configs} <= {"unchanged", "inconclusive"}
     assert all(c.latency.note is None and len(c.latency.set_aside_b) == 1
                for c in result.configs)

@@ -1,12 +1,16 @@
-"""benchmarks/power_bound.py: what tests that know the noise exactly could find."""
+"""lab/power_bound.py: what tests that know the noise exactly could find."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # thousands of simulated suites in the lab's script
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "power_bound.py"
-LONG_AA = ROOT / "results" / "h200" / "issue17" / "sixth-session" / "pr..pr-long"
+SCRIPT = ROOT / "lab" / "power_bound.py"
+H200 = ROOT / "tests" / "data" / "h200"
 
 
 def _rows(*args: str) -> dict[tuple[str, str, str], tuple[str, float]]:
@@ -38,7 +42,8 @@ def test_no_test_finds_five_percent_in_ten_noisy_cpu_rounds() -> None:
 def test_medians_see_more_than_means_on_h200_process_states() -> None:
     """On the recorded H200 A/A (60 rounds a side, TRTLLM configs in two process states) a
     median-based test calibrated on the null finds +1% far more often than Welch's."""
-    rows = _rows("--replay", str(LONG_AA / "a.json"), str(LONG_AA / "b.json"), "--rounds", "15",
+    rows = _rows("--replay", str(H200 / "pr..pr-long-a.json"), str(H200 / "pr..pr-long-b.json"),
+                 "--rounds", "15",
                  "--runs", "2000", "--shift", "0.01")
     median = rows[("replay", "15", "oracle median")][1]
     welch = rows[("replay", "15", "Welch, Bonferroni")][1]
@@ -50,7 +55,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "unknown profile gpu-nope" in done.stderr
     assert done.stderr.strip().count("\n") == 0
-    short = ROOT / "results" / "h200" / "baseline-graph..pr" / "b.json"  # 5 rounds per config
+    short = H200 / "baseline-graph..pr-b.json"  # 5 rounds per config
     done = subprocess.run([sys.executable, str(SCRIPT), "--replay", str(short), "--rounds", "10"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "no config with 20+ ok rounds" in done.stderr
