@@ -478,10 +478,11 @@ def test_a_config_slow_in_two_of_five_b_processes_of_a_quiet_suite():
 
 
 def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
-    """results/h200/graph-pr..pr: an A/A run in which one B process ran 64% slow on one config."""
-    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    """tests/data/h200/graph-pr..pr-*: an A/A run in which one B process ran 64% slow on one
+    config."""
+    run = ROOT / "tests" / "data" / "h200" / "graph-pr..pr"
     out = tmp_path / "result.json"
-    done = run_abdiff("compare", run / "a.json", run / "b.json", "--json", out)
+    done = run_abdiff("compare", f"{run}-a.json", f"{run}-b.json", "--json", out)
     assert done.returncode == 0, done.stderr
     result = load_result(out)
     latency = {c.id: c.latency for c in result.configs}
@@ -499,9 +500,9 @@ def test_recorded_h200_graph_replays_with_one_slow_process(tmp_path: Path):
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
 def test_every_format_shows_times_detectable_effect_and_set_aside_rounds(fmt: str):
-    run = ROOT / "results" / "h200" / "graph-pr..pr"
+    run = ROOT / "tests" / "data" / "h200" / "graph-pr..pr"
     # wide enough that the table does not wrap the note inside its latency cell
-    done = run_abdiff("compare", run / "a.json", run / "b.json", "--format", fmt,
+    done = run_abdiff("compare", f"{run}-a.json", f"{run}-b.json", "--format", fmt,
                       env={**git_env(), "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     # absolute times have their own column (the table puts each side on its own line)
@@ -514,8 +515,8 @@ def test_every_format_shows_times_detectable_effect_and_set_aside_rounds(fmt: st
 
 
 def test_result_file_with_malformed_set_aside_rounds_is_one_clear_error(tmp_path: Path):
-    run = ROOT / "results" / "h200" / "graph-pr..pr"
-    data = json.loads((run / "result.json").read_text())
+    run = ROOT / "tests" / "data" / "h200" / "graph-pr..pr"
+    data = json.loads(Path(f"{run}-result.json").read_text())
     data["configs"][0]["latency"]["set_aside_b"] = [{"round": "one", "median_us": 67.6}]
     bad = tmp_path / "result.json"
     bad.write_text(json.dumps(data))
