@@ -10,8 +10,9 @@ import pytest
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers import make_launcher
-from abdiff.launchers.mpirun import MpirunLauncher, launch_failure, launcher_available
+from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import run_process
+from abdiff.launchers.ranked import launch_failure, launcher_available
 from abdiff.launchers.slurm import SrunLauncher
 from abdiff.targets.base import LaunchSpec
 
@@ -195,8 +196,8 @@ def _launcher_imports(path: Path) -> set[str]:
 
 def test_launcher_modules_import_one_way() -> None:
     """No circle among the launcher modules (type-only imports included): implementations
-    know the interfaces (base.py, pool.py, process.py), never each other, except that
-    slurm.py reuses mpirun.py's RankLauncher and warm.py picks between the pools."""
+    know the interfaces (base.py, ranked.py, pool.py, process.py), never each other;
+    warm.py alone picks between the pools."""
     import abdiff.launchers
 
     folder = Path(abdiff.launchers.__file__).parent
@@ -204,6 +205,8 @@ def test_launcher_modules_import_one_way() -> None:
     assert graph["pool"] == set() and "warm" not in graph["base"] | graph["process"]
     assert not graph["standby"] & {"forkserver", "warm"}
     assert not graph["forkserver"] & {"standby", "warm"}
+    launchers = {"local", "mpirun", "slurm", "torchrun"}
+    assert all(not graph[name] & launchers for name in launchers)
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:
