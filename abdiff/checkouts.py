@@ -369,7 +369,7 @@ class CheckoutCache:
         status = self._status(folder)
         if status is None:
             return False
-        steps = []
+        steps: list[tuple[str, ...]] = []
         if blind or any(not e.startswith(("??", "!!")) for e in status):
             steps.append(("reset", "-q", "--hard", sha))
         if any(e.startswith(("??", "!!")) for e in status):

@@ -27,11 +27,13 @@ from abdiff.records import (
     RoundRecord,
     RunFile,
     Side,
+    Status,
+    StatusChange,
 )
 from abdiff.sequential import Looks
 
 
-def side_status(rounds: list[RoundRecord]) -> tuple[str, str | None]:
+def side_status(rounds: list[RoundRecord]) -> tuple[Status, str | None]:
     """`ok` when every round ran; otherwise the first failure and its error line.
 
     A config that fails in any round is not ok: a flaky abort is still an abort.
@@ -79,8 +81,8 @@ def failure_signature(status: str, error: str | None) -> str:
     return f"{status}: {line}"
 
 
-def status_change(status_a: str, status_b: str, error_a: str | None = None,
-                  error_b: str | None = None) -> str:
+def status_change(status_a: Status, status_b: Status, error_a: str | None = None,
+                  error_b: str | None = None) -> StatusChange:
     """same | broken | fixed | still-failing (the same failure) | failure-changed."""
     if status_a == "ok":
         return "same" if status_b == "ok" else "broken"
@@ -177,7 +179,7 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
     by kernel launches on the host, whose speed varies between processes
     (16-85% on an H200, 0.1-2% with graph replays, docs/performance.md).
     """
-    spreads = []
+    spreads: list[float] = []
     for (config_a, config_b), result in zip(pairs, configs, strict=True):
         if result.latency.verdict != "inconclusive":
             continue

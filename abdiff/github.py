@@ -26,6 +26,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.message import Message
 from typing import Any
 
 from abdiff import __version__
@@ -190,7 +191,7 @@ class GitHubClient:
         text = f"{where}: {err.code} {err.reason}"
         if message:
             text += f": {one_line(message, 300)}"
-        headers = err.headers or {}
+        headers: Message | dict[str, str] = err.headers or {}
         wait = _retry_after(headers)
         rate_limited = err.code == 429 or (
             err.code == 403
@@ -272,7 +273,7 @@ def _header(headers: dict[str, str], name: str) -> str | None:
     return next((v for k, v in headers.items() if k.lower() == lowered), None)
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Message | dict[str, str]) -> float | None:
     """Retry-After as seconds (delta-seconds or an HTTP date), None when absent."""
     value = headers.get("Retry-After") if headers else None
     if not value:

@@ -208,9 +208,9 @@ def time_iterations(
         warmed = warm_up(fn, warmup, rule, lambda: None)
         out = []
         for _ in range(runs):
-            start = time.perf_counter_ns()
+            started_ns = time.perf_counter_ns()
             fn()
-            out.append((time.perf_counter_ns() - start) / 1000.0)
+            out.append((time.perf_counter_ns() - started_ns) / 1000.0)
         return Timed(out, warmed, "eager")
     import torch
 

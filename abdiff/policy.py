@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from abdiff.errors import InputError, did_you_mean
-from abdiff.records import ConfigResult
+from abdiff.records import ConfigResult, Verdict
 
 VERDICTS = ("still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
 SMALL_CHANGES = ("report", "gate")  # --small-changes: a change below the threshold fails or not
@@ -122,7 +122,7 @@ def changed(config: ConfigResult, small_changes: str = "report") -> bool:
     )
 
 
-def verdict(config: ConfigResult, small_changes: str = "report") -> str:
+def verdict(config: ConfigResult, small_changes: str = "report") -> Verdict:
     """The config's verdict. A latency change that is real but below the threshold is
     `small-change` (shown, exit 0) unless `small_changes` is "gate": never `unchanged`."""
     if config.status_change == "broken":

@@ -124,7 +124,7 @@ class RecordWriter:
         self.facts_written: dict[str, dict[str, Any]] = {}
 
     def _write(self, event: dict[str, Any]) -> None:
-        event["t"] = time.time()  # wall clock, for the overhead breakdown (benchmarks/)
+        event["t"] = time.time()  # wall clock, for the overhead breakdown (lab/pipeline.py)
         self._handle.write(json.dumps(event) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())

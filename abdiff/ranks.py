@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.protocol import RoundLog, rank_record_path, read_round_log
-from abdiff.records import RoundRecord, RunFile
+from abdiff.records import RoundRecord, RunFile, Status
 
 
 def read_rank_logs(record_path: Path, ranks: int) -> list[RoundLog]:
@@ -41,7 +41,8 @@ def merge_records(records: list[RoundRecord]) -> RoundRecord:
     """One config's records from every rank (rank order) -> the merged record."""
     first = records[0]
     failing = next(((r, rec) for r, rec in enumerate(records) if rec.status != "ok"), None)
-    status, error = "ok", None
+    status: Status = "ok"
+    error: str | None = None
     if failing is not None:
         rank, record = failing
         status, error = record.status, f"rank {rank}: {record.error or record.status}"
@@ -98,7 +99,7 @@ def rank_notes(side: str, run: RunFile) -> list[str]:
     for config in run.configs:
         # one note per config: the first round whose ranks disagreed
         record = next((r for r in config.rounds if r.rank_differences), None)
-        if record is None:
+        if record is None or record.rank_differences is None:
             continue
         for name, values in record.rank_differences.items():
             per_rank = ", ".join(f"rank {r}: {json.dumps(v)}" for r, v in enumerate(values))

@@ -12,14 +12,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from abdiff.errors import InputError
 from abdiff.files import read_text, write_atomic
 from abdiff.validate import Len, Min, from_json
 
-RUN_SCHEMA = "abdiff.run/1"
-RESULT_SCHEMA = "abdiff.result/2"
+RUN_SCHEMA: Final = "abdiff.run/1"
+RESULT_SCHEMA: Final = "abdiff.result/2"
 # /1 called a config that failed on both sides `unchanged` and had no `measured` count;
 # /2 gave that its own verdict, `still-failing`. Both are read (reports, `abdiff comment`).
 RESULT_SCHEMAS = ("abdiff.result/1", RESULT_SCHEMA)

@@ -234,9 +234,10 @@ def run_round(
         if log.order.get("ids"):
             orders.append({"round": round_index, "worker": processes - 1, **log.order})
         records.update(finished(log, remaining, round_index))
-        for cid, profile in log.kernels.items():
+        for cid, kernel_profile in log.kernels.items():
             if cid in records:
-                records[cid].kernels, records[cid].kernel_us = profile.counts, profile.us
+                records[cid].kernels = kernel_profile.counts
+                records[cid].kernel_us = kernel_profile.us
                 captured.add(cid)
         # a worker given only captures gets no second try: a capture that kills its
         # process would kill every retry too

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -285,10 +286,8 @@ def run_slots(
         progress.watch(work_dir, side)
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
-                               round_index, work_dir,
-                               lambda cid, record, side=side: measurement.add(side, cid, record),
-                               lambda worker, side=side, r=round_index:
-                               order_seed(measurement.seed, side, r, worker))
+                               round_index, work_dir, partial(measurement.add, side),
+                               partial(order_seed, measurement.seed, side, round_index))
         finally:
             progress.watch(None)
             measurement.save(complete=False)

@@ -134,7 +134,7 @@ class _Decoder:
             return decoded
         if hint is Any:
             return value
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             return self.dataclass(hint, value, path)
         if origin is Literal:
             if any(type(value) is type(v) and value == v for v in args):

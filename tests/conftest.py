@@ -10,6 +10,10 @@ for the `abdiff` command as a user starts it (a separate process).
 
 `fault_run` runs one `abdiff main..faulty` over all the faults once per test
 session; tests/test_faults.py and tests/test_security.py read its results.
+
+Two tiers: `pytest` runs the unit tier (pyproject's addopts: -m "not slow"),
+`pytest -m slow` the slow tier (end to end, real MPI/Slurm/Chromium, several
+processes, fuzzing), `pytest --full` both.
 """
 
 from __future__ import annotations
@@ -120,6 +124,20 @@ def inject(batch_size):
 INJECT_ANCHOR = "        s = self.local_shapes\n        kv_cache_manager"
 _INJECT_CALL = ("        from tinyllm.tools.layer_wise_benchmarks.faults import inject\n\n"
                 "        inject(batch_size)\n")
+
+
+# ---------------------------------------------------------------- test tiers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true",
+                     help="run both tiers: the unit tier and the slow tier (-m slow)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pyproject's addopts select the unit tier (-m "not slow"); --full drops that selection
+    if config.getoption("--full"):
+        config.option.markexpr = ""
 
 
 # ---------------------------------------------------------------- git and processes

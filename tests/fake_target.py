@@ -7,7 +7,9 @@ one round is a function of (side checkout name, config id, round):
 
 - a number: ok, with that latency in µs (five iterations around it);
 - "raise": the config fails with an exception, the worker goes on;
-- "abort": the worker process dies of SIGABRT in that config.
+- "abort": the worker process dies of SIGABRT in that config;
+- "abort-in-capture": timed (CAPTURE_ABORT_US), then the worker dies of SIGABRT while
+  capturing that config's kernels.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from abdiff.targets.base import LaunchSpec, Target
 
 Behaviour = Callable[[str, str, int], "float | str"]
 SIGABRT_EXIT = -6
+CAPTURE_ABORT_US = 100.0
 
 
 class FakeTarget(Target):
@@ -68,13 +71,17 @@ class FakeLauncher(Launcher):
                 if what == "abort":
                     stderr.write_text("Fatal Python error: Aborted\n")
                     return ProcessOutcome(SIGABRT_EXIT, False, stderr)
+                latency = CAPTURE_ABORT_US if what == "abort-in-capture" else what
                 record = (RoundRecord("failed", "RuntimeError: boom", round=job.round)
-                          if what == "raise" else
-                          RoundRecord("ok", None, [what * (1 + 0.001 * i) for i in range(5)],
+                          if isinstance(latency, str) else
+                          RoundRecord("ok", None, [latency * (1 + 0.001 * i) for i in range(5)],
                                       {"side": side}, {}, job.round))
                 writer.done(config["id"], record)
             if job.profile_kernels:  # the capture pass, after every config was timed
                 for config in [*job.configs, *job.capture_only]:
+                    if self.behaviour(side, config["id"], job.round) == "abort-in-capture":
+                        stderr.write_text("Fatal Python error: Aborted\n")
+                        return ProcessOutcome(SIGABRT_EXIT, False, stderr)
                     writer.kernels(config["id"], KernelProfile({"kernel": 1}, {"kernel": 2.5}))
         finally:
             writer.close()

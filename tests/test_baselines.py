@@ -1,5 +1,5 @@
 """Stored baselines: refresh, list, show, append, compare against, fingerprint checks,
-the margin measured from a baseline's sessions (on H200 rounds recorded in results/h200/),
+the margin measured from a baseline's sessions (on H200 rounds: tests/data/h200/),
 and the committed baselines/reference-cpu.json against a fresh run of the demo's `pr`."""
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from abdiff.records import RunFile, load_run_file, write_run_file
 pytestmark = pytest.mark.slow  # baselines measured in worker processes
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "results" / "h200"
+H200 = ROOT / "tests" / "data" / "h200"
 # Graph-replay runs of the demo's `pr` on one H200 (2026-12-02), each its own abdiff
 # invocation minutes apart: the baseline refresh, then side A of the A/A run, then side B
 # of main..pr. They predate session records, so each file is given its session here.
-H200_SESSIONS = {"refresh": "baseline-graph/reference-h200.json", "aa": "graph-pr..pr/a.json",
-                 "main-pr": "graph-main..pr/b.json"}
-H200_FRESH = "baseline-graph..pr/b.json"  # `pr` measured against the baseline, later
+H200_SESSIONS = {"refresh": "baseline-graph-reference.json", "aa": "graph-pr..pr-a.json",
+                 "main-pr": "graph-main..pr-b.json"}
+H200_FRESH = "baseline-graph..pr-b.json"  # `pr` measured against the baseline, later
 
 
 def recorded(path: str, session: str, scale: float = 1.0) -> RunFile:
@@ -196,7 +196,7 @@ def test_compare_of_separate_sessions_uses_the_measured_margin(
 
 
 def test_compare_tells_interleaved_from_separate_and_unknown(tmp_path: Path) -> None:
-    a, b = recorded(H200_SESSIONS["aa"], "s1"), recorded("graph-pr..pr/b.json", "s1")
+    a, b = recorded(H200_SESSIONS["aa"], "s1"), recorded("graph-pr..pr-b.json", "s1")
     assert interleaved(a, b) is True
     assert interleaved(a, recorded(H200_FRESH, "s2")) is False
     legacy = load_run_file(H200 / H200_FRESH)

@@ -1,5 +1,5 @@
 """clocks.py: NVML readings around the timed iterations, the notes a comparison makes of
-them, and what doctor says of the clocks. Run files recorded on an H200 (results/h200/)
+them, and what doctor says of the clocks. Run files recorded on an H200 (tests/data/h200/)
 give the real readings; the CPU machine has no NVML, and that path is real too."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from abdiff.doctor import Machine, machine_checks
 from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file
 from abdiff.targets import target_class
 
-H200 = Path(__file__).parent.parent / "results/h200/issue16/prestart/import-standby/pr..pr-slow"
+H200 = Path(__file__).parent / "data" / "h200"
 STEADY = {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 38, "power_w": 121.4, "throttle": []}
 
 
@@ -69,7 +69,7 @@ def test_doctor_says_whether_clocks_are_pinned_and_how() -> None:
 
 
 def test_recorded_h200_rounds_carry_readings_and_raise_no_note() -> None:
-    run_a, run_b = load_run_file(H200 / "a.json"), load_run_file(H200 / "b.json")
+    run_a, run_b = (load_run_file(H200 / f"pr..pr-slow-{side}.json") for side in "ab")
     assert run_b.env["clocks"] == "NVML"
     readings = [r.clocks for c in run_b.configs for r in c.rounds if r.status == "ok"]
     assert readings and all(set(r) == {"start", "end"} for r in readings)

@@ -68,6 +68,7 @@ def server(tmp_path: Path):
     server.close()
 
 
+@pytest.mark.slow
 def test_each_job_is_a_fork_run_in_its_folder_with_its_environment(
         tmp_path: Path, server: ForkServer) -> None:
     a, b = checkout(tmp_path, "a"), checkout(tmp_path, "b")
@@ -87,6 +88,7 @@ def test_each_job_is_a_fork_run_in_its_folder_with_its_environment(
     assert server.taken == 2 and server.failure is None
 
 
+@pytest.mark.slow
 def test_a_worker_past_its_timeout_is_killed_with_its_group(tmp_path: Path,
                                                             server: ForkServer) -> None:
     outcome = run(server, job(checkout(tmp_path, "a"), "sleep", "0"), tmp_path / "w0",
@@ -127,6 +129,7 @@ def test_a_server_that_dies_under_a_running_worker_stops_the_run(tmp_path: Path,
     assert not process_running(started.proc.pid)
 
 
+@pytest.mark.slow
 def test_jobs_it_cannot_take_start_cold(tmp_path: Path, server: ForkServer) -> None:
     a = checkout(tmp_path, "a")
     run(server, job(a, "run", "0"), tmp_path / "w0")
@@ -139,6 +142,7 @@ def test_jobs_it_cannot_take_start_cold(tmp_path: Path, server: ForkServer) -> N
     assert server.taken == 1 and server.failure is None
 
 
+@pytest.mark.slow
 def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: Path) -> None:
     """A thread that runs on through the fork could hold a lock the copy inherits."""
     code = textwrap.dedent("""
@@ -154,6 +158,7 @@ def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: P
         "error": "2 threads after importing torch that a fork does not stop; forking is unsafe"}
 
 
+@pytest.mark.slow
 def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: Path) -> None:
     launcher = LocalLauncher()
     prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
@@ -167,6 +172,7 @@ def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: 
     assert not any((tmp_path / "standby").iterdir())
 
 
+@pytest.mark.slow
 def test_a_run_whose_server_cannot_start_measures_cold_and_says_so(
         faulty_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

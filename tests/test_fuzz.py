@@ -86,6 +86,7 @@ def _suite_or_input_error(path: Path) -> None:
     assert isinstance(suite, Suite) and suite.configs
 
 
+@pytest.mark.slow
 @DIRECT
 @given(st.one_of(_suite_data.map(lambda d: yaml.safe_dump(d, allow_unicode=True)), _yaml_text))
 def test_suite_loader_total(text: str) -> None:
@@ -95,6 +96,7 @@ def test_suite_loader_total(text: str) -> None:
         _suite_or_input_error(path)
 
 
+@pytest.mark.slow
 @DIRECT
 @given(st.binary(max_size=200))
 def test_suite_loader_bytes(data: bytes) -> None:
@@ -175,6 +177,7 @@ _run_text = st.one_of(
     _json.map(json.dumps), st.text(max_size=100))
 
 
+@pytest.mark.slow
 @DIRECT
 @given(_run_text)
 def test_run_file_loader_total(text: str) -> None:

@@ -10,8 +10,8 @@ from abdiff.kernel_times import kernel_deltas, kernel_family, root_cause, side_k
 from abdiff.measure import profile_kernels
 from abdiff.records import KernelDelta, RoundRecord, load_run_file
 
-H200 = Path(__file__).parent.parent / "results/h200/issue16/prestart/import-standby/pr..pr-slow"
-PLANTED = "GEN-TRTLLM-bs32-q1-kv2049"  # benchmarks/plant_slowdown.py: +3% of torch.cuda._sleep
+H200 = Path(__file__).parent / "data" / "h200"
+PLANTED = "GEN-TRTLLM-bs32-q1-kv2049"  # lab/plant_slowdown.py: +3% of torch.cuda._sleep
 
 
 def rounds(*times: dict[str, float]) -> list[RoundRecord]:
@@ -70,7 +70,7 @@ def test_cpu_capture_records_each_operators_self_time() -> None:
 
 def test_recorded_h200_planted_slowdown_is_named() -> None:
     """pr..pr-slow on an H200: the planted sleep kernel is what B's extra time is made of."""
-    run_a, run_b = load_run_file(H200 / "a.json"), load_run_file(H200 / "b.json")
+    run_a, run_b = (load_run_file(H200 / f"pr..pr-slow-{side}.json") for side in "ab")
     deltas = root_cause(run_a.config(PLANTED).rounds, run_b.config(PLANTED).rounds)
     assert "spin_kernel" in deltas[0].kernel and deltas[0].a_us == 0
     assert 1.5 < deltas[0].delta_us < 4  # the plant: 2.07 us of sleep per call

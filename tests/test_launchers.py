@@ -10,8 +10,9 @@ import pytest
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.launchers import make_launcher
-from abdiff.launchers.mpirun import MpirunLauncher, launch_failure, launcher_available
+from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import run_process
+from abdiff.launchers.ranked import launch_failure, launcher_available
 from abdiff.launchers.slurm import SrunLauncher
 from abdiff.targets.base import LaunchSpec
 
@@ -174,3 +175,46 @@ def test_an_mpirun_that_cannot_launch_is_exit_3_with_its_reason(
                        match="mpirun could not launch the worker: There are not enough slots"):
         run_round(ReferenceTarget(), MpirunLauncher(8), tmp_path, [config], settings, 0,
                   tmp_path / "round", lambda _cid, _record: None)
+
+
+def _launcher_imports(path: Path) -> set[str]:
+    """The abdiff.launchers modules `path` imports, at run time or for type checking alike."""
+    import ast
+
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        imported |= {n.split(".")[2] for n in names
+                     if n.startswith("abdiff.launchers.") and n.count(".") == 2}
+    return imported - {path.stem}
+
+
+def test_launcher_modules_import_one_way() -> None:
+    """No circle among the launcher modules (type-only imports included): implementations
+    know the interfaces (base.py, ranked.py, pool.py, process.py), never each other;
+    warm.py alone picks between the pools."""
+    import abdiff.launchers
+
+    folder = Path(abdiff.launchers.__file__).parent
+    graph = {p.stem: _launcher_imports(p) for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert graph["pool"] == set() and "warm" not in graph["base"] | graph["process"]
+    assert not graph["standby"] & {"forkserver", "warm"}
+    assert not graph["forkserver"] & {"standby", "warm"}
+    launchers = {"local", "mpirun", "slurm", "torchrun"}
+    assert all(not graph[name] & launchers for name in launchers)
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, " -> ".join([*path, module])
+        if module not in done:
+            for imported in graph.get(module, ()):
+                visit(imported, (*path, module))
+            done.add(module)
+
+    for module in graph:
+        visit(module, ())

@@ -1,4 +1,4 @@
-"""benchmarks/pipeline.py: the split of a run's wall time, read from a state folder's worker
+"""lab/pipeline.py: the split of a run's wall time, read from a state folder's worker
 logs (written here as a worker writes them, with the job's hand-over time as its mtime)."""
 
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 from pytest import approx
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import pipeline  # noqa: E402 - benchmarks/ is no package
+sys.path.insert(0, str(ROOT / "lab"))
+import pipeline  # noqa: E402 - lab/ is no package
 
 
 def worker(state: Path, name: str, handed_over: float, events: list[dict]) -> None:
@@ -52,6 +52,6 @@ def test_each_part_and_the_time_between_workers(tmp_path: Path) -> None:
 
 
 def test_state_without_wall_time_is_one_line(tmp_path: Path) -> None:
-    done_ = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline.py"), "--state",
+    done_ = subprocess.run([sys.executable, str(ROOT / "lab" / "pipeline.py"), "--state",
                             str(tmp_path)], capture_output=True, text=True, check=False)
     assert done_.returncode == 2 and "--state needs --wall" in done_.stderr

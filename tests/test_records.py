@@ -93,20 +93,20 @@ def test_parse_result_errors_are_one_line(mutate, needle: str) -> None:
     assert message.startswith("result.json: ") and needle in message and "\n" not in message
 
 
-H200 = Path(__file__).resolve().parents[1] / "results" / "h200"
+H200 = Path(__file__).resolve().parent / "data" / "h200"
 
 
 def test_noise_note_on_recorded_h200_rounds() -> None:
     """Eager H200 rounds (A/A, 15-85% between processes) explain the inconclusive
     verdicts and point to graph replays (drop --eager); graph-replay rounds (0.1-2%) need no
     note."""
-    eager = compare_runs(records.load_run_file(H200 / "pr..pr" / "a.json"),
-                         records.load_run_file(H200 / "pr..pr" / "b.json"), {})
+    eager = compare_runs(records.load_run_file(H200 / "eager-pr..pr-a.json"),
+                         records.load_run_file(H200 / "eager-pr..pr-b.json"), {})
     note = [n for n in eager.notes if "round medians vary" in n]
     assert len(note) == 1 and "drop --eager" in note[0]
     assert note[0].startswith("latency inconclusive for 12 configs:")
-    graph = compare_runs(records.load_run_file(H200 / "cuda-graph-main..pr-v1" / "a.json"),
-                         records.load_run_file(H200 / "cuda-graph-main..pr-v1" / "b.json"), {})
+    graph = compare_runs(records.load_run_file(H200 / "graph-main..pr-v1-a.json"),
+                         records.load_run_file(H200 / "graph-main..pr-v1-b.json"), {})
     assert not [n for n in graph.notes if "round medians vary" in n]
 
 

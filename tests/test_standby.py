@@ -55,6 +55,7 @@ def pool(tmp_path: Path):
     pool.close()
 
 
+@pytest.mark.slow
 def test_next_job_runs_in_the_process_started_ahead(tmp_path: Path, pool: StandbyPool) -> None:
     a, b = checkout(tmp_path, "a"), checkout(tmp_path, "b")
     assert run(pool, job(a), tmp_path / "w0").returncode == 0
@@ -104,6 +105,7 @@ def test_another_environment_is_not_handed_to_the_waiting_process(tmp_path: Path
     assert pool.taken == 0 and pool.waiting_env == other
 
 
+@pytest.mark.slow
 def test_a_primed_pool_serves_the_first_job_too(tmp_path: Path) -> None:
     launcher = LocalLauncher()
     prime(launcher, "ahead", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)

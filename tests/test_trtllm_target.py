@@ -201,6 +201,7 @@ def test_round_command(checkouts: dict[str, Path], tmp_path: Path) -> None:
     assert str(checkout.resolve()) in spec.env["ABDIFF_RANK_PATHS"].split(":")
 
 
+@pytest.mark.slow
 def test_use_cuda_graph_is_upstreams_yaml_decided_on_the_ranks(checkouts: dict[str, Path],
                                                                tmp_path: Path) -> None:
     """config_gen.yaml's `use_cuda_graph: true` reaches run.py unless the suite says otherwise;
@@ -418,6 +419,7 @@ def test_probe_does_not_need_the_untimed_first_call(checkouts: dict[str, Path],
         assert len(record.latency_us) == 3 and record.kernels
 
 
+@pytest.mark.slow
 def test_nothing_is_profiled_while_autotuning(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """The autotune pack's call runs inside `autotune()`: torch.profiler must be off then (the
     stand-in AutoTuner says so on stderr otherwise), and the call is not a sample."""
@@ -431,6 +433,7 @@ def test_nothing_is_profiled_while_autotuning(checkouts: dict[str, Path], tmp_pa
     assert [len(log.done[c["id"]].latency_us) for c in configs] == [2, 2]
 
 
+@pytest.mark.slow
 def test_phase_lines_follow_run_py(checkouts: dict[str, Path], tmp_path: Path) -> None:
     configs = [cfg("DSA", 2, 1), cfg("DSA", 4, 1)]
     outcome, _, spec = run_worker(checkouts["pr"], tmp_path, configs)
@@ -460,6 +463,7 @@ def test_a_hung_phase_is_named(checkouts: dict[str, Path], tmp_path: Path) -> No
     assert "in phase autotune (GEN-TRTLLM-bs2-q2-kv16)" in record.error, record.error
 
 
+@pytest.mark.slow
 def test_a_round_isolates_aborting_shapes(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """Through the round runner: one abort costs one process, never another config's data."""
     configs = [Config(c["id"], c["params"]) for c in
@@ -510,6 +514,7 @@ run_times: 3
 """
 
 
+@pytest.mark.slow
 def test_an_upstream_config_file_is_a_suite(checkouts: dict[str, Path], tmp_path: Path) -> None:
     """`--configs my_config_gen.yaml` in upstream's own format: translated, the ignored keys
     named, and it runs as upstream's run.py would run that file; its balance_ratio list is
@@ -596,6 +601,7 @@ esac
     return env
 
 
+@pytest.mark.slow
 def test_doctor_checks_the_suites_gpu_generation(tmp_path: Path) -> None:
     """On an H200 the Blackwell suite is refused with the Hopper one named; mtp-hopper fits."""
     env = fake_nvidia_smi(tmp_path / "bin", "NVIDIA H200", "9.0")
@@ -612,6 +618,7 @@ def test_doctor_checks_the_suites_gpu_generation(tmp_path: Path) -> None:
     assert " SM90 " in rows["mtp-hopper"] and " SM100/SM103 " in rows["mtp"], listing
 
 
+@pytest.mark.slow
 def test_doctor_checks_model_configs_are_readable_offline(tmp_path: Path) -> None:
     """One model's config.json in the hub cache the ranks get, the other's missing: doctor
     names the missing one and how to fetch it, and passes the HF locations on."""
@@ -630,6 +637,7 @@ def test_doctor_checks_model_configs_are_readable_offline(tmp_path: Path) -> Non
     assert f"passed to the ranks: HF_HUB_CACHE={cache}, HF_HUB_OFFLINE=1" in out
 
 
+@pytest.mark.slow
 def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: Path) -> None:
     """An old run.py without `--run-times`: the probe could not tell the timed pack; the
     untimed first call is listed as not relied on."""
@@ -653,6 +661,7 @@ def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: P
             "times each shape's run pack") in out
 
 
+@pytest.mark.slow
 def test_nsys_profiles_become_the_kernel_record(checkouts: dict[str, Path], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """With `nsys: true` each rank runs under `nsys profile` (a stand-in here) and rank 0's

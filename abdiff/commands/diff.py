@@ -48,23 +48,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     min_effect = check_min_effect(args.min_effect)
     repo_root = open_repo(args.repo)
-    # the range before the bench: a typo is refused before a worker process starts
     baseline = parse_baseline_range(args.range)
     parse_gates(args.gate)  # a typo in --gate is refused before anything is measured
+    # the range before the bench: a typo is refused before a worker process starts
     specs = resolve_range(repo_root, args.range) if baseline is None else None
     bench = prepare_bench(args, repo_root)
     expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
-    if baseline is not None:
-        result = against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
-    else:
-        spec_a, spec_b = specs
-        notes = []
-        if spec_a.sha == spec_b.sha:
-            notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
-                         "every change reported is noise or flakiness")
-            print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
-        sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
-        result = measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect,
-                                     notes)
-    return finish(result, args)
+    if baseline is not None or specs is None:
+        return finish(against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
+                      if baseline is not None else None, args)
+    spec_a, spec_b = specs
+    notes = []
+    if spec_a.sha == spec_b.sha:
+        notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
+                     "every change reported is noise or flakiness")
+        print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
+    sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
+    return finish(measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect,
+                                      notes), args)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +36,10 @@ from abdiff.errors import InfrastructureError, InputError
 from abdiff.revs import GIT_HARDENING
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 RUNNER_PATH = "tinyllm/tools/layer_wise_benchmarks/runner.py"
 ANNOUNCE_MARKER = "# @abdiff-demo: announcement"

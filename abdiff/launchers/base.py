@@ -11,13 +11,11 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
+from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.process import ProcessOutcome, run_process
 from abdiff.targets.base import LaunchSpec
-
-if TYPE_CHECKING:
-    from abdiff.launchers.warm import WorkerPool
 
 
 class Launcher(ABC):

@@ -25,10 +25,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from abdiff.errors import InfrastructureError
-from abdiff.launchers.process import StartedProcess, start_process, worker_environment
-from abdiff.launchers.standby import StandbyPool
+from abdiff.launchers.pool import StartedProcess, python_module_job
+from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.targets.base import LaunchSpec
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
@@ -68,7 +69,7 @@ class ForkedProcess:
 
 class ForkServer:
     """One fork server per run, for jobs with the environment it was started with.
-    The interface is StandbyPool's: `take`, `start_waiting`, `close`, `taken`."""
+    A WorkerPool (launchers/pool.py)."""
 
     words = "forked from a warm process"  # how the run's summary names these workers
 
@@ -78,14 +79,12 @@ class ForkServer:
         self.pass_env = pass_env
         self.max_memory_bytes = max_memory_bytes
         self.own_folder = own_folder  # made for this server alone (`prime`): removed with it
-        self.server: StartedProcess | None = None
+        self.server: StartedProcess[subprocess.Popen[bytes]] | None = None
         self.server_env: dict[str, str] = {}
         self.exits: dict[int, int] = {}
         self.pending = b""
         self.taken = 0
         self.failure: str | None = None  # why the server stopped: the run's summary says it
-
-    fits = staticmethod(StandbyPool.fits)
 
     def start_waiting(self, env: dict[str, str]) -> None:
         """Start the server now (its torch import overlaps the run's own set-up)."""
@@ -97,12 +96,14 @@ class ForkServer:
                                         stdin=subprocess.PIPE)
             self.server_env = dict(env)
 
-    def take(self, spec: LaunchSpec, stdout: Path, stderr: Path) -> StartedProcess | None:
+    def take(self, spec: LaunchSpec, stdout: Path,
+             stderr: Path) -> StartedProcess[ForkedProcess] | None:
         """`spec` as a fork of the server, or None: start it cold."""
-        if self.failure or not self.fits(spec):
+        if self.failure or not python_module_job(spec):
             return None
         self.start_waiting(spec.env)
-        if self.server_env != spec.env:
+        server = self.server
+        if server is None or self.server_env != spec.env:
             return None
         home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
@@ -110,10 +111,11 @@ class ForkServer:
                "env": worker_environment(spec.env, self.pass_env, Path(home.name))}
         pid = None
         try:  # unbuffered: nothing is left to flush (and fail) when it is closed
-            os.write(self.server.proc.stdin.fileno(), (json.dumps(job) + "\n").encode())
-            pid = self._forked_pid(time.monotonic() + FORK_WAIT_S)
+            os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
+                     (json.dumps(job) + "\n").encode())
+            pid = self._forked_pid(server.proc, time.monotonic() + FORK_WAIT_S)
         except BrokenPipeError:
-            self._fail(f"it ended (exit {self.server.proc.wait()})")
+            self._fail(f"it ended (exit {server.proc.wait()})")
         if pid is None:
             home.cleanup()
             return None
@@ -124,8 +126,9 @@ class ForkServer:
         """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end or
         the server's); None where it is not known."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while pid not in self.exits and not self.failure:
-            if self._next_message(deadline) is None:
+        # a closed server sends nothing more: what it said is all there is
+        while pid not in self.exits and not self.failure and self.server is not None:
+            if self._next_message(self.server.proc, deadline) is None:
                 break
         return self.exits.get(pid)
 
@@ -133,7 +136,7 @@ class ForkServer:
         """End the server (the run needs no more workers); a folder of its own goes with
         it, unless the server failed (its stderr is there)."""
         if self.server is not None:
-            self.server.proc.stdin.close()
+            pipe(self.server.proc.stdin, self.server.proc.pid).close()
             with contextlib.suppress(subprocess.TimeoutExpired):  # then close() kills it
                 self.server.proc.wait(timeout=10)
             self.server.close()
@@ -141,26 +144,27 @@ class ForkServer:
         if self.own_folder and not self.failure:
             shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _forked_pid(self, deadline: float) -> int | None:
+    def _forked_pid(self, server: subprocess.Popen[bytes], deadline: float) -> int | None:
         while not self.failure:
-            message = self._next_message(deadline)
+            message = self._next_message(server, deadline)
             if message is None:
                 self._fail("no worker after the job was sent")
             elif "pid" in message:
                 return message["pid"]
         return None
 
-    def _next_message(self, deadline: float | None) -> dict | None:
+    def _next_message(self, server: subprocess.Popen[bytes],
+                      deadline: float | None) -> dict[str, Any] | None:
         """The server's next message (exits are recorded on the way), None at the
         deadline or the server's end."""
-        out = self.server.proc.stdout
+        out = pipe(server.stdout, server.pid)
         while b"\n" not in self.pending:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([out], [], [], remaining)[0]:
                 return None
             chunk = os.read(out.fileno(), 65536)
             if not chunk:
-                self._fail(f"it ended (exit {self.server.proc.wait()})")
+                self._fail(f"it ended (exit {server.wait()})")
                 return None
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)

@@ -24,14 +24,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO
 
 from abdiff.errors import InfrastructureError
+from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess
 from abdiff.targets.base import LaunchSpec
-
-if TYPE_CHECKING:
-    from abdiff.launchers.forkserver import ForkedProcess
-    from abdiff.launchers.warm import WorkerPool
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
@@ -144,8 +141,9 @@ class ProcessOutcome:
         return None
 
 
-def _kill_group(proc: subprocess.Popen | ForkedProcess) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after a grace period.
+def _kill_group(proc: WorkerProcess) -> int:
+    """SIGTERM the process group, then SIGKILL whatever is left after a grace period;
+    returns the leader's exit status.
 
     The SIGKILL is sent even when the grace period is cut short (a second
     Ctrl-C while waiting): no worker outlives abdiff.
@@ -159,7 +157,7 @@ def _kill_group(proc: subprocess.Popen | ForkedProcess) -> None:
         # the leader is gone or ignored SIGTERM; make sure it and its children are gone
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    return proc.wait()
 
 
 def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
@@ -170,25 +168,10 @@ def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
             *argv]
 
 
-@dataclass
-class StartedProcess:
-    """A worker process in its own session (or, forked, its own process group), with the
-    temporary HOME it owns."""
-
-    proc: subprocess.Popen | ForkedProcess
-    home: tempfile.TemporaryDirectory
-
-    def close(self) -> None:
-        """Kill whatever is left of its process group; remove its HOME."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self.home.cleanup()
-
-
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                   pass_env: list[str] | None, max_memory_bytes: int | None,
-                  stdin: int | None = subprocess.DEVNULL) -> StartedProcess:
+                  stdin: int | None = subprocess.DEVNULL
+                  ) -> StartedProcess[subprocess.Popen[bytes]]:
     """Start `spec` through guard.py in a session of its own, output appended to the files
     (stdout may be subprocess.PIPE: the fork server's messages)."""
     hide_environment(pass_env)
@@ -217,6 +200,13 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
     return StartedProcess(proc, home)
 
 
+def pipe(stream: IO[bytes] | None, pid: int) -> IO[bytes]:
+    """stdin or stdout of a process that start_process started with subprocess.PIPE."""
+    if stream is None:
+        raise RuntimeError(f"process {pid} was started without that pipe")
+    return stream
+
+
 def run_process(
     spec: LaunchSpec,
     log_dir: Path,
@@ -242,15 +232,15 @@ def run_process(
     proc = started.proc
     last_size, deadline = -1, None
     try:
-        while proc.poll() is None:
+        while (returncode := proc.poll()) is None:
             size = progress_path.stat().st_size if progress_path.exists() else 0
             if size != last_size:
                 last_size = size
                 deadline = None if timeout_s is None else time.monotonic() + timeout_s
             if deadline is not None and time.monotonic() > deadline:
-                _kill_group(proc)
+                returncode = _kill_group(proc)
                 started.close()
-                return ProcessOutcome(proc.returncode, True, stderr_path)
+                return ProcessOutcome(returncode, True, stderr_path)
             # wakes the moment the worker ends: the next one starts without a poll's delay
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(POLL_S)
@@ -260,7 +250,7 @@ def run_process(
         raise
     # the leader exited; children it left behind in the group go with it
     started.close()
-    return ProcessOutcome(proc.returncode, False, stderr_path)
+    return ProcessOutcome(returncode, False, stderr_path)
 
 
 SKIP_PREFIXES = ("Traceback", "File ", "Fatal Python error", "Current thread", "Thread 0x",

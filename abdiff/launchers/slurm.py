@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from abdiff.errors import InputError
-from abdiff.launchers.mpirun import RankLauncher
+from abdiff.launchers.ranked import RankLauncher
 from abdiff.targets.base import LaunchSpec
 
 MPI_ENV = "ABDIFF_SRUN_MPI"

@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from abdiff.launchers.process import StartedProcess, start_process
+from abdiff.launchers.pool import StartedProcess, python_module_job
+from abdiff.launchers.process import pipe, start_process
 from abdiff.targets.base import LaunchSpec
 
 STANDBY_MODULE = "abdiff.launchers.standby_worker"
@@ -34,22 +35,18 @@ class StandbyPool:
         self.folder = Path(folder)
         self.pass_env = pass_env
         self.max_memory_bytes = max_memory_bytes
-        self.waiting: StartedProcess | None = None
+        self.waiting: StartedProcess[subprocess.Popen[bytes]] | None = None
         self.waiting_env: dict[str, str] = {}
         self.started = 0  # processes started ahead
         self.taken = 0  # of those, how many ran a job
         self.failure: str | None = None  # why the pool stopped: the run's summary says it
         self.own_folder = own_folder  # made for this pool alone (`prime`): removed with it
 
-    @staticmethod
-    def fits(spec: LaunchSpec) -> bool:
-        """Whether a waiting process can become `spec`: `python -m MODULE ...` of this Python."""
-        return len(spec.argv) >= 3 and spec.argv[0] == sys.executable and spec.argv[1] == "-m"
-
-    def take(self, spec: LaunchSpec, stdout: Path, stderr: Path) -> StartedProcess | None:
+    def take(self, spec: LaunchSpec, stdout: Path,
+             stderr: Path) -> StartedProcess[subprocess.Popen[bytes]] | None:
         """The waiting process, running `spec` with these output files, or None: start it
         cold. Either way the next process starts waiting."""
-        if self.failure or not self.fits(spec):
+        if self.failure or not python_module_job(spec):
             return None
         ready, self.waiting = self.waiting, None
         if ready is not None and not self._hand_over(ready, spec, stdout, stderr):
@@ -75,8 +72,8 @@ class StandbyPool:
         if self.waiting is None and not self.failure:
             self._start_next(LaunchSpec([sys.executable], self.folder, env))
 
-    def _hand_over(self, ready: StartedProcess, spec: LaunchSpec, stdout: Path,
-                   stderr: Path) -> bool:
+    def _hand_over(self, ready: StartedProcess[subprocess.Popen[bytes]], spec: LaunchSpec,
+                   stdout: Path, stderr: Path) -> bool:
         if ready.proc.poll() is not None:
             self.failure = (f"a worker started ahead ended before its job (exit "
                             f"{ready.proc.returncode}; its output is in {self.folder})")
@@ -86,8 +83,9 @@ class StandbyPool:
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
                "stderr": str(stderr)}
         try:
-            ready.proc.stdin.write((json.dumps(job) + "\n").encode())
-            ready.proc.stdin.close()
+            job_pipe = pipe(ready.proc.stdin, ready.proc.pid)
+            job_pipe.write((json.dumps(job) + "\n").encode())
+            job_pipe.close()
         except BrokenPipeError:
             return False
         self.taken += 1

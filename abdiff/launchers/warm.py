@@ -7,9 +7,8 @@ torch import (`--prestart`), which cost a second or more per worker process.
   it sleeps while workers measure.
 - "cold": every worker starts from nothing.
 
-A pool has one interface: `take(spec, stdout, stderr)` gives a started process
-or None (start that job cold), `start_waiting(env)`, `close()`, `taken` (jobs it
-ran) and `words` (what the run's summary calls its workers).
+Both implement one interface, `WorkerPool` (pool.py), and do not know each
+other; this module is the only one that knows them all (it picks one by name).
 """
 
 from __future__ import annotations
@@ -17,20 +16,22 @@ from __future__ import annotations
 import atexit
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.forkserver import ForkServer
+from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.standby import StandbyPool
 
-POOLS = {"ahead": StandbyPool, "fork": ForkServer}
-WorkerPool = StandbyPool | ForkServer
+# (folder, pass_env, max_memory_bytes, own_folder) -> the pool
+PoolFactory = Callable[[Path, list[str] | None, int | None, bool], WorkerPool]
+POOLS: dict[str, PoolFactory] = {"ahead": StandbyPool, "fork": ForkServer}
 
 
 def make_pool(mode: str, folder: Path, pass_env: list[str] | None,
               max_memory_bytes: int | None, own_folder: bool = False) -> WorkerPool:
-    return POOLS[mode](folder, pass_env, max_memory_bytes, own_folder=own_folder)
+    return POOLS[mode](folder, pass_env, max_memory_bytes, own_folder)
 
 
 @contextlib.contextmanager

@@ -391,8 +391,9 @@ def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
         median = getattr(latency, f"{side}_us", None)
         spread = getattr(latency, f"{side}_spread_us", None)
         if isinstance(median, int | float) and math.isfinite(median) and median > 0:
-            ok_spread = isinstance(spread, int | float) and math.isfinite(spread)
-            times[side.upper()] = (float(median), float(spread) if ok_spread else None)
+            if not isinstance(spread, int | float) or not math.isfinite(spread):
+                spread = None  # absent or not a number: the reports show no spread
+            times[side.upper()] = (float(median), None if spread is None else float(spread))
     return times
 
 

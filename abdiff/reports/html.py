@@ -53,13 +53,14 @@ def _finite(value: object) -> bool:
 
 def _ratio_ci(lat: LatencyResult) -> tuple[float, float, float] | None:
     """(ratio, low, high) when the config has a plottable ratio; the CI may be absent."""
-    if not _finite(lat.ratio):
+    ratio = lat.ratio
+    if ratio is None or not _finite(ratio):
         return None
-    low = high = float(lat.ratio)
+    low = high = float(ratio)
     ci = lat.ci or []
     if len(ci) == 2 and all(_finite(x) for x in ci):
         low, high = float(min(ci)), float(max(ci))
-    return float(lat.ratio), low, high
+    return float(ratio), low, high
 
 
 def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -88,24 +89,25 @@ class _Axis:
                 for t in ticks(self.lo, self.hi, count)]
 
 
-def _decided(cfg: ConfigResult) -> bool:
-    return cfg.latency.verdict in ("slower", "faster", "unchanged") and bool(
-        _ratio_ci(cfg.latency))
+def _decided_ratio(cfg: ConfigResult) -> tuple[float, float, float] | None:
+    """The plotted (ratio, low, high) of a decided config; None for the others."""
+    if cfg.latency.verdict not in ("slower", "faster", "unchanged"):
+        return None
+    return _ratio_ci(cfg.latency)
 
 
 def _forest(configs: list[ConfigResult], effect: float) -> tuple[list[dict], list, list]:
     """Rows, grid lines and ticks of the forest plot of the decided configs."""
-    rows = [c for c in configs if _decided(c)]
+    rows = [(c, r) for c in configs if (r := _decided_ratio(c)) is not None]
     if not rows:
         return [], [], []
-    points = [v for c in rows for v in _ratio_ci(c.latency)]  # type: ignore[union-attr]
+    points = [v for _, ratio_ci in rows for v in ratio_ci]
     axis = _Axis([*points, 1.0 - effect, 1.0 + effect])
     grid = [{"pos": axis.pos(1.0), "stroke": "#333", "dash": False}]
     grid += [{"pos": axis.pos(e), "stroke": "#999", "dash": True}
              for e in (1.0 - effect, 1.0 + effect)]
     out = []
-    for cfg in rows:
-        ratio, low, high = _ratio_ci(cfg.latency)  # type: ignore[misc]
+    for cfg, (ratio, low, high) in rows:
         out.append({"id": common.clip(cfg.id, 120), "value": common.latency_cell(cfg.latency),
                     "ratio": axis.pos(ratio), "low": axis.pos(low), "high": axis.pos(high),
                     "colour": DIRECTION_COLOURS.get(cfg.latency.verdict, "#333")})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,7 +260,8 @@ class HookChecker:
                     queue.append(found)
         return chain
 
-    def _elsewhere(self, under: str, word: str, test) -> list[str]:
+    def _elsewhere(self, under: str, word: str,
+                   test: Callable[[ast.ClassDef], bool]) -> list[str]:
         """`path: class C` for the classes below `under` that pass `test` (at most three)."""
         hits = []
         for rel in self.tree.files_mentioning(under, word):
@@ -320,9 +321,10 @@ class HookChecker:
             if hook.closes_over and not self._closes_over(func, hook.closes_over):
                 return (f"{rel}: {hook.cls}.{hook.method}() no longer returns a closure over "
                         f"{hook.closes_over}{self._why(hook)}")
-        if hook.attribute and not any(class_assigns(c, hook.attribute) for _, c in chain):
-            hits = [h for h in self._elsewhere(package, hook.attribute,
-                                               lambda n: class_assigns(n, hook.attribute))
+        attribute = hook.attribute
+        if attribute and not any(class_assigns(c, attribute) for _, c in chain):
+            hits = [h for h in self._elsewhere(package, attribute,
+                                               lambda n: class_assigns(n, attribute))
                     if not any(h == f"{r}: class {c.name}" for r, c in chain)]
             moved = f"; assigned in {', '.join(hits)}" if hits else ""
             return (f"{rel}: class {hook.cls} no longer assigns {hook.attribute}{nor}"

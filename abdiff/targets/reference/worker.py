@@ -64,6 +64,9 @@ def _import_runner(checkout: Path) -> type:
 
     sys.path.insert(0, str(checkout))
     package = importlib.import_module(HARNESS_PACKAGE)
+    if package.__file__ is None:  # a namespace package: no __init__.py in the checkout
+        raise RuntimeError(f"{HARNESS_PACKAGE} was imported as a namespace package, not from "
+                           f"{checkout}")
     origin = Path(package.__file__).resolve()
     if not path_under_root(origin, checkout):
         raise RuntimeError(f"{HARNESS_PACKAGE} was imported from {origin}, not from {checkout}")
@@ -148,7 +151,7 @@ def capture_pass(
 ) -> None:
     """Kernels of every config timed here, then of those an earlier worker timed but could not
     capture (it died first); a failed capture leaves that config without kernels."""
-    packs = list(timed_packs.items())
+    packs: list[tuple[str, Callable[[], Any] | None]] = list(timed_packs.items())
     packs += [(config["id"], None) for config in capture_only]
     params = {config["id"]: config["params"] for config in capture_only}
     for config_id, run_pack in packs:

@@ -81,7 +81,7 @@ TRTLLM_HOOKS: tuple[Hook, ...] = (
 )
 
 # Used only where the checkout's run.py cannot be read (the checkout's own wins).
-FALLBACK_CONFIG = {
+FALLBACK_CONFIG: dict[str, Any] = {
     "model": "nvidia/DeepSeek-R1-0528-FP4-v2",
     "layer_indices": [5],
     "tokens_per_block": 32,
@@ -150,7 +150,7 @@ def run_py_options(run_py: Path) -> dict[str, RunPyOption]:
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         dest_node = kw.get("dest")
         dest = (dest_node.value if isinstance(dest_node, ast.Constant)
-                else long[2:].replace("-", "_"))
+                and isinstance(dest_node.value, str) else long[2:].replace("-", "_"))
         action_node = kw.get("action")
         action = action_node.value if isinstance(action_node, ast.Constant) else None
         type_node = kw.get("type")
@@ -436,8 +436,8 @@ def translate_configs(
                              "command line")
         argv += args
     for key, (value, explicit) in settings.items():
-        option = known.get(key) or (None if known else _guess(key))
-        args = _as_arg(option, value, key) if option else None
+        setting = known.get(key) or (None if known else _guess(key))
+        args = _as_arg(setting, value, key) if setting else None
         if args is None:
             if explicit:
                 raise InputError(f"target option {key}={value!r}: run.py of this checkout has "

@@ -401,7 +401,7 @@ class Probe:
             return result
 
         replay.__abdiff_probe__ = True  # type: ignore[attr-defined]
-        graph_cls.replay = replay  # type: ignore[method-assign]
+        graph_cls.replay = replay  # type: ignore[method-assign, assignment]  # the probe's patch
 
     def finish_current(self) -> None:
         """Turn the current pack into its config's record if it was the timed one."""

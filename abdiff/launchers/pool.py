@@ -1,0 +1,78 @@
+"""The warm-start interface (`--prestart`): what run_process asks of a pool of workers
+started ahead of their jobs, and what a pool hands back.
+
+The arrows point here and to process.py, never between the pools: standby.py
+("ahead") and forkserver.py ("fork") each implement `WorkerPool` and do not know
+each other; warm.py is the only module that knows both (it picks one by name);
+process.py and base.py know only this interface.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from abdiff.targets.base import LaunchSpec
+
+
+class WorkerProcess(Protocol):
+    """What run_process needs of a started worker: a Popen, or a worker forked by the fork
+    server (not abdiff's child, seen through the server's messages)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+ProcessT = TypeVar("ProcessT", bound=WorkerProcess, covariant=True)
+
+
+@dataclass(frozen=True)
+class StartedProcess(Generic[ProcessT]):
+    """A worker process in its own session (or, forked, its own process group), with the
+    temporary HOME it owns."""
+
+    proc: ProcessT
+    home: tempfile.TemporaryDirectory[str]
+
+    def close(self) -> None:
+        """Kill whatever is left of its process group; remove its HOME."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.home.cleanup()
+
+
+class WorkerPool(Protocol):
+    """Workers started ahead of their jobs. `take` gives a started process running `spec`
+    with these output files, or None: start that job cold."""
+
+    words: str  # what the run's summary calls its workers ("started ahead", ...)
+    taken: int  # jobs it ran
+    failure: str | None  # why it stopped (the run goes on cold); the summary says it
+
+    def take(self, spec: LaunchSpec, stdout: Path,
+             stderr: Path) -> StartedProcess[WorkerProcess] | None: ...
+
+    def start_waiting(self, env: dict[str, str]) -> None:
+        """Start a process waiting now, for jobs with `env`."""
+
+    def close(self) -> None:
+        """End what waits (the run needs no more workers)."""
+
+
+def python_module_job(spec: LaunchSpec) -> bool:
+    """Whether a warm process can become `spec`: `python -m MODULE ...` of this Python."""
+    return len(spec.argv) >= 3 and spec.argv[0] == sys.executable and spec.argv[1] == "-m"

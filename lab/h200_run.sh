@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Issue 16 ("GPU first") on one H200, in about 8 minutes, from the repository root:
+#     bash lab/h200_run.sh                      # default settings: graph replays, mtp
+# and its check on the CPU (same steps, tiny budget):
+#     bash lab/h200_run.sh --device cpu --rounds 3 --max-rounds 3 \
+#         --suite lab/data/small-mtp.yaml --config GEN-TRTLLM-bs8-q1-kv2049
+# Steps, each timed (wall clock): build the demo; plant PERCENT% more work in one config
+# on a branch pr-slow (lab/plant_slowdown.py); `abdiff pr..pr` (A/A: nothing may be
+# flagged), `abdiff pr..pr-slow` (the planted config, and nothing else, must be flagged),
+# `abdiff main..pr` (only DSA changes); the per-round medians table (lab/noise.py
+# --by-round: do the kernel-capture rounds 0-1 differ from the others?) and, for every
+# run, where its wall time went (lab/pipeline.py --state: the timed share).
+# On CUDA the planted work is a torch.cuda._sleep kernel, so pr..pr-slow also shows it as an
+# added kernel; the check asks for the latency verdict `slower` as well.
+# A step that would start after BUDGET_S seconds is skipped (the device allows 10 minutes
+# a command). Results: $OUT/summary.txt (the short table, also printed last) and
+# $OUT/h200-issue16.tar.gz (reports, result JSON, run files, tables), rewritten after
+# every step so that an interrupted session still returns what it measured.
+set -uo pipefail
+DEVICE=cuda ROUNDS=5 MAX_ROUNDS=15 SUITE=mtp CONFIG=GEN-TRTLLM-bs32-q1-kv2049 PERCENT=3
+BUDGET_S=450 SEED=16
+while [ $# -gt 0 ]; do
+  case $1 in
+    --device) DEVICE=$2 ;; --rounds) ROUNDS=$2 ;; --max-rounds) MAX_ROUNDS=$2 ;;
+    --suite) SUITE=$2 ;; --config) CONFIG=$2 ;; --percent) PERCENT=$2 ;;
+    --budget) BUDGET_S=$2 ;;
+    *) echo "h200_run.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+OUT=${OUT:-/tmp/abdiff-h200/out}
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+W=$(mktemp -d /tmp/abdiff-h200.XXXXXX); R=$W/results
+mkdir -p "$OUT" "$R"
+T0=$(date +%s.%N)
+elapsed() { $PY -c "print(round($(date +%s.%N) - $1, 1))"; }
+pack() { tar -czf "$OUT/h200-issue16.tar.gz.tmp" -C "$W" results \
+  && mv "$OUT/h200-issue16.tar.gz.tmp" "$OUT/h200-issue16.tar.gz"; }
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>/dev/null \
+    || echo "no nvidia-smi"
+  $PY -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'
+  git --version; nproc; date -u; git log --oneline -1 2>/dev/null
+  echo "device $DEVICE rounds $ROUNDS max-rounds $MAX_ROUNDS suite $SUITE planted $CONFIG +$PERCENT%"
+} | tee "$R/machine.txt"
+if ! $PY -c 'import abdiff.cli, scipy, tabulate, yaml, filelock, tqdm' 2>"$R/imports.txt"; then
+  echo "h200_run.sh: abdiff's dependencies are missing: $(tail -1 "$R/imports.txt")" >&2
+  pack; exit 3
+fi
+
+$PY -m abdiff.cli demo init "$W/demo" >"$R/demo-init.txt" 2>&1 || { cat "$R/demo-init.txt"; pack; exit 3; }
+start=$(date +%s.%N)
+$PY lab/plant_slowdown.py --repo "$W/demo" --suite "$SUITE" --config "$CONFIG" \
+  --percent "$PERCENT" --device "$DEVICE" 2>&1 | tee "$R/plant.txt"
+echo "plant_slowdown wall $(elapsed "$start") s" | tee -a "$R/walltimes.txt"
+# issue 23: the same config made 25% slow in 40% of the worker processes only (bimodal)
+case " ${STEPS:-} " in *" pr..pr-sometimes "*)
+  $PY lab/plant_slowdown.py --repo "$W/demo" --suite "$SUITE" --config "$CONFIG" \
+    --percent 25 --share 0.4 --branch pr-sometimes --device "$DEVICE" 2>&1 | tee -a "$R/plant.txt" ;;
+esac
+
+# measure NAME RANGE [OPTION...]: one abdiff run; its markdown report, JSON, run files and
+# wall-time split.
+measure() {
+  local name=$1 range=$2 start code state
+  shift 2
+  if [ "$($PY -c "print(int($(date +%s.%N) - $T0 > $BUDGET_S))")" = 1 ]; then
+    echo "$name skipped: past the ${BUDGET_S} s budget" | tee -a "$R/walltimes.txt"; return
+  fi
+  mkdir -p "$R/$name"
+  start=$(date +%s.%N)
+  $PY -m abdiff.cli "$range" --configs "$SUITE" --repo "$W/demo" --cache-dir "$W/cache" \
+    --device "$DEVICE" --rounds "$ROUNDS" --max-rounds "$MAX_ROUNDS" --seed "$SEED" \
+    --format markdown --output "$R/$name/report.md" --json "$R/$name/result.json" "$@" \
+    2>"$R/$name/stderr.txt"
+  code=$?
+  local wall; wall=$(elapsed "$start")
+  echo "$name exit $code wall $wall s" | tee -a "$R/walltimes.txt"
+  echo "$code $wall" >"$R/$name/exit-wall.txt"
+  state=$(sed -n 's/.*run files in \(.*\)$/\1/p' "$R/$name/stderr.txt" | tail -1)
+  state=${state:-$(ls -td "$W"/cache/runs/*/ 2>/dev/null | head -1)}
+  if [ -n "$state" ] && [ -d "$state" ]; then
+    cp "$state"/a.json "$state"/b.json "$R/$name/"
+    $PY lab/pipeline.py --state "$state" --wall "$wall" >"$R/$name/breakdown.txt" 2>&1
+  else
+    tail -3 "$R/$name/stderr.txt"
+  fi
+  pack
+}
+# STEPS (environment): which runs, by name; all by default
+STEPS=${STEPS:-"pr..pr pr..pr-slow main..pr pr..pr-cold"}
+wanted() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+wanted pr..pr && measure pr..pr pr..pr
+# AA_REPEATS (environment): more default A/A runs after the first (pr..pr-again1, ...): the
+# adaptive extension makes an A/A's wall time vary from run to run
+for i in $(seq 1 "${AA_REPEATS:-0}"); do measure "pr..pr-again$i" pr..pr; done
+wanted pr..pr-slow && measure pr..pr-slow pr..pr-slow
+wanted main..pr && measure main..pr main..pr
+wanted pr..pr-sometimes && measure pr..pr-sometimes pr..pr-sometimes
+# issue 17: an A/A of LONG_ROUNDS (environment; 15) rounds per side without extension,
+# recorded for the replays of lab/verdicts.py
+# (`--replay .../pr..pr-long/[ab].json --min-effect 0.01`)
+LONG_ROUNDS=${LONG_ROUNDS:-15}
+wanted pr..pr-long && measure pr..pr-long pr..pr --rounds "$LONG_ROUNDS" --max-rounds "$LONG_ROUNDS"
+# the same A/A with every worker started cold, and with the next worker started ahead
+# while one measures (lab/prestart_noise.sh compares the ways with fixed rounds)
+wanted pr..pr-cold && measure pr..pr-cold pr..pr --prestart off
+wanted pr..pr-ahead && measure pr..pr-ahead pr..pr --prestart on
+if [ "$DEVICE" = cuda ] && [ "$($PY -c "print(int($(date +%s.%N) - $T0 < $BUDGET_S + 60))")" = 1 ]; then
+  $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tail -5 >"$R/gpu-tests.txt"
+fi
+
+$PY lab/noise.py --by-round "$R"/*/[ab].json >"$R/round-medians.txt" 2>&1
+$PY lab/noise.py "$R"/*/[ab].json >"$R/noise.txt" 2>&1
+$PY - "$R" "$CONFIG" >"$R/summary.txt" 2>&1 <<'EOF'
+"""The short table: each run's exit, wall time, timed share, verdicts and what it flagged."""
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, "lab")
+import noise  # noqa: E402 - lab/ is no package
+
+
+def round_cv(folder: Path) -> str:
+    """Median and largest CV of the round medians over the run's config-sides (noise.py)."""
+    cv = noise.round_cv([str(folder / "a.json"), str(folder / "b.json")])
+    return f"{cv[1]:.2%}/{cv[2]:.2%}" if cv else "?"
+
+
+results, planted = Path(sys.argv[1]), sys.argv[2]
+expected_flags = {"pr..pr": set(), "main..pr": set(), "pr..pr-slow": {planted},
+                  "pr..pr-cold": set(), "pr..pr-ahead": set(), "pr..pr-sometimes": {planted},
+                  "pr..pr-long": set()}
+expected_flags.update({p.name: set() for p in sorted(results.glob("pr..pr-again*"))})
+print(f"{'run':12} {'exit':>4} {'wall':>7} {'workers':>7} {'timed':>6} {'round CV':>13}  "
+      f"{'timing':13} verdicts; flagged; slower; check")
+for name, want in expected_flags.items():
+    folder = results / name
+    if not (folder / "result.json").exists():
+        print(f"{name:12} not measured (see walltimes.txt)")
+        continue
+    code, wall = (folder / "exit-wall.txt").read_text().split()
+    result = json.loads((folder / "result.json").read_text())
+    summary = result["summary"]
+    flagged = {c["id"] for c in result["configs"] if c["verdict"] == "unintended"}
+    split = (folder / "breakdown.txt").read_text() if (folder / "breakdown.txt").exists() else ""
+    timed = re.search(r"timed share ([\d.]+%)", split)
+    workers = re.search(r"(\d+) worker processes", split)
+    counts = ", ".join(f"{summary.get(k, 0)} {k}" for k in
+                       ("unintended", "expected", "unchanged", "inconclusive"))
+    slower = {c["id"]: c["latency"].get("ratio") for c in result["configs"]
+              if c["latency"]["verdict"] == "slower"}
+    check = "OK" if flagged == want and (name not in ("pr..pr-slow", "pr..pr-sometimes")
+                                         or planted in slower) else "MISS"
+    print(f"{name:12} {code:>4} {float(wall):6.1f}s {workers.group(1) if workers else '?':>7} "
+          f"{timed.group(1) if timed else '?':>6} {round_cv(folder):>13}  "
+          f"{str(summary.get('timing')):13} {counts}; flagged {sorted(flagged) or 'none'}; "
+          f"slower {slower or 'none'}; {check}")
+print()
+print((results / "round-medians.txt").read_text())
+EOF
+echo "total wall $(elapsed "$T0") s" >>"$R/summary.txt"
+cat "$R/walltimes.txt" >>"$R/summary.txt"
+cp "$R/summary.txt" "$OUT/summary.txt"
+pack
+cat "$OUT/summary.txt"
