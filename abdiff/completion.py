@@ -92,7 +92,7 @@ def _attach(parser: argparse.ArgumentParser) -> None:
                 if name == "show":
                     for inner in sub._actions:
                         if inner.dest == "name":
-                            inner.completer = baseline_names  # type: ignore[attr-defined]
+                            inner.completer = baseline_names
         elif action.dest in COMPLETERS:
             action.completer = COMPLETERS[action.dest]  # type: ignore[attr-defined]
 

@@ -62,7 +62,7 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from abdiff.records import LatencyResult
+from abdiff.records import LatencyResult, LatencyVerdict
 from abdiff.sequential import Looks, spent
 
 DEFAULT_MIN_EFFECT = 0.02
@@ -492,6 +492,11 @@ def two_levels(log_medians: np.ndarray) -> Levels | None:
     return Levels(math.expm1(high - low), cut, n - cut, (low + high) / 2)
 
 
+def robust_spread(values: np.ndarray) -> float:
+    """Normal-consistent median absolute deviation around the median."""
+    return 1.4826 * float(np.median(np.abs(values - np.median(values))))
+
+
 def _number(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -501,7 +506,7 @@ def _side_location(values: np.ndarray) -> tuple[float, float]:
     if len(values) == 0:
         return float("nan"), float("nan")
     centre = float(np.median(values))
-    scale = 1.4826 * float(np.median(np.abs(values - centre)))
+    scale = robust_spread(values)
     loc, _ = huber(values[None] - centre, np.ones((1, len(values)), bool), np.array([scale]))
     level = float(np.exp(centre + loc[0]))
     return level, level * (math.expm1(scale) if scale > 0 else 0.0)
@@ -571,6 +576,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         early = looks is not None and look.rounds < looks.max_rounds
         bound = margin * (EARLY_EQUIVALENCE if early else 1.0)
         detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
+        verdict: LatencyVerdict
         if math.isfinite(q) and (low > 0 or high < 0):
             verdict = "slower" if s.location > 0 else "faster"
             below = abs(s.location) < margin

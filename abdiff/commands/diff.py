@@ -55,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
     bench = prepare_bench(args, repo_root)
     expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
-    if baseline is not None or specs is None:
-        return finish(against_baseline(args, bench, repo_root, *baseline, expect, min_effect)
-                      if baseline is not None else None, args)
+    if baseline is not None:
+        return finish(against_baseline(args, bench, repo_root, *baseline, expect, min_effect),
+                      args)
+    assert specs is not None  # resolved above whenever there is no baseline
     spec_a, spec_b = specs
     notes = []
     if spec_a.sha == spec_b.sha:
