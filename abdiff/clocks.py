@@ -63,7 +63,7 @@ class GpuSensor:
 NO_PACKAGE = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
 
 
-def _nvml() -> tuple[Any, str | None]:
+def open_nvml() -> tuple[Any, str | None]:
     """(pynvml, None) once NVML is initialised, or (None, why not): the package missing, or NVML
     refusing to start (no NVIDIA driver)."""
     try:
@@ -80,7 +80,7 @@ def _nvml() -> tuple[Any, str | None]:
 def open_sensor(uuid: str) -> tuple[GpuSensor | None, str | None]:
     """(sensor, None) for the GPU named `GPU-<uuid>` (by UUID: CUDA_VISIBLE_DEVICES
     renumbers devices, NVML does not), or (None, why not)."""
-    nvml, why = _nvml()
+    nvml, why = open_nvml()
     if nvml is None:
         return None, why
     try:
@@ -91,7 +91,7 @@ def open_sensor(uuid: str) -> tuple[GpuSensor | None, str | None]:
 
 def all_pinning() -> tuple[list[str], str | None]:
     """(one `pinning_text` line per GPU, None), or ([], why NVML cannot tell)."""
-    nvml, why = _nvml()
+    nvml, why = open_nvml()
     if nvml is None:
         return [], why
     try:

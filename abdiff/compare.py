@@ -17,6 +17,7 @@ from abdiff import stats
 from abdiff.baselines import interleaved, kernel_env_differences
 from abdiff.clocks import clock_notes
 from abdiff.kernel_times import module_cause, root_cause
+from abdiff.machine_state import recorded_noise
 from abdiff.policy import apply_policy
 from abdiff.ranks import rank_notes
 from abdiff.records import (
@@ -282,6 +283,13 @@ def compare_runs(
     noise = noise_note(pairs, configs, min_effect, eager_cuda)
     if noise:
         all_notes.append(noise)
+    machine = recorded_noise(run_b.env) or recorded_noise(run_a.env)
+    if machine:
+        summary["machine"] = machine
+        undecided = sum(c.latency.verdict == "inconclusive" for c in configs)
+        all_notes.append(f"the machine was noisy while measuring ({'; '.join(machine)})"
+                         + (": latencies undecidable here; facts and kernels still checked"
+                            if undecided else ""))
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)

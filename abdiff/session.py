@@ -31,6 +31,8 @@ from abdiff.exposure import refuse_secrets
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import prime, unprime
+from abdiff.machine_state import read_machine, summary_line
+from abdiff.machine_state import to_json as machine_json
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.policy import parse_gates
 from abdiff.records import Result, RunFile
@@ -191,10 +193,23 @@ def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
     where = state_dir(bench, sides, kind)
     with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)
+        check_machine(args, [sides["A"].run])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(args.rounds, args.rounds), None, args.quiet,
                 stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
     return sides["A"].run
+
+
+def check_machine(args: argparse.Namespace, runs: list[RunFile]) -> None:
+    """Read the machine before the first rounds (machine_state), say it on stderr and record
+    it in the run files; a run that already holds a reading (resumed) keeps its own."""
+    if all("machine" in run.env for run in runs):
+        return
+    readings = read_machine(resolve_device(args.device))
+    if not args.quiet:
+        print(f"abdiff: {summary_line(readings)}", file=sys.stderr, flush=True)
+    for run in runs:
+        run.env.setdefault("machine", machine_json(readings))
 
 
 def undecided_configs(
@@ -225,6 +240,7 @@ def measure_and_compare(
     max_rounds = max(args.rounds, args.max_rounds) if adaptive else args.rounds
     with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, args.resume, args.seed)
+        check_machine(args, [side.run for side in sides.values()])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(args.rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, min_effect, max_rounds, args.alpha),

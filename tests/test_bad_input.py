@@ -284,7 +284,7 @@ def test_a_repository_without_a_benchmark_names_what_was_looked_for(
     assert line == (f"abdiff: error: no benchmark found in {repo} at {head}: looked for "
                     "tensorrt_llm/tools/layer_wise_benchmarks (trtllm); "
                     "tinyllm/tools/layer_wise_benchmarks/runner.py (reference); pass --target "
-                    "trtllm|reference (or --repo the benchmark's repository)")
+                    "trtllm|reference|command (or --repo the benchmark's repository)")
     assert not (tmp_path / "cache").exists()
     line = answer(capsys, ["doctor", "main..pr", "--repo", repo, "--cache-dir",
                            tmp_path / "cache"])

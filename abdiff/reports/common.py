@@ -233,6 +233,10 @@ def next_step(result: Result) -> str | None:
     needed = max((c.latency.rounds_needed or 2 * rounds for c in undecided), default=30)
     text = (f"next: latency undecided for {len(undecided)} of {len(result.configs)} configs "
             f"after {rounds} rounds per side")
+    machine = result.summary.get("machine")
+    if isinstance(machine, list) and machine:  # the machine explains the noise: say that first
+        return (f"{text}; the machine was noisy ({clip('; '.join(map(str, machine)), 80)}): "
+                "measure on an idle machine")
     if needed <= 100:
         return f"{text}; about {needed} would decide them: re-run with --max-rounds {needed}"
     return (f"{text}; their rounds vary too much to decide here (about {needed} rounds): "

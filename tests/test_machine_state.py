@@ -1,0 +1,58 @@
+"""machine_state.py: the machine read before measuring, recorded, and named in the verdict."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+from test_compare import suite_run
+
+from abdiff import machine_state
+from abdiff.compare import compare_runs
+from abdiff.machine_state import Reading
+from abdiff.reports import common
+
+
+def test_a_busy_process_is_seen_by_its_pid() -> None:
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = machine_state.busy_processes(sample_s=0.5)
+        assert spinner.pid in [pid for pid, _, _ in busy]
+        readings = machine_state.cpu_readings(busy)
+        names = [r.name for r in readings]
+        assert names == ["CPU load", "busy processes", "CPU governor", "turbo"]
+        assert readings[1].ok is False and f"pid {spinner.pid}" in readings[1].value
+        assert "NOISY" in machine_state.summary_line(readings)
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_without_nvml_the_gpu_is_unknown_not_a_failure() -> None:
+    readings = machine_state.read_machine("cuda")
+    gpu = [r for r in readings if r.name.startswith("GPU")]
+    assert gpu and all(r.ok in (None, True, False) for r in gpu)
+    assert machine_state.read_machine("cpu")[0].name == "CPU load"
+
+
+def test_a_noisy_machine_is_named_in_the_notes_and_the_next_step() -> None:
+    a, b = suite_run(1), suite_run(2)
+    rng = np.random.default_rng(3)
+    for run in (a, b):  # every round 10% off at random: latency undecidable
+        for c in run.configs:
+            for record in c.rounds:
+                factor = float(np.exp(rng.normal(0, 0.1)))
+                record.latency_us = [x * factor for x in record.latency_us]
+    noisy = [Reading("CPU load", "3.2 on 2 cores", False, "measure on an idle machine"),
+             Reading("turbo", "unknown", None)]
+    b.env["machine"] = machine_state.to_json(noisy)
+    result = compare_runs(a, b, {})
+    assert result.summary["machine"] == ["CPU load: 3.2 on 2 cores"]
+    assert any(n.startswith("the machine was noisy while measuring (CPU load: 3.2 on 2 cores)"
+                            ": latencies undecidable here; facts and kernels still checked")
+               for n in result.notes)
+    assert "the machine was noisy (CPU load: 3.2 on 2 cores): measure on an idle machine" in \
+        (common.next_step(result) or "")
+    b.env.pop("machine")
+    assert "machine" not in compare_runs(a, b, {}).summary
