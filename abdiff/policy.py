@@ -17,8 +17,6 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from abdiff.errors import InputError, did_you_mean
 from abdiff.records import ConfigResult, Verdict
 
@@ -55,6 +53,8 @@ def parse_gates(text: str | None) -> dict[str, str]:
     where = f"--gate {text!r}"
     path = Path(text)
     if path.suffix in (".yaml", ".yml", ".json") or path.is_file():
+        import yaml  # only here: `abdiff comment` runs with the standard library alone
+
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:

@@ -44,8 +44,6 @@ FIXTURES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "companions-pr..pr-b.json": ("issue16/companions/pr..pr/b.json", (), "lean"),
     "pr..pr-slow-a.json": (f"{SLOW}/a.json", (PLANTED, UNPLANTED), "no facts"),
     "pr..pr-slow-b.json": (f"{SLOW}/b.json", (PLANTED, UNPLANTED), "no facts"),
-    "pr..pr-long-a.json": ("issue17/sixth-session/pr..pr-long/a.json", (), "medians"),
-    "pr..pr-long-b.json": ("issue17/sixth-session/pr..pr-long/b.json", (), "medians"),
 }
 LEAN_KEYS = {"status", "error", "latency_us", "round", "session", "companion"}
 MEDIAN_KEYS = {"status", "latency_us", "round"}

@@ -19,6 +19,7 @@ processes, fuzzing), `pytest --full` both.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -415,3 +416,16 @@ def process_running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
+
+
+H200_DATA = Path(__file__).parent / "data" / "h200"
+
+
+def h200_with_kernels(name: str, folder: Path) -> Path:
+    """tests/data/h200/NAME-kernels.json.gz (an H200 run file that keeps its kernel
+    counts) unpacked into `folder`; the path of the run file."""
+    target = folder / f"{name}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(H200_DATA / f"{name}-kernels.json.gz", "rt") as packed:
+        target.write_text(packed.read())
+    return target

@@ -1,6 +1,6 @@
 """`abdiff history`: configs across baselines and recorded runs, as a user reads it.
 
-The sources are the run files measured on the H200 (results/h200/, baselines/), as a
+The sources are the run files measured on the H200 (tests/data/h200/, baselines/), as a
 repository's baselines and as runs kept in a cache's state folders, their commits
 rewritten to the demo repository's (abdiff keeps only runs of the repository's own
 commits), each given the session it was measured in.
@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import git, run_abdiff
+from conftest import git, h200_with_kernels, run_abdiff
 
 from abdiff.demo import build_demo_repo
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "results" / "h200"
+H200 = ROOT / "tests" / "data" / "h200"  # extracts of H200 run files (tests/data/README.md)
 CONFIG = "GEN-TRTLLM-bs8-q2-kv2049"
 
 
@@ -37,18 +37,22 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     build_demo_repo(repo)
     sha = {rev: git(repo, "rev-parse", rev).strip() for rev in ("main", "pr", "pr-v1")}
     baselines, runs = base / "baselines", base / "cache" / "runs"
-    _copy(H200 / "graph-main..pr/a.json", baselines / "release-0.json", sha["main"],
+    unpacked = base / "h200"
+    runs_with_kernels = {name: h200_with_kernels(name, unpacked) for name in (
+        "graph-main..pr-v1-a", "graph-main..pr-v1-b", "graph-main..pr-b")}
+    _copy(runs_with_kernels["graph-main..pr-v1-a"], baselines / "release-0.json", sha["main"],
           "2026-12-01T10:00:00+00:00")
     _copy(ROOT / "baselines/reference-h200.json", baselines / "release-1.json", sha["pr"],
           "2026-12-03T10:00:00+00:00")
-    for key, folder, started in (("1111aaaa", "cuda-graph-main..pr-v1", "2026-12-02T09:00:00"),
-                                 ("2222bbbb", "graph-main..pr", "2026-12-02T12:00:00")):
-        a, b = (json.loads((H200 / folder / f"{s}.json").read_text())["rev"] for s in "ab")
-        _copy(H200 / folder / "a.json", runs / key / "a.json", sha[a], started + "+00:00")
-        _copy(H200 / folder / "b.json", runs / key / "b.json", sha[b], started + "+00:01")
+    for key, files, started in (
+            ("1111aaaa", ("graph-main..pr-v1-a", "graph-main..pr-v1-b"), "2026-12-02T09:00:00"),
+            ("2222bbbb", ("graph-main..pr-v1-a", "graph-main..pr-b"), "2026-12-02T12:00:00")):
+        a, b = (json.loads(runs_with_kernels[name].read_text())["rev"] for name in files)
+        _copy(runs_with_kernels[files[0]], runs / key / "a.json", sha[a], started + "+00:00")
+        _copy(runs_with_kernels[files[1]], runs / key / "b.json", sha[b], started + "+00:01")
         (runs / key / "state.json").write_text(json.dumps({"seed": 1, "complete": True}))
     # another repository's run in the same cache: not this history's
-    _copy(H200 / "graph-pr..pr/a.json", runs / "3333cccc" / "a.json", "f" * 40,
+    _copy(H200 / "graph-pr..pr-a.json", runs / "3333cccc" / "a.json", "f" * 40,
           "2026-12-02T13:00:00+00:00")
     (runs / "3333cccc" / "state.json").write_text("{}")
     return {"repo": repo, "baselines": baselines, "cache": base / "cache", "base": base}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_abdiff
+from conftest import h200_with_kernels, run_abdiff
 
 from abdiff.kernel_golden import golden_path
 from abdiff.records import ConfigRuns, RoundRecord, RunFile, write_run_file
@@ -92,15 +92,16 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_committed_sm90_golden_file_catches_the_seed_prs_first_version() -> None:
+def test_the_committed_sm90_golden_file_catches_the_seed_prs_first_version(
+        tmp_path: Path) -> None:
     """Real H200 data: baselines/kernels/sm90/mtp.json was written from the committed
     H200 baseline (reference target, `pr`); `main..pr-v1`'s B side, measured on the same
     GPU in another session, trips exactly on the four TRTLLM MTP configs whose attention
     kernel changed; a later `pr` run passes."""
     golden = ["--arch", "sm90", "--baselines-dir", ROOT / "baselines"]
-    done = run_abdiff("check-kernels", ROOT / "results/h200/baseline-graph..pr/b.json", *golden)
+    done = run_abdiff("check-kernels", h200_with_kernels("baseline-graph..pr-b", tmp_path), *golden)
     assert done.returncode == 0, done.stdout
-    done = run_abdiff("check-kernels", ROOT / "results/h200/cuda-graph-main..pr-v1/b.json",
+    done = run_abdiff("check-kernels", h200_with_kernels("graph-main..pr-v1-b", tmp_path),
                       *golden)
     assert done.returncode == 1
     changed = sorted(line.split()[1].rstrip(":") for line in done.stdout.splitlines()

@@ -219,6 +219,10 @@ def final_line(result: Result) -> str:
         head = "no unintended change"
     order = [*SUMMARY_ORDER, *(v for v in tally if v not in SUMMARY_ORDER)]
     verdicts = ", ".join(f"{tally[v]} {v}" for v in order if tally.get(v))
+    differs = result.summary.get("kernel_env_differs")
+    if isinstance(differs, list) and differs:  # the sides did not run the same kernels' inputs
+        names = clip(", ".join(map(str, differs)), 120)
+        head += f" (kernel-selecting environment differs: {names})"
     return f"abdiff: {head}: {measured_sentence(result)}; {verdicts} (exit {code}: {meaning})"
 
 

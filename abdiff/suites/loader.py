@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +18,7 @@ import yaml
 
 from abdiff.errors import InputError, did_you_mean
 from abdiff.files import read_text
+from abdiff.suites.model import Config, Suite
 from abdiff.targets.layerwise import MATRIX_KEYS, Matrix, NonNegative, Positive, config_id
 from abdiff.validate import Len, from_json
 
@@ -39,33 +40,6 @@ class SuiteFile:
     facts: list[Annotated[str, Len(1)]] | None = None  # dotted names read from live objects
     target: dict[str, Any] | None = None  # options passed to the target (e.g. model)
     tp: Positive = 1  # ranks per round, tensor-parallel (the default of --np)
-
-
-@dataclass(frozen=True)
-class Config:
-    """One point of the matrix: what one run-pack measurement is made of."""
-
-    id: str
-    params: dict[str, Any]
-
-
-@dataclass
-class Suite:
-    name: str
-    source: str
-    description: str
-    configs: list[Config]
-    expect: dict[str, list[str]]
-    facts: list[str]
-    warmup_times: int
-    run_times: int
-    target_options: dict[str, Any] = field(default_factory=dict)
-    tp: int = 1
-
-    def param_keys(self) -> list[str]:
-        """The keys the configs' params have, in their first config's order (what
-        `expect` and --expect may name)."""
-        return list(dict.fromkeys(key for config in self.configs for key in config.params))
 
 
 def builtin_suites() -> dict[str, Path]:

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from abdiff.errors import InputError
-from abdiff.suites.loader import Config, Suite
+from abdiff.suites.model import Config, Suite
 from abdiff.targets.layerwise import SHAPE_KEYS, config_id
 
 NAME = "upstream-tests"
