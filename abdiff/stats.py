@@ -100,6 +100,9 @@ DETECTABLE_POWER = 0.8
 BIMODAL_SHARE = 0.25
 """Each level of a two-level side holds at least this share of its rounds."""
 
+OFFSET_CONFIGS = 6
+"""Configs a round needs for its shared offset (a machine state) to be taken off."""
+
 LEVELS_AGREE = 0.25
 """Levels are taken off only where both sides' gaps agree within this share."""
 
@@ -243,14 +246,15 @@ def paired_statistics(d: np.ndarray, signs: np.ndarray, d_levelled: np.ndarray |
 
 def round_offsets(log_medians: np.ndarray) -> np.ndarray:
     """How much slower each round ran in all configs: per round (column), the median over
-    configs (rows) of their deviation from their own median; 0 with fewer than 3 configs."""
-    if log_medians.shape[0] < 3:
-        return np.zeros(log_medians.shape[1])
+    configs (rows) of their deviation from their own median; 0 where fewer than
+    OFFSET_CONFIGS configs ran in that round."""
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no offset
         deviation = log_medians - np.nanmedian(log_medians, axis=-1, keepdims=True)
         offsets = np.nanmedian(deviation, axis=0)
-    return np.nan_to_num(offsets)
+    # a median of a few configs would carry their own levels: none below OFFSET_CONFIGS
+    known = np.isfinite(log_medians).sum(axis=0) >= OFFSET_CONFIGS
+    return np.where(known, np.nan_to_num(offsets), 0.0)
 
 
 def take_off_levels(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray,
@@ -642,13 +646,14 @@ def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_M
     (the sign-flip max-T's is a little smaller): more rounds are futile when the
     projected interval could neither fit inside +-min_effect around the ratio nor
     exclude 1 from it. The early looks' thresholds are far larger (few pairs, little
-    level spent), so projecting the current interval would stop configs too soon.
+    level spent), so projecting the current interval would stop configs too soon; and
+    before half of `max_rounds` nothing is futile.
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
-    if result.se is None or result.ratio is None:
-        return False
+    if result.se is None or result.ratio is None or 2 * rounds < max_rounds:
+        return False  # a few rounds' spread says little (levels not yet seen, few df)
     q_end = float(sps.norm.isf(alpha / (2 * max(configs, 1))))
     half = q_end * result.se * math.sqrt(rounds / max_rounds)
     distance = abs(math.log(result.ratio))

@@ -172,9 +172,12 @@ def test_sign_patterns_are_every_pattern_when_few() -> None:
 
 
 def test_futility_stops_only_what_max_rounds_cannot_decide() -> None:
-    noisy = LatencyResult("inconclusive", ratio=1.0, ci=[0.8, 1.25], rounds_a=5, rounds_b=5,
+    noisy = LatencyResult("inconclusive", ratio=1.0, ci=[0.8, 1.25], rounds_a=10, rounds_b=10,
                           se=0.05)
     assert stats.futile(noisy, 15, configs=12)
+    early = LatencyResult("inconclusive", ratio=1.0, ci=[0.8, 1.25], rounds_a=5, rounds_b=5,
+                          se=0.05)
+    assert not stats.futile(early, 15, configs=12)  # 5 of 15 rounds: too early to tell
     close = LatencyResult("inconclusive", ratio=1.01, ci=[0.99, 1.03], rounds_a=5, rounds_b=5,
                           se=0.004)
     assert not stats.futile(close, 15, configs=12)
