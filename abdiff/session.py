@@ -201,12 +201,13 @@ def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
 
 
 def check_machine(args: argparse.Namespace, runs: list[RunFile]) -> None:
-    """Read the machine before the first rounds (machine_state), say it on stderr and record
-    it in the run files; a run that already holds a reading (resumed) keeps its own."""
+    """Read the machine before the first rounds (machine_state), say it on a terminal (as the
+    progress line; off a terminal the notes name a noisy reading) and record it in the run
+    files; a run that already holds a reading (resumed) keeps its own."""
     if all("machine" in run.env for run in runs):
         return
     readings = read_machine(resolve_device(args.device))
-    if not args.quiet:
+    if not args.quiet and sys.stderr.isatty():
         print(f"abdiff: {summary_line(readings)}", file=sys.stderr, flush=True)
     for run in runs:
         run.env.setdefault("machine", machine_json(readings))
