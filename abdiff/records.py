@@ -99,6 +99,9 @@ class RunFile:
         return {"schema": data.pop("schema"), **data}
 
 
+MOST_ROUNDS_ADVISED = 100  # beyond this many rounds per side: advise a quieter machine
+
+
 @dataclass
 class LatencyResult:
     """Latency comparison of one config; ratio and interval are B/A."""

@@ -62,7 +62,7 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from abdiff.records import LatencyResult, LatencyVerdict
+from abdiff.records import MOST_ROUNDS_ADVISED, LatencyResult, LatencyVerdict
 from abdiff.sequential import Looks, spent
 
 DEFAULT_MIN_EFFECT = 0.02
@@ -594,9 +594,10 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
             if math.isfinite(half):
                 needed = rounds_to_resolve(half, rounds, min_effect, q)
                 common["rounds_needed"] = needed
-                notes.insert(0, f"{rounds} rounds resolve +-{math.expm1(half):.1%}; about "
-                                f"{needed} would decide +-{min_effect:.0%} (--max-rounds "
-                                f"{needed})")
+                decide = (f"about {needed} would decide +-{min_effect:.0%} (--max-rounds "
+                          f"{needed})" if needed <= MOST_ROUNDS_ADVISED else
+                          f"over {MOST_ROUNDS_ADVISED} would be needed: a quieter machine")
+                notes.insert(0, f"{rounds} rounds resolve +-{math.expm1(half):.1%}; {decide}")
             else:
                 notes.insert(0, "too few rounds for this level: run with more --rounds")
         position = (f"; look {s.look + 1} of {len(found)} at {look.rounds} rounds, level "

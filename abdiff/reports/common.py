@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from abdiff import policy
-from abdiff.records import ConfigResult, LatencyResult, Result, Side
+from abdiff.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
 
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
 # sides) leads: it hides whatever else the change did to that config.
@@ -241,7 +241,7 @@ def next_step(result: Result) -> str | None:
     if isinstance(machine, list) and machine:  # the machine explains the noise: say that first
         return (f"{text}; the machine was noisy ({clip('; '.join(map(str, machine)), 80)}): "
                 "measure on an idle machine")
-    if needed <= 100:
+    if needed <= MOST_ROUNDS_ADVISED:
         return f"{text}; about {needed} would decide them: re-run with --max-rounds {needed}"
     return (f"{text}; their rounds vary too much to decide here (about {needed} rounds): "
             "measure on an idle machine (the report's notes say how much rounds vary)")
