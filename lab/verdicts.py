@@ -26,7 +26,7 @@ log round medians, odd rounds, Holm, alpha 0.005 spent over looks 5..15 by 2, th
 veto), and the oracle `paired t` (Bonferroni over configs on the same pairs at 15 rounds,
 no looks: the best simple test on the same rounds).
 
-Usage: python benchmarks/verdicts.py [--runs 300] [--profiles h200-like,...]
+Usage: python lab/verdicts.py [--runs 300] [--profiles h200-like,...] | --speed
 """
 
 from __future__ import annotations
@@ -155,13 +155,32 @@ def run_paired_t(log_a: np.ndarray, log_b: np.ndarray, alpha: float = 0.01) -> l
             for f, m in zip(flagged, d.mean(axis=-1), strict=True)]
 
 
+def speed(repeats: int = 5) -> None:
+    """Seconds of one comparison of 16 configs x 15 rounds (the issue's budget: 2 s)."""
+    rng = np.random.default_rng(1)
+    configs = [stats.ConfigRounds({r: float(v) for r, v in enumerate(100 * np.exp(
+        rng.normal(0, 0.01, 15)))}, {r: float(v) for r, v in enumerate(100 * np.exp(
+            rng.normal(0, 0.01, 15)))}) for _ in range(16)]
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        stats.latency_verdicts(configs, looks=Looks(5, 15))
+        times.append(time.perf_counter() - started)
+    print(f"16 configs x 15 rounds, looks 5/10/15: {min(times):.2f} s best, "
+          f"{float(np.median(times)):.2f} s median of {repeats}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--profiles", default="h200-like,h200-replay,cpu-2core")
     parser.add_argument("--shifts", default=",".join(str(s) for s in SHIFTS))
     parser.add_argument("--rules", default="v3,v3 fixed 15,v3 fixed 8,v2,paired t")
+    parser.add_argument("--speed", action="store_true", help="time one 16 x 15 comparison")
     args = parser.parse_args()
+    if args.speed:
+        speed()
+        return
     old = load_old_rule()
     data = json.loads((HERE / "data" / "h200-aa60-medians.json").read_text())["configs"]
     rules = args.rules.split(",")
