@@ -262,11 +262,6 @@ def compare_runs(
             module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
         ))
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
-    # a noisy machine breaks what the latency test assumes (rounds alike but for the code):
-    # its latency changes are shown but do not fail the gate, unless --gate latency=hard
-    machine = recorded_noise(run_b.env) or recorded_noise(run_a.env)
-    if machine and "latency" not in (gates or {}):
-        gates = {**(gates or {}), "latency": "soft"}
     summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes,
                            gates)
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
@@ -288,13 +283,13 @@ def compare_runs(
     noise = noise_note(pairs, configs, min_effect, eager_cuda)
     if noise:
         all_notes.append(noise)
+    machine = recorded_noise(run_b.env) or recorded_noise(run_a.env)
     if machine:
         summary["machine"] = machine
-        soft = (gates or {}).get("latency") == "soft"
-        all_notes.append(f"the machine was noisy while measuring ({'; '.join(machine)}): "
-                         "latencies are not trustworthy here"
-                         + (", so a latency change does not fail the gate (--gate latency=hard "
-                            "to make it)" if soft else "") + "; facts and kernels still checked")
+        undecided = sum(c.latency.verdict == "inconclusive" for c in configs)
+        all_notes.append(f"the machine was noisy while measuring ({'; '.join(machine)})"
+                         + (": latencies undecidable here; facts and kernels still checked"
+                            if undecided else ""))
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
