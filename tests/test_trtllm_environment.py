@@ -18,6 +18,7 @@ from abdiff.compare import compare_runs
 from abdiff.launchers import make_launcher
 from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import kernel_selecting_environment, worker_environment
+from abdiff.launchers.slurm import srun_has_containers
 from abdiff.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.reports import common, markdown
 from abdiff.reports import json as json_report
@@ -103,6 +104,12 @@ def test_srun_uses_upstreams_container_default_for_trtllm(fake_path: Path,  # no
     monkeypatch.delenv("CONTAINER_NAME", raising=False)
     monkeypatch.delenv("ABDIFF_SRUN_CONTAINER", raising=False)
     spec = LaunchSpec(["python3", "run.py"], Path("/work"), {})
+    srun_has_containers.cache_clear()  # this fake srun has no pyxis: no default container
+    assert "--container-name" not in make_launcher(
+        "srun", 8, 2, TrtllmTarget.srun_container).wrap(spec).argv
+    (fake_path / "srun").write_text('#!/bin/sh\n[ "$1" = --help ] && echo "  '
+                                    '--container-name=NAME  [pyxis]"\necho "srun $*"\n')
+    srun_has_containers.cache_clear()  # with pyxis: upstream's default
     srun = make_launcher("srun", 8, 2, TrtllmTarget.srun_container).wrap(spec)
     assert srun.argv[srun.argv.index("--container-name") + 1] == "layer_wise_benchmarks"
     assert "--container-name" not in make_launcher("srun", 8, 2).wrap(spec).argv  # reference
@@ -112,3 +119,4 @@ def test_srun_uses_upstreams_container_default_for_trtllm(fake_path: Path,  # no
     monkeypatch.setenv("ABDIFF_SRUN_CONTAINER", "none")  # a shared venv, no container
     assert "--container-name" not in make_launcher("srun", 8, 2, "layer_wise_benchmarks").wrap(
         spec).argv
+    srun_has_containers.cache_clear()

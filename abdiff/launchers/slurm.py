@@ -14,7 +14,7 @@ the probe's job file) reach every rank without extra flags.
 
 The container options are used when a container name is given
 (`ABDIFF_SRUN_CONTAINER`, or upstream's CONTAINER_NAME) or the target has a
-default (trtllm: `layer_wise_benchmarks`, as upstream's slurm_launch.sh; set
+default and srun has pyxis (trtllm: `layer_wise_benchmarks`, as upstream's slurm_launch.sh; set
 `ABDIFF_SRUN_CONTAINER=none` to run without a container): the checkouts abdiff
 creates and the abdiff package itself must then be mounted in the container,
 is done from `container_mounts` plus the folders the target lists in the
@@ -24,7 +24,9 @@ mounted at the same path, as upstream mounts its TRTLLM_ROOT.
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -35,6 +37,18 @@ from abdiff.targets.base import LaunchSpec
 MPI_ENV = "ABDIFF_SRUN_MPI"
 NO_CONTAINER = "none"  # ABDIFF_SRUN_CONTAINER=none: no container even where a target has one
 RANK_PATHS = "ABDIFF_RANK_PATHS"  # folders every rank reads (set by the target's command)
+
+
+@functools.lru_cache(maxsize=1)
+def srun_has_containers() -> bool:
+    """Whether this srun takes `--container-name` (the pyxis plugin): a target's default
+    container applies only there; a cluster without pyxis runs the ranks as they are."""
+    try:
+        shown = subprocess.run(["srun", "--help"], capture_output=True, text=True, timeout=30,
+                               check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--container-name" in shown.stdout + shown.stderr
 
 
 class SrunLauncher(RankLauncher):
@@ -57,7 +71,7 @@ class SrunLauncher(RankLauncher):
         self._environ = environ
         env = self.environ
         chosen = (container_name or env.get("ABDIFF_SRUN_CONTAINER") or env.get("CONTAINER_NAME")
-                  or container_default)
+                  or (container_default if srun_has_containers() else None))
         self.container_name = None if chosen == NO_CONTAINER else chosen
         self.container_mounts = list(container_mounts or [])
         self.extra_args = list(extra_args or [])
