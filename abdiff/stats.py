@@ -409,11 +409,12 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
     for j, rounds in enumerate(rounds_at):
         before = cumulative[j - 1] if j else 0.0
         share = cumulative[j] - before
-        if paired:  # the configs measured to this look and not flagged before it
-            family = tuple(c for c in judged if c not in flagged and counts[c] >= rounds)
-        else:
-            family = tuple(judged)
-        if not family:
+        # Every config not flagged before is in the look's max, those stopped earlier with
+        # the rounds they have: which configs went on depends on the data, and a max over
+        # only those would be one over configs chosen for their large |t|.
+        family = tuple(c for c in judged if c not in flagged)
+        measured_here = {c for c in family if not paired or counts[c] >= rounds}
+        if not measured_here:
             continue
         rows = list(family)
         if paired:
@@ -453,6 +454,8 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             method = f"moderated t, Bonferroni over {len(family)} configs"
         found.append(Look(rounds, family, cumulative[j], q, method))
         for i, c in enumerate(rows):
+            if c not in measured_here:  # stopped at an earlier look: its verdict is from there
+                continue
             tested[c] = Tested(float(loc[0, i]), float(se[0, i]), float(df[0, i]),
                                min(1.0, p_values[i]), len(found) - 1, bool(levelled[0, i]))
             if t[0, i] >= q:
