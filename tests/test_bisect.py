@@ -100,6 +100,12 @@ def test_classification_against_both_ends() -> None:
                     result(verdict="slower")) == "old"
     assert classify(slower, result(verdict="inconclusive"),
                     result(verdict="inconclusive")) == "inconclusive"
+    # facts and a latency move: the facts moved at C, latency undecided on both sides
+    both = ChangeSignature.of(result(facts={"f": [None, 3]}, verdict="slower"))
+    assert classify(both, result(facts={"f": [None, 3]}, verdict="inconclusive"),
+                    result(verdict="inconclusive")) == "new"
+    assert classify(both, result(verdict="inconclusive"),
+                    result(facts={"f": [None, 3]}, verdict="inconclusive")) == "inconclusive"
 
 
 @pytest.fixture(scope="module")
