@@ -108,9 +108,12 @@ def classify(signature: ChangeSignature, against_a: ConfigResult,
         return "new"
     if latency_a in quiet and latency_b == signature.latency and no_deterministic:
         return "old"
-    if signature.deterministic and same_deterministic and latency_a in quiet and \
-            latency_b in quiet:
-        return "new"  # the deterministic part moved at C; latency decides neither way
+    if signature.deterministic and latency_a in quiet and latency_b in quiet:
+        # latency decides neither way: the deterministic part says where C stands
+        if same_deterministic:
+            return "new"
+        if no_deterministic:
+            return "old"
     if latency_a in MOVES and latency_b in MOVES:
         return "partial"  # moved from A and still moves to B: a share of the change
     if not no_deterministic and not same_deterministic:

@@ -105,7 +105,9 @@ def test_classification_against_both_ends() -> None:
     assert classify(both, result(facts={"f": [None, 3]}, verdict="inconclusive"),
                     result(verdict="inconclusive")) == "new"
     assert classify(both, result(verdict="inconclusive"),
-                    result(facts={"f": [None, 3]}, verdict="inconclusive")) == "inconclusive"
+                    result(facts={"f": [None, 3]}, verdict="inconclusive")) == "old"
+    assert classify(both, result(facts={"f": [None, 2]}, verdict="inconclusive"),
+                    result(verdict="inconclusive")) == "partial"
 
 
 @pytest.fixture(scope="module")
