@@ -43,8 +43,9 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _cpu_times() -> dict[int, tuple[str, int]]:
-    """pid -> (command name, utime + stime in clock ticks) of every readable process."""
+def _cpu_times() -> dict[int, tuple[str, int, int]]:
+    """pid -> (command name, parent pid, utime + stime in clock ticks) of every readable
+    process."""
     times = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -54,8 +55,24 @@ def _cpu_times() -> dict[int, tuple[str, int]]:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        times[int(entry.name)] = (name, int(fields[11]) + int(fields[12]))
+        times[int(entry.name)] = (name, int(fields[1]), int(fields[11]) + int(fields[12]))
     return times
+
+
+def _ours(processes: dict[int, tuple[str, int, int]]) -> set[int]:
+    """abdiff's own process, its parent and its descendants (the fork server importing
+    torch is busy by design)."""
+    ours = {os.getpid(), os.getppid()}
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent, _) in processes.items():
+        children.setdefault(parent, []).append(pid)
+    todo = [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in ours:
+                ours.add(child)
+                todo.append(child)
+    return ours
 
 
 def busy_processes(sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:
@@ -64,12 +81,12 @@ def busy_processes(sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:
     before = _cpu_times()
     time.sleep(sample_s)
     after = _cpu_times()
-    ours = {os.getpid(), os.getppid()}
+    ours = _ours(after)
     busy = []
-    for pid, (name, used) in after.items():
+    for pid, (name, _, used) in after.items():
         if pid in ours or pid not in before:
             continue
-        share = (used - before[pid][1]) / tick / sample_s
+        share = (used - before[pid][2]) / tick / sample_s
         if share >= BUSY_SHARE:
             busy.append((pid, name, share))
     return sorted(busy, key=lambda b: -b[2])

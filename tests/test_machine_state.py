@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -14,19 +16,26 @@ from abdiff.machine_state import Reading
 from abdiff.reports import common
 
 
-def test_a_busy_process_is_seen_by_its_pid() -> None:
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+def test_a_busy_process_is_seen_by_its_pid_and_our_own_are_not() -> None:
+    # a spinner that is not ours (its parent shell exits: it is re-parented) and one of ours
+    started = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' "
+                              ">/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                             check=True)
+    foreign = int(started.stdout.strip())
+    own = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         busy = machine_state.busy_processes(sample_s=0.5)
-        assert spinner.pid in [pid for pid, _, _ in busy]
+        assert foreign in [pid for pid, _, _ in busy]
+        assert own.pid not in [pid for pid, _, _ in busy]
         readings = machine_state.cpu_readings(busy)
         names = [r.name for r in readings]
         assert names == ["CPU load", "busy processes", "CPU governor", "turbo"]
-        assert readings[1].ok is False and f"pid {spinner.pid}" in readings[1].value
+        assert readings[1].ok is False and f"pid {foreign}" in readings[1].value
         assert "NOISY" in machine_state.summary_line(readings)
     finally:
-        spinner.kill()
-        spinner.wait()
+        os.kill(foreign, signal.SIGKILL)
+        own.kill()
+        own.wait()
 
 
 def test_without_nvml_the_gpu_is_unknown_not_a_failure() -> None:
