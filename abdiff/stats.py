@@ -211,15 +211,16 @@ def moderate(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return posterior, df + d0
 
 
-def _paired_once(d: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                              np.ndarray]:
+def _paired_once(d: np.ndarray, signs: np.ndarray, moderated: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     mask = np.isfinite(d)
     scale = 1.4826 * np.array([np.median(np.abs(row[m])) if m.any() else 0.0
                                for row, m in zip(d, mask, strict=True)])
     x = signs[:, None, :] * np.where(mask, d, 0.0)[None]
     loc, unit = huber(x, np.broadcast_to(mask, x.shape), scale)
     n = mask.sum(axis=-1).astype(float)
-    variance, df = moderate(unit, np.broadcast_to(np.maximum(n - 1, 1), unit.shape))
+    own_df = np.broadcast_to(np.maximum(n - 1, 1), unit.shape)
+    variance, df = moderate(unit, own_df) if moderated else (unit, own_df)
     return loc, np.sqrt(variance / np.maximum(n, 1)), np.broadcast_to(df, loc.shape)
 
 
@@ -420,11 +421,18 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
         if paired:
             # levels from this look's rounds alone: a look decides the same way whenever
             # the run is compared again, later rounds or not
-            d_levelled, levels = take_off_levels(matrix_a[:, :rounds], matrix_b[:, :rounds])
-            loc, se, df, levelled = paired_statistics(
-                d[rows, :rounds], patterns[:, :rounds],
-                d_levelled[rows] if any(levels[c] is not None for c in rows) else None)
             distinct = 2 ** rounds if rounds <= EXACT_FLIPS_UP_TO else len(patterns)
+            if permutation_reaches(distinct, share):
+                d_levelled, levels = take_off_levels(matrix_a[:, :rounds],
+                                                     matrix_b[:, :rounds])
+                loc, se, df, levelled = paired_statistics(
+                    d[rows, :rounds], patterns[:, :rounds],
+                    d_levelled[rows] if any(levels[c] is not None for c in rows) else None)
+            else:  # the t quantile decides: a config's own variance and df, no levels (a
+                # max of two t's or a borrowed variance would need their own correction)
+                loc, se, df = _paired_once(d[rows, :rounds], patterns[:1, :rounds],
+                                           moderated=False)
+                levelled = np.zeros(loc.shape, bool)
         else:
             loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
             levelled = np.zeros(loc.shape, bool)
