@@ -114,7 +114,7 @@ class LatencyResult:
     rounds_a: Count = 0
     rounds_b: Count = 0
     method: str | None = None
-    a_us: float | None = None  # median of A's round medians (odd rounds set aside), us
+    a_us: float | None = None  # A's Huber location of its round medians, us (result/2: median)
     b_us: float | None = None
     a_spread_us: float | None = None  # normal-consistent MAD of those round medians, us
     b_spread_us: float | None = None

@@ -336,11 +336,10 @@ def permutation_reaches(patterns: int, level: float) -> bool:
 
 @dataclass(frozen=True)
 class Look:
-    """One look of the run: the pairs it uses (round numbers below `rounds`), the
-    configs it judges, its cumulative level, and what it found."""
+    """One look of the run: the pairs it uses (round numbers below `rounds`), its
+    cumulative level, and its threshold."""
 
     rounds: int
-    family: tuple[int, ...]
     level: float  # the cumulative level spent up to this look (alpha at the last)
     threshold: float  # q: |t| at or above it flags
     method: str
@@ -352,7 +351,6 @@ class Tested:
 
     location: float
     se: float
-    df: float
     p: float
     look: int
     levelled: bool  # the statistic with two levels taken off was the larger
@@ -460,11 +458,11 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             p_values = [before + min(1.0, 2 * float(sps.t.sf(t[0, i], df[0, i])) * len(family))
                         for i in range(len(rows))]
             method = f"moderated t, Bonferroni over {len(family)} configs"
-        found.append(Look(rounds, family, cumulative[j], q, method))
+        found.append(Look(rounds, cumulative[j], q, method))
         for i, c in enumerate(rows):
             if c not in measured_here:  # stopped at an earlier look: its verdict is from there
                 continue
-            tested[c] = Tested(float(loc[0, i]), float(se[0, i]), float(df[0, i]),
+            tested[c] = Tested(float(loc[0, i]), float(se[0, i]),
                                min(1.0, p_values[i]), len(found) - 1, bool(levelled[0, i]))
             if t[0, i] >= q:
                 flagged.add(c)
