@@ -69,12 +69,23 @@ class ChangeSignature:
 
     def shown_by(self, config: ConfigResult) -> bool:
         """`config` (a comparison of two commits) shows this whole change: the same
-        deterministic change, and the same latency move where latency is part of it."""
+        deterministic change, and the same latency move where latency is part of it.
+
+        Where a deterministic part exists, an undecided latency does not contradict
+        it (as in `classify`); `latency_undecided` names those configs in the report.
+        """
         seen = ChangeSignature.of(config)
-        return (seen.status_change, seen.facts_changed, seen.kernels_added,
-                seen.kernels_removed) == (self.status_change, self.facts_changed,
-                                          self.kernels_added, self.kernels_removed) \
-            and (self.latency is None or seen.latency == self.latency)
+        same_deterministic = (seen.status_change, seen.facts_changed, seen.kernels_added,
+                              seen.kernels_removed) == (self.status_change, self.facts_changed,
+                                                        self.kernels_added, self.kernels_removed)
+        return same_deterministic and (self.latency is None or seen.latency == self.latency
+                                       or self.latency_undecided(config))
+
+    def latency_undecided(self, config: ConfigResult) -> bool:
+        """The latency part of this change was not decided by `config` (inconclusive there),
+        and a deterministic part carries the identification."""
+        return bool(self.deterministic and self.latency
+                    and config.latency.verdict == "inconclusive")
 
 
 def deterministic_change(config: ConfigResult) -> bool:
@@ -136,6 +147,7 @@ class Culprit:
     commit: Commit
     configs: list[str]
     confirmed: bool | None = None  # culprit^..culprit shows the same change
+    latency_undecided: list[str] = field(default_factory=list)  # confirmed by facts/kernels only
     spread_from: Commit | None = None  # the last commit seen unchanged, when not confirmed
     evidence: Result | None = None  # the comparison culprit^..culprit
 
@@ -166,7 +178,8 @@ class BisectResult:
             "schema": self.schema, "a": commit(self.a), "b": commit(self.b),
             "configs": self.configs,
             "culprits": [{"commit": commit(c.commit), "configs": c.configs,
-                          "confirmed": c.confirmed, "spread_from": commit(c.spread_from),
+                          "confirmed": c.confirmed, "latency_undecided": c.latency_undecided,
+                          "spread_from": commit(c.spread_from),
                           "evidence": c.evidence.to_json() if c.evidence else None}
                          for c in self.culprits],
             "steps": [{"commit": commit(s.commit), "outcomes": s.outcomes} for s in self.steps],

@@ -1,12 +1,13 @@
 """One measured run, wired from the stages: sides, checkouts, schedule, compare.
 
-The commands (commands/) parse their options and call into here; nothing in
-this module parses arguments or prints reports.
+The commands (commands/) parse their options into the typed objects of
+options.py and call into here; nothing in this module parses arguments or
+prints reports.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from abdiff.launchers.warm import prime, unprime
 from abdiff.machine_state import read_machine, summary_line
 from abdiff.machine_state import to_json as machine_json
 from abdiff.measure import resolve_device, timing_kind
-from abdiff.policy import parse_gates
+from abdiff.options import Schedule, Selection, Statistics
 from abdiff.records import Result, RunFile
 from abdiff.revs import WORKTREE, SideSpec, open_repo, resolve_rev, resolve_side_b
 from abdiff.rounds import RoundSettings, worker_stderr
@@ -48,7 +49,7 @@ from abdiff.schedule import (
     settings_fingerprint,
     state_key,
 )
-from abdiff.stats import DEFAULT_ALPHA, futile, needs_more_rounds
+from abdiff.stats import futile, needs_more_rounds
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
@@ -77,28 +78,28 @@ def worker_start(choice: str) -> str:
     return WORKER_STARTS[choice]
 
 
-def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
-    refuse_secrets(args.pass_env, args.unsafe_allow_secret_env)
-    suite = load_suite(args.configs, allow_large=args.yes, repo_root=repo_root)
-    target = detect_target(repo_root, args.target)()
-    launcher_name = args.launcher or target.default_launcher
-    if launcher_name == "local" and not args.np and suite.tp > 1:
+def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
+    refuse_secrets(list(schedule.pass_env), schedule.unsafe_allow_secret_env)
+    suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
+    target = detect_target(repo_root, selection.target)()
+    launcher_name = schedule.launcher or target.default_launcher
+    if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
                          "or torchrun to start that many ranks (or --np 1 for one)")
-    launcher = make_launcher(launcher_name, args.np or suite.tp, args.nodes,
+    launcher = make_launcher(launcher_name, schedule.ranks or suite.tp, schedule.nodes,
                              getattr(target, "srun_container", None))
-    cache_dir = (args.cache_dir or default_cache_dir()).resolve()
-    start_mode = worker_start(args.prestart)
+    cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
+    start_mode = worker_start(schedule.prestart)
     # the first worker (the fork server) imports torch while the checks below run and the
     # checkouts are made; in the system's temporary folder: a run the checks refuse leaves
     # the cache untouched. Not for --resume: a finished run re-reports without any worker,
     # and ending a server still importing torch cost seconds (a resumed unfinished run
     # starts its server when it measures)
-    if not args.resume:
+    if not schedule.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), args.pass_env, args.max_memory)
-    if not args.skip_preflight:  # before any checkout or worker: the machine must be able to run
-        problem = (preflight(target.name, args.device, launcher_name)
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
+    if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
+        problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
         if problem:
             unprime(launcher)
@@ -109,15 +110,15 @@ def prepare_bench(args: argparse.Namespace, repo_root: Path) -> Bench:
         facts=suite.facts,
         warmup_times=suite.warmup_times,
         run_times=suite.run_times,
-        timeout_s=args.timeout,
-        device=args.device,
-        cuda_graph=not args.eager,
-        cpu_threads=args.cpu_threads,
+        timeout_s=schedule.timeout_s,
+        device=schedule.device,
+        cuda_graph=not schedule.eager,
+        cpu_threads=schedule.cpu_threads,
         worker_start=start_mode,
         target_options=suite.target_options,
-        target_args=args.target_arg,
-        pass_env=args.pass_env,
-        max_memory_bytes=args.max_memory,
+        target_args=list(selection.target_args),
+        pass_env=list(schedule.pass_env),
+        max_memory_bytes=schedule.max_memory_bytes,
     )
     return Bench(suite, target, launcher, settings, CheckoutCache(repo_root, cache_dir), cache_dir)
 
@@ -184,41 +185,40 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
     return check
 
 
-def measure_one_side(args: argparse.Namespace, rev: str, kind: str) -> RunFile:
+def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: str) -> RunFile:
     """The rounds of one side (no interleaving partner), kept like a diff's."""
-    repo_root = open_repo(args.repo)
+    repo_root = open_repo(selection.repo)
     spec = resolve_rev(repo_root, rev)  # refused before a worker starts
-    bench = prepare_bench(args, repo_root)
+    bench = prepare_bench(selection, schedule, repo_root)
     sides = {"A": side_run(bench, spec)}
     where = state_dir(bench, sides, kind)
     with exclusive(where), internal_errors(where):
-        measurement = Measurement.open(where, sides, args.resume, args.seed)
-        check_machine(args, [sides["A"].run])
+        measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
+        check_machine(schedule, [sides["A"].run])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-                Plan(args.rounds, args.rounds), None, args.quiet,
+                Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
                 stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
     return sides["A"].run
 
 
-def check_machine(args: argparse.Namespace, runs: list[RunFile]) -> None:
+def check_machine(schedule: Schedule, runs: list[RunFile]) -> None:
     """Read the machine before the first rounds (machine_state), say it on a terminal (as the
     progress line; off a terminal the notes name a noisy reading) and record it in the run
     files; a run that already holds a reading (resumed) keeps its own."""
     if all("machine" in run.env for run in runs):
         return
-    readings = read_machine(resolve_device(args.device))
-    if not args.quiet and sys.stderr.isatty():
+    readings = read_machine(resolve_device(schedule.device))
+    if not schedule.quiet and sys.stderr.isatty():
         print(f"abdiff: {summary_line(readings)}", file=sys.stderr, flush=True)
     for run in runs:
         run.env.setdefault("machine", machine_json(readings))
 
 
-def undecided_configs(
-    run_a: RunFile, run_b: RunFile, expect: dict, min_effect: float, max_rounds: int,
-    alpha: float = DEFAULT_ALPHA,
-) -> Callable[[], set[str]]:
+def undecided_configs(run_a: RunFile, run_b: RunFile, expect: dict, statistics: Statistics,
+                      max_rounds: int) -> Callable[[], set[str]]:
     """Which configs still need rounds: latency inconclusive (stats.needs_more_rounds),
     unless `max_rounds` could not plausibly decide them (stats.futile)."""
+    min_effect, alpha = statistics.min_effect, statistics.alpha
 
     def undecided() -> set[str]:
         result = compare_runs(run_a, run_b, expect, min_effect, alpha)
@@ -230,53 +230,56 @@ def undecided_configs(
 
 
 def measure_and_compare(
-    args: argparse.Namespace, bench: Bench, sides: dict[str, SideRun], run_a: RunFile,
-    expect: dict, min_effect: float, notes: list[str], adaptive: bool = True,
+    schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
+    run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
     check_measured: Callable[[], list[str]] | None = None,
 ) -> Result:
     """Measure the sides, then compare. `check_measured` may refuse what was measured (an
     InputError, before anything else is printed) or add notes."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
-    max_rounds = max(args.rounds, args.max_rounds) if adaptive else args.rounds
+    rounds = schedule.rounds
+    max_rounds = max(rounds, schedule.max_rounds) if adaptive else rounds
     with exclusive(where), internal_errors(where):
-        measurement = Measurement.open(where, sides, args.resume, args.seed)
-        check_machine(args, [side.run for side in sides.values()])
+        measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
+        check_machine(schedule, [side.run for side in sides.values()])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-                Plan(args.rounds, max_rounds),
-                undecided_configs(run_a, run_b, expect, min_effect, max_rounds, args.alpha),
-                args.quiet,
+                Plan(rounds, max_rounds),
+                undecided_configs(run_a, run_b, expect, statistics, max_rounds),
+                schedule.quiet,
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
         if check_measured is not None:
             notes = notes + check_measured()
-        if not args.quiet and not measurement.processes:
+        if not schedule.quiet and not measurement.processes:
             print(f"abdiff: no worker started: the rounds kept in {where} are reported",
                   file=sys.stderr)
-        elif not args.quiet:
+        elif not schedule.quiet:
             ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
-        return compare_runs(run_a, run_b, expect, min_effect, args.alpha, notes,
-                            args.require_all, args.small_changes, parse_gates(args.gate))
+        return compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha, notes,
+                            statistics.require_all, statistics.small_changes, statistics.gates)
 
 
-def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, name: str,
-                     rev_b: str, expect: dict, min_effect: float) -> Result:
+def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,
+                     bench: Bench, repo_root: Path, name: str, rev_b: str, rev_range: str,
+                     expect: dict) -> Result:
     """B measured now against a stored side A; refuses another machine's baseline."""
-    run_a = load_baseline(baselines_dir(repo_root, args.baselines_dir), name)
+    run_a = load_baseline(baselines_dir(repo_root, selection.baselines_dir), name)
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
-    spec_b = resolve_side_b(repo_root, rev_b or None, args.range)
+    spec_b = resolve_side_b(repo_root, rev_b or None, rev_range)
     # what the settings decide is checked before measuring; the machine after B's workers
     # have reported it from the benchmark's own interpreter (which may have another torch)
-    timed = timing_kind(resolve_device(args.device), bench.settings.cuda_graph)
+    timed = timing_kind(resolve_device(schedule.device), bench.settings.cuda_graph)
     chosen = {"target": bench.target.name, "cuda_graph": timed == "graph replay"}
     baseline_env = fingerprint(run_a)
     env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
-                    args.allow_env_mismatch)
+                    selection.allow_env_mismatch)
     sides = {"B": side_run(bench, spec_b)}
     what = f"baseline {name!r}"
+    min_effect = statistics.min_effect
     margin = drift_margin(run_a, min_effect, what)
     # three notes, each a whole sentence: a report clips a note, never mid-sentence here
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
@@ -289,7 +292,7 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
         here = {**sides["B"].run.env, **chosen}
         if "device" not in here:  # B's workers never started: no machine reported
             return []
-        differences = env_differences(name, baseline_env, here, args.allow_env_mismatch,
+        differences = env_differences(name, baseline_env, here, selection.allow_env_mismatch,
                                       " --resume")
         notes = ["environment differs from the baseline's: " + "; ".join(differences)] \
             if differences else []
@@ -299,8 +302,9 @@ def against_baseline(args: argparse.Namespace, bench: Bench, repo_root: Path, na
                          "comparable, but check): " + "; ".join(machine))
         return notes
 
-    result = measure_and_compare(args, bench, sides, run_a, expect, margin.value, notes,
-                                 adaptive=False, check_measured=machine_matches)
+    result = measure_and_compare(schedule, dataclasses.replace(statistics, min_effect=margin.value),
+                                 bench, sides, run_a, expect, notes, adaptive=False,
+                                 check_measured=machine_matches)
     note_margin_effects(result, min_effect, margin.value, what)
     result.a.baseline = name
     return result

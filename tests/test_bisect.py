@@ -110,6 +110,22 @@ def test_classification_against_both_ends() -> None:
                     result(verdict="inconclusive")) == "partial"
 
 
+
+def test_confirmation_of_a_fact_change_with_an_undecided_latency_part() -> None:
+    both = ChangeSignature.of(result(facts={"f": [None, 3]}, verdict="faster"))
+    # the sandwich comparison on a noisy machine: the facts again, latency undecided
+    undecided = result(facts={"f": [None, 3]}, verdict="inconclusive")
+    assert both.shown_by(undecided) and both.latency_undecided(undecided)
+    # an equivalence proof or the opposite move contradicts the latency part
+    assert not both.shown_by(result(facts={"f": [None, 3]}, verdict="unchanged"))
+    assert not both.shown_by(result(facts={"f": [None, 3]}, verdict="slower"))
+    assert not both.shown_by(result(facts={"f": [None, 2]}, verdict="faster"))
+    # a latency-only change needs its move: nothing else identifies it
+    slower = ChangeSignature.of(result(verdict="slower"))
+    assert not slower.shown_by(result(verdict="inconclusive"))
+    assert slower.shown_by(result(verdict="slower"))
+
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     repo = tmp_path_factory.mktemp("bisect") / "demo"
@@ -147,6 +163,7 @@ def test_demo_history_fact_and_latency_culprits(history: tuple[Path, dict[str, s
                      "update_spec_dec_param"]
     latency = subjects["runner: trace TRTLLM bs8 decode steps on the host"]
     assert facts["configs"] == [config_id(8, q=2)] and facts["confirmed"] is True
+    assert facts["latency_undecided"] in ([], [config_id(8, q=2)])  # noise decides which
     assert latency["configs"] == [config_id(8, q=1)] and latency["confirmed"] is True
     evidence = {c["id"]: c for c in facts["evidence"]["configs"]}[config_id(8, q=2)]
     assert evidence["facts_changed"]["attn_metadata.max_total_draft_tokens"] == [None, 1]

@@ -28,11 +28,15 @@ from abdiff.bisection import (
 from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
-    check_min_effect,
     expect_scope,
+    output_of,
+    schedule_of,
+    selection_of,
+    statistics_of,
 )
 from abdiff.errors import InputError, did_you_mean
 from abdiff.files import write_atomic
+from abdiff.options import Schedule, Statistics
 from abdiff.records import Result
 from abdiff.reports import bisect as bisect_report
 from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
@@ -82,11 +86,11 @@ def first_parent_path(repo_root: Path, a: SideSpec, b: SideSpec) -> list[Commit]
 class StepRunner:
     """Interleaved comparisons of two commits on some configs, kept in the state cache."""
 
-    def __init__(self, args: argparse.Namespace, bench: Bench, expect: dict,
-                 min_effect: float) -> None:
+    def __init__(self, schedule: Schedule, statistics: Statistics, bench: Bench,
+                 expect: dict) -> None:
         # every finished comparison is reused: that is how a bisect resumes
-        self.args = argparse.Namespace(**{**vars(args), "resume": True})
-        self.bench, self.expect, self.min_effect = bench, expect, min_effect
+        self.schedule = dataclasses.replace(schedule, resume=True)
+        self.statistics, self.bench, self.expect = statistics, bench, expect
 
     def compare(self, older: Commit, newer: Commit, ids: list[str] | None = None) -> Result:
         suite = self.bench.suite
@@ -95,18 +99,19 @@ class StepRunner:
         bench = dataclasses.replace(self.bench, suite=suite)
         sides = {"A": side_run(bench, SideSpec(older.sha[:12], older.sha)),
                  "B": side_run(bench, SideSpec(newer.sha[:12], newer.sha))}
-        return measure_and_compare(self.args, bench, sides, sides["A"].run, self.expect,
-                                   self.min_effect, [])
+        return measure_and_compare(self.schedule, self.statistics, bench, sides,
+                                   sides["A"].run, self.expect, [])
 
 
 def run(args: argparse.Namespace) -> int:
-    min_effect = check_min_effect(args.min_effect)
-    repo_root = open_repo(args.repo)
+    selection, schedule, statistics = selection_of(args), schedule_of(args), statistics_of(args)
+    output = output_of(args)
+    repo_root = open_repo(selection.repo)
     spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
-    bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),
+    bench = prepare_bench(selection, schedule, repo_root)
+    expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     known = {c.id for c in bench.suite.configs}
     unknown = [c for c in args.config if c not in known]
@@ -115,9 +120,9 @@ def run(args: argparse.Namespace) -> int:
                          f"(its configs: {', '.join(sorted(known))})"
                          + did_you_mean(unknown[0], known))
     path = first_parent_path(repo_root, spec_a, spec_b)
-    steps = StepRunner(args, bench, expect, min_effect)
+    steps = StepRunner(schedule, statistics, bench, expect)
 
-    say = (lambda text: None) if args.quiet else (lambda text: print(text, file=sys.stderr))
+    say = (lambda text: None) if schedule.quiet else (lambda text: print(text, file=sys.stderr))
     say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
         f"measuring {spec_a.rev}..{spec_b.rev}")
     ends = steps.compare(path[0], path[-1], args.config or None)
@@ -149,17 +154,19 @@ def run(args: argparse.Namespace) -> int:
             culprit.confirmed = all(
                 (index == 1 or outcome_at(result.steps, parent, i) == "old")
                 and signatures[i].shown_by(shown[i]) for i in culprit.configs)
+            culprit.latency_undecided = [i for i in culprit.configs
+                                         if signatures[i].latency_undecided(shown[i])]
             if not culprit.confirmed:
                 culprit.spread_from = min(
                     (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
                     key=path.index)
-    text = bisect_report.render(result, ends, args.format)
-    if args.output:
-        write_atomic(args.output, text)
+    text = bisect_report.render(result, ends, output.format)
+    if output.output:
+        write_atomic(output.output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if args.json:
-        write_atomic(args.json, bisect_report.render(result, ends, "json"))
-    if args.html:
-        write_atomic(args.html, bisect_report.render(result, ends, "html"))
+    if output.json:
+        write_atomic(output.json, bisect_report.render(result, ends, "json"))
+    if output.html:
+        write_atomic(output.html, bisect_report.render(result, ends, "html"))
     return result.exit_code

@@ -1,4 +1,6 @@
-"""Options and wiring shared by the commands that measure (diff, run, baseline, demo)."""
+"""Options shared by the commands that measure (diff, bisect, run, baseline) or compare:
+each group is added to the parser here and read back here, once, into the typed objects
+of abdiff/options.py that the pipeline receives."""
 
 from __future__ import annotations
 
@@ -10,13 +12,12 @@ from pathlib import Path
 from abdiff import stats
 from abdiff.errors import InputError, did_you_mean
 from abdiff.files import write_atomic
-from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES
+from abdiff.options import Output, Schedule, Selection, Statistics
+from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
 from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
 from abdiff.reports.common import clip, final_line, next_step
-from abdiff.schedule import (
-    Plan,
-)
+from abdiff.schedule import Plan
 
 MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -132,7 +133,44 @@ def add_compare_options(parser: argparse.ArgumentParser) -> None:
                         help="link the Markdown report to this page (HTML report, CI artifacts)")
 
 
-def emit_reports(result: Result, args: argparse.Namespace) -> None:
+def selection_of(args: argparse.Namespace) -> Selection:
+    """--configs, --repo, --target... as one Selection (commands without an option get its
+    default)."""
+    return Selection(
+        suite=args.configs, repo=args.repo, allow_large=args.yes, target=args.target,
+        target_args=tuple(args.target_arg), expect=tuple(getattr(args, "expect", ())),
+        baselines_dir=getattr(args, "baselines_dir", None),
+        allow_env_mismatch=getattr(args, "allow_env_mismatch", False))
+
+
+def schedule_of(args: argparse.Namespace) -> Schedule:
+    return Schedule(
+        rounds=args.rounds, max_rounds=getattr(args, "max_rounds", args.rounds),
+        timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
+        device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
+        prestart=args.prestart, cache_dir=args.cache_dir, pass_env=tuple(args.pass_env),
+        unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
+        resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
+        quiet=args.quiet)
+
+
+def statistics_of(args: argparse.Namespace) -> Statistics:
+    """The verdict options; a --min-effect of 100% or more and a typo in --gate are refused
+    here, before anything is measured."""
+    if args.min_effect >= 100:
+        raise InputError(f"--min-effect {args.min_effect}: a percentage below 100 is "
+                         "expected, e.g. 2")
+    return Statistics(min_effect=args.min_effect / 100.0, alpha=args.alpha,
+                      small_changes=args.small_changes, require_all=args.require_all,
+                      gates=parse_gates(args.gate))
+
+
+def output_of(args: argparse.Namespace) -> Output:
+    return Output(format=args.format, output=args.output, json=args.json, html=args.html,
+                  details_url=args.details_url)
+
+
+def emit_reports(result: Result, output: Output) -> None:
     """The chosen format to stdout or --output, the --json and --html files, then the verdict.
 
     Whatever went to files, the run ends with one line saying what was written
@@ -140,25 +178,25 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
     the table went there (it ends with it) or the report went to a file, on
     stderr when stdout carries another format (so a piped report stays clean).
     """
-    if args.format == "markdown":
-        text = markdown.render(result, details_url=args.details_url)
-    elif args.format == "table":
-        text = table.render(result, colour=False if args.output else None)
+    if output.format == "markdown":
+        text = markdown.render(result, details_url=output.details_url)
+    elif output.format == "table":
+        text = table.render(result, colour=False if output.output else None)
     else:
-        text = FORMATS[args.format].render(result)
+        text = FORMATS[output.format].render(result)
     written = []
-    for path, fmt in ((args.output, args.format), (args.json, "json"), (args.html, "html")):
+    for path, fmt in ((output.output, output.format), (output.json, "json"), (output.html, "html")):
         if path:
-            write_atomic(path, text if path is args.output else FORMATS[fmt].render(result))
+            write_atomic(path, text if path is output.output else FORMATS[fmt].render(result))
             written.append(f"{path} ({fmt})")
     if written:
         print(f"abdiff: wrote {', '.join(written)}", file=sys.stderr, flush=True)
-    if not args.output:
+    if not output.output:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     # a run that measured nothing ends with finish()'s error line instead: one line on stderr
     nothing = int(result.summary.get("exit_code", 0)) == NOTHING_MEASURED_EXIT
-    if (args.output or args.format != "table") and not (nothing and not args.output):
-        stream = sys.stdout if args.output else sys.stderr
+    if (output.output or output.format != "table") and not (nothing and not output.output):
+        stream = sys.stdout if output.output else sys.stderr
         sys.stdout.flush()
         step = next_step(result)
         if step:
@@ -166,10 +204,10 @@ def emit_reports(result: Result, args: argparse.Namespace) -> None:
         print(final_line(result), file=stream, flush=True)
 
 
-def finish(result: Result, args: argparse.Namespace) -> int:
+def finish(result: Result, output: Output) -> int:
     """Write the reports and return the exit code; a run that measured nothing (exit 3)
     also says so in one line on stderr, naming the first failure."""
-    emit_reports(result, args)
+    emit_reports(result, output)
     code = int(result.summary["exit_code"])
     if code == NOTHING_MEASURED_EXIT:
         first = next((c for c in result.configs if c.error_a or c.error_b), None)
@@ -180,14 +218,14 @@ def finish(result: Result, args: argparse.Namespace) -> int:
     return code
 
 
-def expect_scope(args: argparse.Namespace, suite_expect: dict[str, list[str]],
+def expect_scope(given: tuple[str, ...], suite_expect: dict[str, list[str]],
                  keys: list[str], params: list[dict]) -> dict[str, list[str]]:
     """--expect (checked against the configs' own values), else the suite's scope."""
     from abdiff.policy import parse_expect
 
-    if not args.expect:
+    if not given:
         return suite_expect
-    expect = parse_expect(args.expect, keys)
+    expect = parse_expect(list(given), keys)
     check_expect_values(expect, params)
     return expect
 
@@ -207,9 +245,3 @@ def check_expect_values(expect: dict[str, list[str]], params: list[dict]) -> Non
             hint = did_you_mean(value, known, prefix=f"{key}=")
             raise InputError(f"--expect {key}={value}: no config has {key} {value!r} (values "
                              f"are case-sensitive: {', '.join(known) or 'none'}){hint}")
-
-
-def check_min_effect(pct: float) -> float:
-    if pct >= 100:
-        raise InputError(f"--min-effect {pct}: a percentage below 100 is expected, e.g. 2")
-    return pct / 100.0

@@ -9,11 +9,12 @@ from abdiff.baselines import drift_margin, interleaved, note_margin_effects
 from abdiff.commands.common import (
     add_compare_options,
     check_expect_values,
-    check_min_effect,
     finish,
+    output_of,
+    statistics_of,
 )
 from abdiff.compare import compare_runs
-from abdiff.policy import parse_expect, parse_gates
+from abdiff.policy import parse_expect
 from abdiff.records import RunFile, load_run_file
 from abdiff.suites import builtin_suites, load_suite
 
@@ -36,7 +37,8 @@ def load_side(path: Path) -> RunFile:
 
 
 def run(args: argparse.Namespace) -> int:
-    min_effect = check_min_effect(args.min_effect)
+    statistics, output = statistics_of(args), output_of(args)
+    min_effect = statistics.min_effect
     run_a, run_b = load_side(args.run_a), load_side(args.run_b)
     keys = sorted({k for r in (run_a, run_b) for c in r.configs for k in c.params})
     expect = parse_expect(args.expect, keys)
@@ -59,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
         notes.append("a run file predates session records, so whether A and B were measured "
                      f"interleaved is unknown; latency uses the interleaved {min_effect:.1%} "
                      "margin")
-    result = compare_runs(run_a, run_b, expect, margin, args.alpha, notes,
-                          args.require_all, args.small_changes, parse_gates(args.gate))
+    result = compare_runs(run_a, run_b, expect, margin, statistics.alpha, notes,
+                          statistics.require_all, statistics.small_changes, statistics.gates)
     if margin != min_effect:
         note_margin_effects(result, min_effect, margin, f"run file A ({args.run_a.name})")
-    return finish(result, args)
+    return finish(result, output)

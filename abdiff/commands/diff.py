@@ -14,11 +14,13 @@ from abdiff.baselines import parse_baseline_range
 from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
-    check_min_effect,
     expect_scope,
     finish,
+    output_of,
+    schedule_of,
+    selection_of,
+    statistics_of,
 )
-from abdiff.policy import parse_gates
 from abdiff.revs import open_repo, resolve_range
 from abdiff.schedule import Plan
 from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
@@ -46,18 +48,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    min_effect = check_min_effect(args.min_effect)
-    repo_root = open_repo(args.repo)
+    # every option is read (and a typo in --gate or --min-effect refused) before measuring
+    selection, schedule = selection_of(args), schedule_of(args)
+    statistics, output = statistics_of(args), output_of(args)
+    repo_root = open_repo(selection.repo)
     baseline = parse_baseline_range(args.range)
-    parse_gates(args.gate)  # a typo in --gate is refused before anything is measured
     # the range before the bench: a typo is refused before a worker process starts
     specs = resolve_range(repo_root, args.range) if baseline is None else None
-    bench = prepare_bench(args, repo_root)
-    expect = expect_scope(args, bench.suite.expect, bench.suite.param_keys(),
+    bench = prepare_bench(selection, schedule, repo_root)
+    expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     if baseline is not None:
-        return finish(against_baseline(args, bench, repo_root, *baseline, expect, min_effect),
-                      args)
+        name, rev_b = baseline
+        return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,
+                                       rev_b, args.range, expect), output)
     assert specs is not None  # resolved above whenever there is no baseline
     spec_a, spec_b = specs
     notes = []
@@ -66,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
                      "every change reported is noise or flakiness")
         print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
     sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
-    return finish(measure_and_compare(args, bench, sides, sides["A"].run, expect, min_effect,
-                                      notes), args)
+    return finish(measure_and_compare(schedule, statistics, bench, sides, sides["A"].run,
+                                      expect, notes), output)

@@ -23,8 +23,11 @@ def commit_line(commit: Commit) -> str:
 def culprit_sentence(culprit: Culprit) -> str:
     configs = ", ".join(culprit.configs)
     if culprit.confirmed:
+        undecided = (f" (its latency move was not decided there for "
+                     f"{', '.join(culprit.latency_undecided)}: the facts and kernels identify it)"
+                     if culprit.latency_undecided else "")
         return (f"culprit {commit_line(culprit.commit)}: changed {configs}; confirmed, its "
-                "parent..itself shows the same change")
+                f"parent..itself shows the same change{undecided}")
     start = culprit.spread_from.sha[:12] if culprit.spread_from else "?"
     end = culprit.commit.sha[:12]
     return (f"first commit showing the whole change: {commit_line(culprit.commit)} for "
