@@ -59,8 +59,13 @@ class ChangeSignature:
     @classmethod
     def of(cls, config: ConfigResult) -> ChangeSignature:
         moved = config.latency.verdict if config.latency.verdict in MOVES else None
-        return cls(config.status_change, config.facts_changed, config.kernels_added,
-                   config.kernels_removed, moved)
+        signature = cls(config.status_change, config.facts_changed, config.kernels_added,
+                        config.kernels_removed, moved)
+        if moved and config.latency.below_threshold and signature.deterministic:
+            # a move within --min-effect beside a fact or kernel change: the change to find
+            # is the one that matters; a same-threshold `unchanged` elsewhere is no contradiction
+            signature.latency = None
+        return signature
 
     @property
     def deterministic(self) -> bool:
@@ -74,11 +79,10 @@ class ChangeSignature:
         Where a deterministic part exists, an undecided latency does not contradict
         it (as in `classify`); `latency_undecided` names those configs in the report.
         """
-        seen = ChangeSignature.of(config)
-        same_deterministic = (seen.status_change, seen.facts_changed, seen.kernels_added,
-                              seen.kernels_removed) == (self.status_change, self.facts_changed,
-                                                        self.kernels_added, self.kernels_removed)
-        return same_deterministic and (self.latency is None or seen.latency == self.latency
+        same_deterministic = (config.status_change, config.facts_changed, config.kernels_added,
+                              config.kernels_removed) == (self.status_change, self.facts_changed,
+                                                          self.kernels_added, self.kernels_removed)
+        return same_deterministic and (self.latency in (None, config.latency.verdict)
                                        or self.latency_undecided(config))
 
     def latency_undecided(self, config: ConfigResult) -> bool:
