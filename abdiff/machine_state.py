@@ -75,30 +75,36 @@ def _ours(processes: dict[int, tuple[str, int, int]]) -> set[int]:
     return ours
 
 
-def busy_processes(sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:
-    """(pid, name, share of one core) of the other processes busy during `sample_s`."""
+def other_processes(sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:
+    """(pid, name, share of one core) of every process outside abdiff's own tree that used
+    the CPU during `sample_s`, busiest first."""
     tick = os.sysconf("SC_CLK_TCK")
     before = _cpu_times()
     time.sleep(sample_s)
     after = _cpu_times()
     ours = _ours(after)
-    busy = []
-    for pid, (name, _, used) in after.items():
+    used = []
+    for pid, (name, _, ticks) in after.items():
         if pid in ours or pid not in before:
             continue
-        share = (used - before[pid][2]) / tick / sample_s
-        if share >= BUSY_SHARE:
-            busy.append((pid, name, share))
-    return sorted(busy, key=lambda b: -b[2])
+        share = (ticks - before[pid][2]) / tick / sample_s
+        if share > 0:
+            used.append((pid, name, share))
+    return sorted(used, key=lambda b: -b[2])
 
 
-def cpu_readings(busy: list[tuple[int, str, float]]) -> list[Reading]:
+def cpu_readings(others: list[tuple[int, str, float]]) -> list[Reading]:
+    """The load is what other processes used while sampled: the 1-min load average (shown
+    beside it) also counts abdiff's own workers of a run that just ended and its fork
+    server importing torch, which would name the machine noisy for abdiff's own work."""
     cores = os.cpu_count() or 1
-    load = os.getloadavg()[0]
-    readings = [Reading("CPU load", f"{load:.1f} on {cores} cores", load < 0.5 * cores,
+    load = sum(share for _, _, share in others)
+    readings = [Reading("CPU load", f"{load:.1f} of {cores} cores in other processes; 1-min "
+                        f"load average {os.getloadavg()[0]:.1f}", load < 0.5 * cores,
                         "other work shares the cores; measure on an idle machine")]
-    others = ", ".join(f"{name} (pid {pid}) {share:.0%}" for pid, name, share in busy[:3])
-    readings.append(Reading("busy processes", others or "none", not busy,
+    busy = [(pid, name, share) for pid, name, share in others if share >= BUSY_SHARE]
+    listed = ", ".join(f"{name} (pid {pid}) {share:.0%}" for pid, name, share in busy[:3])
+    readings.append(Reading("busy processes", listed or "none", not busy,
                             "stop them or measure elsewhere"))
     governors = {g for g in (_read(p) for p in
                              Path("/sys/devices/system/cpu").glob("cpu*/cpufreq/scaling_governor"))
@@ -145,7 +151,7 @@ def gpu_readings() -> list[Reading]:
 
 def read_machine(device: str) -> list[Reading]:
     """The readings for measuring on `device` ("cpu" or "cuda")."""
-    readings = cpu_readings(busy_processes())
+    readings = cpu_readings(other_processes())
     return readings + gpu_readings() if device == "cuda" else readings
 
 

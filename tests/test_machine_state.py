@@ -26,13 +26,17 @@ def test_a_busy_process_is_seen_by_its_pid_and_our_own_are_not() -> None:
     foreign = int(started.stdout.strip())
     own = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        busy = machine_state.busy_processes(sample_s=0.5)
-        assert foreign in [pid for pid, _, _ in busy]
-        assert own.pid not in [pid for pid, _, _ in busy]
-        readings = machine_state.cpu_readings(busy)
+        others = machine_state.other_processes(sample_s=0.5)
+        assert foreign in [pid for pid, _, _ in others]
+        assert own.pid not in [pid for pid, _, _ in others]
+        readings = machine_state.cpu_readings(others)
         names = [r.name for r in readings]
         assert names == ["CPU load", "busy processes", "CPU governor", "turbo"]
         assert readings[1].ok is False and f"pid {foreign}" in readings[1].value
+        # the foreign spinner's core is in the load; our own spinner's is not
+        used = float(readings[0].value.split()[0])
+        assert used >= 0.7 and abs(used - sum(s for _, _, s in others)) <= 0.05, \
+            readings[0].value
         assert "NOISY" in machine_state.summary_line(readings)
     finally:
         os.kill(foreign, signal.SIGKILL)
