@@ -211,8 +211,8 @@ def moderate(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return posterior, df + d0
 
 
-def _paired_once(d: np.ndarray, signs: np.ndarray, moderated: bool = True
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _paired_once(d: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                             np.ndarray]:
     mask = np.isfinite(d)
     scale = 1.4826 * np.array([np.median(np.abs(row[m])) if m.any() else 0.0
                                for row, m in zip(d, mask, strict=True)])
@@ -220,8 +220,21 @@ def _paired_once(d: np.ndarray, signs: np.ndarray, moderated: bool = True
     loc, unit = huber(x, np.broadcast_to(mask, x.shape), scale)
     n = mask.sum(axis=-1).astype(float)
     own_df = np.broadcast_to(np.maximum(n - 1, 1), unit.shape)
-    variance, df = moderate(unit, own_df) if moderated else (unit, own_df)
+    variance, df = moderate(unit, own_df)
     return loc, np.sqrt(variance / np.maximum(n, 1)), np.broadcast_to(df, loc.shape)
+
+
+def paired_means(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, standard error, df) of each config's paired differences, shape (1, configs):
+    Student's t, the statistic the t quantile is exact for under normal rounds. The
+    Huber location's standard error rests on its scale, the median |d|: with 3-5 pairs
+    two close ones make it tiny, and a t quantile on it flagged an A/A run."""
+    mask = np.isfinite(d)
+    n = mask.sum(axis=-1).astype(float)
+    mean = np.where(mask, d, 0.0).sum(axis=-1) / np.maximum(n, 1)
+    squares = (np.where(mask, d - mean[:, None], 0.0) ** 2).sum(axis=-1)
+    sd = np.sqrt(squares / np.maximum(n - 1, 1))
+    return mean[None], (sd / np.sqrt(np.maximum(n, 1)))[None], np.maximum(n - 1, 1)[None]
 
 
 def paired_statistics(d: np.ndarray, signs: np.ndarray, d_levelled: np.ndarray | None = None
@@ -343,6 +356,7 @@ class Look:
     level: float  # the cumulative level spent up to this look (alpha at the last)
     threshold: float  # q: |t| at or above it flags
     method: str
+    permutation: bool  # q from the sign patterns (else the t quantile with Bonferroni)
 
 
 @dataclass(frozen=True)
@@ -426,10 +440,10 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
                 loc, se, df, levelled = paired_statistics(
                     d[rows, :rounds], patterns[:, :rounds],
                     d_levelled[rows] if any(levels[c] is not None for c in rows) else None)
-            else:  # the t quantile decides: a config's own variance and df, no levels (a
-                # max of two t's or a borrowed variance would need their own correction)
-                loc, se, df = _paired_once(d[rows, :rounds], patterns[:1, :rounds],
-                                           moderated=False)
+            else:  # the t quantile decides: Student's t of each config's own mean and
+                # variance, no levels (a max of two t's, a borrowed variance or a robust
+                # location would each need a correction of their own)
+                loc, se, df = paired_means(d[rows, :rounds])
                 levelled = np.zeros(loc.shape, bool)
         else:
             loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
@@ -457,8 +471,9 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             q = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
             p_values = [before + min(1.0, 2 * float(sps.t.sf(t[0, i], df[0, i])) * len(family))
                         for i in range(len(rows))]
-            method = f"moderated t, Bonferroni over {len(family)} configs"
-        found.append(Look(rounds, cumulative[j], q, method))
+            method = (f"{'Student' if paired else 'Welch'} t, Bonferroni over "
+                      f"{len(family)} configs")
+        found.append(Look(rounds, cumulative[j], q, method, permutation_reaches(distinct, share)))
         for i, c in enumerate(rows):
             if c not in measured_here:  # stopped at an earlier look: its verdict is from there
                 continue
@@ -616,10 +631,13 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
             ratio=math.exp(s.location),
             ci=[math.exp(low), math.exp(high)] if math.isfinite(half) else None,
             p=s.p,
-            method=(("Huber location of paired log round differences" if paired else
-                     "difference of each side's Huber location of log round medians")
-                    + f"{' with the two levels taken off' * s.levelled}, moderated t; "
-                    f"{look.method}; interval at q={q:.2f} (family level {alpha:g})" + position),
+            method=(("difference of each side's Huber location of log round medians, "
+                     "moderated" if not paired else
+                     "Huber location of paired log round differences, moderated t"
+                     if look.permutation else "mean of paired log round differences")
+                    + f"{' with the two levels taken off' * s.levelled}"
+                    + f"; {look.method}; interval at q={q:.2f} (family level {alpha:g})"
+                    + position),
             detectable=_number(detectable),
             se=s.se,
             note="; ".join(notes) or None,

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from scipy import special
+from scipy import stats as sps
 
 from abdiff import stats
 from abdiff.records import LatencyResult
@@ -191,3 +192,21 @@ def test_round_summary_and_variation() -> None:
     assert stats.round_variation([[1.0], [3.0]]) == pytest.approx(np.std([1, 3], ddof=1) / 2)
     with pytest.raises(ValueError):
         stats.round_summary([1.0, -1.0])
+
+
+
+def test_with_few_pairs_the_t_quantile_judges_students_t_of_the_mean() -> None:
+    """Too few pairs for the sign flips to reach 1% (3 pairs: 8 patterns): the t quantile
+    with Bonferroni decides, on the statistic it is exact for (normal rounds): each
+    config's mean difference and sample variance, i.e. scipy's one-sample t-test."""
+    rng = np.random.default_rng(5)
+    configs = [stats.ConfigRounds({r: 100.0 for r in range(3)},
+                                  {r: float(100 * np.exp(rng.normal(0.01, 0.01)))
+                                   for r in range(3)}) for _ in range(12)]
+    results = stats.latency_verdicts(configs)
+    for config, result in zip(configs, results, strict=True):
+        d = np.log([config.b[r] / config.a[r] for r in range(3)])
+        expected = min(1.0, 12 * sps.ttest_1samp(d, 0.0).pvalue)
+        assert result.p == pytest.approx(expected, rel=1e-9)
+        assert result.ratio == pytest.approx(math.exp(d.mean()), rel=1e-12)
+        assert result.method.startswith("mean of paired log round differences; Student t")
