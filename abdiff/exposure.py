@@ -18,6 +18,7 @@ import fnmatch
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import stat
 import sys
@@ -29,8 +30,15 @@ from abdiff.errors import InfrastructureError, InputError
 # Names of variables that hold credentials (case-insensitive). `*TOKEN*` would also take
 # TOKENIZERS_PARALLELISM (Hugging Face), hence the underscores.
 SECRET_NAME_PATTERNS = ("*_TOKEN", "TOKEN", "*_TOKEN_*", "*SECRET*", "*PASSWORD*", "*PASSWD*",
-                        "*_PAT", "*JWT*", "*_API_KEY", "*PRIVATE_KEY*", "*ACCESS_KEY*",
-                        "*CREDENTIAL*", "*_AUTH_TOKEN*")
+                        "*_PAT", "*JWT*", "*_API_KEY", "*APIKEY*", "*PRIVATE_KEY*",
+                        "*ACCESS_KEY*", "*CREDENTIAL*", "*_AUTH", "*_AUTH_*", "AUTH_*",
+                        "*WEBHOOK*", "*COOKIE*", "*_DSN")
+# Values that are credentials whatever their variable is called: a URL with a password
+# (PIP_INDEX_URL=https://user:pass@host), a private key, and tokens with a known prefix.
+SECRET_VALUE_RE = re.compile(
+    r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@|-----BEGIN [A-Z ]*PRIVATE KEY|"
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{20,}|"
+    r"xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,})", re.IGNORECASE)
 # Switches whose names end like a secret's (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) hold no secret.
 _FLAG_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
 UNSAFE_FLAG = "--unsafe-allow-secret-env"
@@ -44,11 +52,13 @@ def secret_looking(name: str) -> bool:
 
 
 def secret_names(environ: Mapping[str, str], pass_env: list[str] | None = None) -> list[str]:
-    """Secret-looking names set in `environ` to something other than empty or a switch
-    (0/1, true/false, ...), but those handed to the benchmark on purpose with --pass-env."""
+    """Variables of `environ` that hold a secret: a secret-looking name set to something
+    other than empty or a switch (0/1, true/false, ...), or a value that is a credential
+    (SECRET_VALUE_RE); but those handed to the benchmark on purpose with --pass-env."""
     return sorted(name for name, value in environ.items()
-                  if value.strip().lower() not in _FLAG_VALUES | {""} and secret_looking(name)
-                  and name not in (pass_env or ()))
+                  if name not in (pass_env or ())
+                  and ((value.strip().lower() not in _FLAG_VALUES | {""} and secret_looking(name))
+                       or SECRET_VALUE_RE.search(value)))
 
 
 def _ancestors() -> Iterator[tuple[int, str]]:

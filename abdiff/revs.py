@@ -44,14 +44,6 @@ WORKTREE = "WORKTREE"
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # sha1 and sha256 repositories
 _DOTS_RE = re.compile(r"\.{2,}")
 
-# Variables that would make git look at another repository or index than the one
-# we name with -C (set, for instance, when abdiff runs from a git hook).
-_REPO_ENV = (
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_NAMESPACE",
-)
-
-
 # Passed to every git command: nothing configured in a repository runs as a side effect.
 GIT_HARDENING = (
     "-c", "core.hooksPath=/dev/null",
@@ -92,22 +84,27 @@ class SideSpec:
 # ---------------------------------------------------------------------------- git
 
 
-def git_env() -> dict[str, str]:
-    """The environment for git: no prompts, C messages, no inherited repository choice.
+GIT_ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "XDG_CONFIG_HOME", "GIT_EXEC_PATH")
+"""What git gets of abdiff's environment. Not more: a process the benchmark leaves behind
+can read /proc/PID/environ of abdiff's git commands, which outlive abdiff's own blanked
+environment (exposure.py)."""
 
-    Configuration passed through the environment (GIT_CONFIG_COUNT and its keys)
-    is dropped: run_git sets its own.
-    """
-    env = {k: v for k, v in os.environ.items()
-           if k not in _REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
-    env.pop("GIT_CONFIG_COUNT", None)
+
+def git_env() -> dict[str, str]:
+    """The environment for git: an allow-list (GIT_ENV_KEPT), no prompts, C messages, no
+    inherited repository choice, no configuration passed by environment (run_git sets
+    its own), and no transport of any kind."""
+    env = {k: os.environ[k] for k in GIT_ENV_KEPT if k in os.environ}
     env["GIT_TERMINAL_PROMPT"] = "0"
     # refs/replace/<sha> and info/grafts, written by a benchmark into the shared .git, would
     # make another commit's content (or parents) pass for the sha abdiff asked for
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
     env["GIT_GRAFT_FILE"] = _NO_GRAFTS
+    # empty: every protocol is refused, over any protocol.*.allow in a .git/config the
+    # benchmark wrote (a "promisor" remote whose lazy fetch would run its command)
+    env["GIT_ALLOW_PROTOCOL"] = ""
+    env["GIT_NO_LAZY_FETCH"] = "1"  # git 2.45+: no fetch of a missing object at all
     env["LC_ALL"] = "C"
-    env.pop("LANGUAGE", None)
     return env
 
 

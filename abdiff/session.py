@@ -28,7 +28,6 @@ from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
-from abdiff.exposure import refuse_secrets
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import prime, unprime
@@ -79,7 +78,8 @@ def worker_start(choice: str) -> str:
 
 
 def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
-    refuse_secrets(list(schedule.pass_env), schedule.unsafe_allow_secret_env)
+    """The suite, target, launcher and settings of a run. The caller has refused secrets
+    in reach of the benchmark already (commands/common.measuring), before any git."""
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
     launcher_name = schedule.launcher or target.default_launcher

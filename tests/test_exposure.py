@@ -17,14 +17,17 @@ from abdiff.exposure import resume_key, secret_looking, secret_names, state_home
                                   "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "CI_JOB_TOKEN", "HF_TOKEN",
                                   "npm_token", "AWS_SECRET_ACCESS_KEY", "AZURE_CLIENT_SECRET",
                                   "DB_PASSWORD", "CI_JOB_JWT_V2", "OPENAI_API_KEY", "GH_PAT",
-                                  "DEPLOY_PRIVATE_KEY", "GOOGLE_APPLICATION_CREDENTIALS"])
+                                  "DEPLOY_PRIVATE_KEY", "GOOGLE_APPLICATION_CREDENTIALS",
+                                  "DOCKER_AUTH_CONFIG", "SLACK_WEBHOOK_URL", "SENTRY_DSN",
+                                  "NPM_AUTH", "SESSION_COOKIE", "STRIPE_APIKEY"])
 def test_secret_looking_names(name: str) -> None:
     assert secret_looking(name)
 
 
 @pytest.mark.parametrize("name", ["PATH", "HOME", "TOKENIZERS_PARALLELISM", "HF_HOME",
                                   "CUDA_VISIBLE_DEVICES", "AWS_CA_BUNDLE", "PIP_CERT",
-                                  "KEYBOARD", "SSL_CERT_FILE"])
+                                  "KEYBOARD", "SSL_CERT_FILE", "GIT_AUTHOR_NAME", "AUTHOR",
+                                  "PIP_INDEX_URL"])
 def test_ordinary_names(name: str) -> None:
     assert not secret_looking(name)
 
@@ -34,6 +37,16 @@ def test_passed_and_empty_variables_are_not_counted() -> None:
            "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1", "USE_AUTH_TOKEN": "False"}
     assert secret_names(env) == ["GITHUB_TOKEN", "HF_TOKEN"]
     assert secret_names(env, ["HF_TOKEN"]) == ["GITHUB_TOKEN"]
+
+
+def test_credentials_are_seen_by_their_values_whatever_the_name() -> None:
+    """Names the patterns miss (a reviewer's planted run read them from the CI shell's
+    environ): a URL with a password, a private key, a token with a known prefix."""
+    env = {"PIP_INDEX_URL": "https://ci:canary-pip@pypi.example/simple",
+           "DEPLOY": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn...",
+           "NOTES": "ghp_" + "a1" * 18, "PUBLIC_INDEX": "https://pypi.org/simple",
+           "MIRROR": "https://mirror.example/a@b", "PATH": "/bin"}
+    assert secret_names(env) == ["DEPLOY", "NOTES", "PIP_INDEX_URL"]
 
 
 def test_the_key_is_private_and_outside_the_cache(tmp_path: Path,

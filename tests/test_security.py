@@ -604,3 +604,64 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
     checkout_a = tmp_path / "fresh-cache" / "checkouts"
     runner_a = next(checkout_a.glob(f"*/{evil.shas['main']}")) / RUNNER_PATH
     assert "payload-ran" not in runner_a.read_text()
+
+
+def test_a_promisor_remote_planted_in_git_config_runs_nothing(tmp_path: Path) -> None:
+    """An earlier benchmark wrote into .git/config a "partial clone" remote whose fetch
+    runs its own program (remote.X.uploadpack), allowed the file protocol over abdiff's
+    `protocol.allow=never`, and deleted a commit's object: git would fetch the missing
+    object lazily and run the program with git's environment. abdiff's git refuses every
+    protocol, and the secret check comes before its first git command."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "f.txt").write_text("one\n")
+    git(repo, "add", "f.txt")
+    git(repo, "commit", "-qm", "one")
+    (repo / "f.txt").write_text("two\n")
+    git(repo, "commit", "-qam", "two")
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    (repo / ".git" / "objects" / sha[:2] / sha[2:]).unlink()
+    marker = tmp_path / "ran.txt"
+    program = tmp_path / "upload-pack.sh"
+    program.write_text(f"#!/bin/sh\nenv > {marker}\nexit 1\n")
+    program.chmod(0o755)
+    for key, value in (("core.repositoryformatversion", "1"),
+                       ("extensions.partialClone", "evil"), ("remote.evil.promisor", "true"),
+                       ("remote.evil.url", f"file://{tmp_path}/elsewhere"),
+                       ("remote.evil.uploadpack", str(program)),
+                       ("protocol.file.allow", "always")):
+        git(repo, "config", key, value)
+    # plain git, as the attacker meant it: the lazy fetch runs the program
+    subprocess.run(["git", "-C", str(repo), "cat-file", "-e", sha], env=git_env(),
+                   capture_output=True, check=False)
+    assert marker.exists(), "the planted remote did not run under plain git: test is void"
+    marker.unlink()
+    from abdiff.revs import run_git
+
+    assert run_git(repo, "cat-file", "-e", sha, check=False).returncode != 0
+    assert not marker.exists()
+    # the whole command: the secret check refuses before abdiff runs any git
+    env = {**git_env(), "GITHUB_TOKEN": "s3cr3t"}
+    proc = run_abdiff(f"main..{sha}", "--configs", write_suite(tmp_path / "s.yaml", [1]),
+                      "--repo", repo, "--cache-dir", tmp_path / "cache", env=env)
+    assert proc.returncode == 2 and "GITHUB_TOKEN" in proc.stderr, proc.stderr
+    assert not marker.exists()
+
+
+def test_git_gets_an_allow_listed_environment(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    """abdiff blanks its own /proc/PID/environ, but its git commands' environ is readable
+    while they run: they get only what git needs (an alias prints what git got)."""
+    monkeypatch.setenv("DOCKER_AUTH_CONFIG", "canary-docker")
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
+    from abdiff.revs import run_git
+
+    git(tmp_path, "init", "-q")
+    seen = run_git(tmp_path, "-c", "alias.seen=!env", "seen").stdout
+    assert "canary-docker" not in seen and "elsewhere" not in seen
+    lines = seen.splitlines()
+    assert "GIT_ALLOW_PROTOCOL=" in lines
+    # git puts its own exec path first in an alias's PATH
+    assert any(x.startswith("PATH=") and x.endswith(os.environ["PATH"]) for x in lines)

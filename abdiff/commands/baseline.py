@@ -23,7 +23,7 @@ from abdiff.baselines import (
     load_baseline,
     session_drift,
 )
-from abdiff.commands.common import add_measure_options, schedule_of, selection_of
+from abdiff.commands.common import add_measure_options, measuring
 from abdiff.records import write_run_file
 from abdiff.reports.common import clip
 from abdiff.revs import open_repo
@@ -51,9 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def refresh(args: argparse.Namespace) -> int:
+    selection, schedule = measuring(args)  # before any git command
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     path = baseline_path(folder, args.name)
-    run_file = measure_one_side(selection_of(args), schedule_of(args), args.rev, "baseline")
+    run_file = measure_one_side(selection, schedule, args.rev, "baseline")
     run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds")
     if args.append and path.exists():

@@ -29,9 +29,8 @@ from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
     expect_scope,
+    measuring,
     output_of,
-    schedule_of,
-    selection_of,
     statistics_of,
 )
 from abdiff.errors import InputError, did_you_mean
@@ -104,8 +103,8 @@ class StepRunner:
 
 
 def run(args: argparse.Namespace) -> int:
-    selection, schedule, statistics = selection_of(args), schedule_of(args), statistics_of(args)
-    output = output_of(args)
+    statistics, output = statistics_of(args), output_of(args)
+    selection, schedule = measuring(args)
     repo_root = open_repo(selection.repo)
     spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
     if spec_b.sha == "WORKTREE":

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from abdiff import stats
 from abdiff.errors import InputError, did_you_mean
+from abdiff.exposure import refuse_secrets
 from abdiff.files import write_atomic
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
@@ -152,6 +153,15 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
         unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
         resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
         quiet=args.quiet)
+
+
+def measuring(args: argparse.Namespace) -> tuple[Selection, Schedule]:
+    """The selection and schedule of a command that runs the benchmark, after refusing a
+    secret in reach of it: first of all, before abdiff's first git command, which a
+    .git/config written by an earlier benchmark could make run a program of its own."""
+    schedule = schedule_of(args)
+    refuse_secrets(list(schedule.pass_env), schedule.unsafe_allow_secret_env)
+    return selection_of(args), schedule
 
 
 def statistics_of(args: argparse.Namespace) -> Statistics:

@@ -16,9 +16,8 @@ from abdiff.commands.common import (
     add_measure_options,
     expect_scope,
     finish,
+    measuring,
     output_of,
-    schedule_of,
-    selection_of,
     statistics_of,
 )
 from abdiff.revs import open_repo, resolve_range
@@ -49,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # every option is read (and a typo in --gate or --min-effect refused) before measuring
-    selection, schedule = selection_of(args), schedule_of(args)
     statistics, output = statistics_of(args), output_of(args)
+    selection, schedule = measuring(args)
     repo_root = open_repo(selection.repo)
     baseline = parse_baseline_range(args.range)
     # the range before the bench: a typo is refused before a worker process starts

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from abdiff.commands.common import add_measure_options, schedule_of, selection_of
+from abdiff.commands.common import add_measure_options, measuring
 from abdiff.records import write_run_file
 from abdiff.session import measure_one_side
 
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_file = measure_one_side(selection_of(args), schedule_of(args), args.rev, "run")
+    run_file = measure_one_side(*measuring(args), args.rev, "run")
     write_run_file(args.out, run_file)
     rounds = sum(len(c.rounds) for c in run_file.configs)
     print(f"abdiff: wrote {args.out} (run file of {run_file.rev} {run_file.sha[:10]}: "
