@@ -671,3 +671,23 @@ def test_a_long_note_is_cut_after_a_whole_clause() -> None:
     assert note.endswith("this run … (whole in the JSON)") and len(note) <= 400
     assert note[: -len(" … (whole in the JSON)")] in long
     assert common.notes(make_result(notes=["short; whole"])) == ["short; whole"]
+
+
+def test_hostile_kernel_names_keep_the_comment_under_githubs_limit() -> None:
+    """Kernel names of the benchmark's choosing, 113 `&` each (five characters once
+    escaped), in many kernel changes shared by pairs of configs: a reviewer's planted run
+    rendered a 71,219-character comment that GitHub would refuse, so nothing was posted."""
+    result = make_result()
+    configs = []
+    for i in range(40):
+        for twin in range(2):  # two configs with the same change: one kernel group
+            configs.append(_config("TRTLLM", 100 + i, 1 + twin, "unintended",
+                                   kernels_added={f"{i}{'&' * 113}{k}": 1 for k in range(30)},
+                                   kernels_removed={f":x: {i}ftp://evil.example/{k}": 1
+                                                    for k in range(30)}))
+    result.configs += configs
+    text = markdown.render(result)
+    assert len(text) < markdown.MAX_CHARS + 2000, len(text)
+    assert "more kernel changes in the JSON result" in text or "more not shown" in text
+    assert text.endswith("</details>\n")  # the structure is whole, never cut
+    assert "ftp://" not in text and ":x: 0" not in text  # no link, no emoji of theirs

@@ -28,7 +28,10 @@ NOTES_CHARS = 8000  # the notes section; the rest goes to the tables
 MAX_KERNEL_GROUPS = 12  # shared kernel diffs listed once; configs beyond keep their own cell
 ZWJ = "\u200d"
 # GitHub turns these into links or cross-references even as plain text.
-_AUTOLINK_RE = re.compile(r"(?i)(?<![a-z0-9])(https?|www|gh)(?=://|\.|-\d)")
+# any scheme (ftp://, file://, ...) and mailto:, www. and GH-123 become links or references
+_AUTOLINK_RE = re.compile(r"(?i)(?<![a-z0-9])([a-z][a-z0-9+.-]*(?=://)|mailto(?=:)|www(?=\.)"
+                          r"|gh(?=-\d))")
+_SHORTCODE_RE = re.compile(r"(?<![\w:]):(?=[\w+-]+:)")
 _BACKSLASH = set("\\`*_[]|~$!")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
@@ -41,11 +44,13 @@ def escape(text: object, limit: int = common.TEXT_LIMIT) -> str:
     - `&`, `<`, `>` as entities: no raw HTML, no closing of our `<details>`;
     - backslash before `` \\ ` * _ [ ] | ~ $ ! ``: no code spans or fences,
       emphasis, links or images, math, and no `|` ending a table cell;
-    - a zero-width joiner after `@`, before the digits of `#123`, and inside
-      `http://`, `https://`, `www.` and `GH-123`: no @mention notifications, no
-      links, no cross-references to other issues.
+    - a zero-width joiner after `@`, before the digits of `#123`, after the
+      first `:` of an emoji shortcode, and inside `scheme://`, `mailto:`, `www.` and `GH-123`:
+      no @mention notifications, no emoji shortcodes (a fake :white_check_mark:),
+      no links, no cross-references to other issues.
     """
-    line = common.clip(text, limit)
+    # no :white_check_mark: emoji from a kernel's name (aten::bmm stays as it is)
+    line = _SHORTCODE_RE.sub(":" + ZWJ, common.clip(text, limit))
     out: list[str] = []
     for i, ch in enumerate(line):
         if ch in _ENTITIES:
@@ -105,16 +110,24 @@ def _table(configs: list[ConfigResult], groups: list[common.KernelGroup], with_v
     return lines
 
 
-def _kernel_groups(groups: list[common.KernelGroup]) -> list[str]:
-    """Each shared kernel diff once, with the configs it hit."""
-    lines = []
-    for group in groups:
-        lines += ["", f"**{group.label}**: same kernel change in {len(group.ids)} configs "
-                  f"({escape(', '.join(group.ids), 600)}):", ""]
-        lines += [f"- {escape(line)}" for line in group.lines[:common.KERNEL_LINES * 3]]
-        if len(group.lines) > common.KERNEL_LINES * 3:
-            lines.append(f"- ... {len(group.lines) - common.KERNEL_LINES * 3} more in the "
-                         "JSON result")
+def _kernel_groups(groups: list[common.KernelGroup], budget: int) -> list[str]:
+    """Each shared kernel diff once, with the configs it hit; lines past `budget`
+    characters are counted, not shown (an escaped `&` is five characters: kernel names
+    of the benchmark's choosing must not push the comment past GitHub's limit)."""
+    lines: list[str] = []
+    used = 0
+    for number, group in enumerate(groups):
+        block = ["", f"**{group.label}**: same kernel change in {len(group.ids)} configs "
+                 f"({escape(', '.join(group.ids), 600)}):", ""]
+        shown = [f"- {escape(line)}" for line in group.lines[:common.KERNEL_LINES * 3]]
+        if len(group.lines) > len(shown):
+            shown.append(f"- ... {len(group.lines) - len(shown)} more in the JSON result")
+        size = sum(len(x) + 1 for x in block + shown)
+        if used + size > budget:
+            lines += ["", f"... {len(groups) - number} more kernel changes in the JSON result."]
+            break
+        lines += block + shown
+        used += size
     return lines
 
 
@@ -167,8 +180,9 @@ def render(result: Result, details_url: str | None = None) -> str:
         if configs:
             lines += ["", f"#### {title}", ""]
             lines += _table(configs, kernel_groups, with_verdict=False, budget=MAX_CHARS // 3)
-    if kernel_groups:
-        lines += _kernel_groups(kernel_groups)
+    if kernel_groups:  # what the tables left, less room for the other configs' header
+        lines += _kernel_groups(kernel_groups,
+                                MAX_CHARS - sum(len(x) + 1 for x in lines) - 8000)
     if rest:
         tally = common.counts(result)
         parts = [f"{tally[v]} {v}" for v in common.VERDICT_ORDER[2:] if tally.get(v)]
