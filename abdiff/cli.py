@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             parser = build_parser(argv[0] if argv else None)
             args = parser.parse_args(argv)
             if not getattr(args, "command", None):
-                parser.print_help(sys.stderr)
-                return 2
+                raise InputError("no command: try `abdiff demo`, `abdiff A..B --configs SUITE`, "
+                                 "or `abdiff --help` for the subcommands")
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
         print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)

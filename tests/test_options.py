@@ -72,3 +72,18 @@ def test_a_bad_statistics_option_is_refused_when_read() -> None:
         statistics_of(parse("--min-effect", "100"))
     with pytest.raises(InputError, match="--gate"):
         statistics_of(parse("--gate", "latency=loud"))
+
+
+def test_bad_output_paths_and_rounds_are_refused_before_measuring(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="/dev/null is not a folder"):
+        output_of(parse("--json", "/dev/null/x.json"))
+    with pytest.raises(InputError, match="does not exist; create the folder first"):
+        output_of(parse("--json", str(tmp_path / "typo" / "x.json")))
+    with pytest.raises(InputError, match="that is a folder"):
+        output_of(parse("--html", str(tmp_path)))
+    assert not (tmp_path / "typo").exists()
+    assert output_of(parse("--json", str(tmp_path / "r.json"))).json == tmp_path / "r.json"
+    with pytest.raises(InputError, match="--max-rounds 2 is below --rounds 5"):
+        schedule_of(parse("--rounds", "5", "--max-rounds", "2"))
+    # without --max-rounds the ceiling is the plan's, or --rounds when that is higher
+    assert schedule_of(parse("--rounds", "20")).max_rounds == 20

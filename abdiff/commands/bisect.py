@@ -31,6 +31,7 @@ from abdiff.commands.common import (
     expect_scope,
     measuring,
     output_of,
+    positive_int,
     statistics_of,
 )
 from abdiff.errors import InputError, did_you_mean
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "unintended one)")
     add_measure_options(parser)
     add_compare_options(parser)
-    parser.add_argument("--max-rounds", type=int, default=Plan.max_rounds,
+    parser.add_argument("--max-rounds", type=positive_int, default=None,
                         help="adaptive ceiling of rounds per side in each step "
                         f"(default {Plan.max_rounds})")
     parser.set_defaults(run=run)

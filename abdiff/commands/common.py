@@ -5,6 +5,7 @@ of abdiff/options.py that the pipeline receives."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -145,8 +146,16 @@ def selection_of(args: argparse.Namespace) -> Selection:
 
 
 def schedule_of(args: argparse.Namespace) -> Schedule:
+    """The schedule; --max-rounds below --rounds is refused (the first look is at --rounds:
+    no ceiling can be lower), and without it the ceiling is Plan's, or --rounds if higher."""
+    ceiling = getattr(args, "max_rounds", args.rounds)
+    if ceiling is None:
+        ceiling = max(args.rounds, Plan.max_rounds)
+    elif ceiling < args.rounds:
+        raise InputError(f"--max-rounds {ceiling} is below --rounds {args.rounds}: the first "
+                         f"look is after --rounds; give --max-rounds {args.rounds} or more")
     return Schedule(
-        rounds=args.rounds, max_rounds=getattr(args, "max_rounds", args.rounds),
+        rounds=args.rounds, max_rounds=ceiling,
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
         device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
         prestart=args.prestart, cache_dir=args.cache_dir, pass_env=tuple(args.pass_env),
@@ -175,8 +184,26 @@ def statistics_of(args: argparse.Namespace) -> Statistics:
                       gates=parse_gates(args.gate))
 
 
+def output_path(path: Path | None, option: str) -> Path | None:
+    """A file the user asked abdiff to write, checked before anything is measured: not a
+    folder, in a folder that exists (a typo is not silently created) and is writable."""
+    if path is None:
+        return None
+    if path.is_dir():
+        raise InputError(f"{option} {path}: that is a folder; give a file name in it")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise InputError(f"{option} {path}: {folder} {what}; create the folder first or pick "
+                         "another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: the folder {folder} is not writable")
+    return path
+
+
 def output_of(args: argparse.Namespace) -> Output:
-    return Output(format=args.format, output=args.output, json=args.json, html=args.html,
+    return Output(format=args.format, output=output_path(args.output, "--output"),
+                  json=output_path(args.json, "--json"), html=output_path(args.html, "--html"),
                   details_url=args.details_url)
 
 

@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 
 from abdiff.cli import main as cli_main
+from abdiff.commands.common import positive_int
 from abdiff.demo.builder import RUNNER_PATH, build_demo_repo
 from abdiff.errors import InputError
+from abdiff.reports import FORMATS
 from abdiff.revs import run_git
+from abdiff.schedule import Plan
 
 DEMO_BRANCHES = ("main", "pr-v1", "pr")
 
@@ -39,9 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "repository and runs main..pr-v1 and main..pr; "
                             "abdiff demo init PATH only builds it.")
     parser.add_argument("words", nargs="*", metavar="[init] PATH")
-    parser.add_argument("--rounds", type=int, default=None, help="first rounds per side")
+    parser.add_argument("--rounds", type=positive_int, default=None,
+                        help=f"first rounds per side (default {Plan.rounds})")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
-    parser.add_argument("--format", default="table", help="report format (table, markdown, ...)")
+    parser.add_argument("--format", choices=sorted(FORMATS), default="table",
+                        help="report format (default table)")
     parser.add_argument("--history", action="store_true",
                         help="with init: also write the branch `history` (seven commits after "
                         "main, two of which change something) for `abdiff bisect main..history`")

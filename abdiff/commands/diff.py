@@ -18,6 +18,7 @@ from abdiff.commands.common import (
     finish,
     measuring,
     output_of,
+    positive_int,
     statistics_of,
 )
 from abdiff.revs import open_repo, resolve_range
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("range", metavar="A..B")
     add_measure_options(parser)
     add_compare_options(parser)
-    parser.add_argument("--max-rounds", type=int, default=Plan.max_rounds,
+    parser.add_argument("--max-rounds", type=positive_int, default=None,
                         help=f"adaptive ceiling of rounds per side (default {Plan.max_rounds})")
     parser.add_argument("--baselines-dir", type=Path, metavar="DIR",
                         help="where baseline:NAME is looked up (default: baselines/ in the repo)")

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         missing_for,
     )
     from abdiff.revs import open_repo
+    from abdiff.suites import load_suite
     from abdiff.targets import detect_target, target_class, target_names
 
     repo_root: Path | None = None
@@ -66,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         why = (f"no benchmark in {repo_root}" if repo_root else "no repository here") + \
             "; pass --target trtllm or --repo PATH to check another"
     target = target_cls()
+    # a typo in the suite is refused before the machine table, not after it
+    suite = load_suite(args.configs) if args.configs else None
 
     if args.launcher:
         from abdiff.launchers import launcher_hello
@@ -86,15 +89,9 @@ def run(args: argparse.Namespace) -> int:
     # a suite's models and GPU generation are the trtllm target's; with no benchmark to
     # tell the target, a suite is checked as trtllm would run it
     if args.configs and "GPU" not in target_cls.requires and (args.target or detected):
-        from abdiff.suites import load_suite
-
-        load_suite(args.configs)  # a typo is still refused
         print(f"\nsuite {args.configs}: target {target_cls.name} runs it on this machine's "
               "device (no model files, no GPU generation to check)")
-    elif args.configs:
-        from abdiff.suites import load_suite
-
-        suite = load_suite(args.configs)
+    elif suite is not None:
         # no target chosen: every target that has something to say about the suite
         asked = [target] if args.target or detected else [cls() for cls in classes]
         for each in asked:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from abdiff.commands.common import add_measure_options, measuring
+from abdiff.commands.common import add_measure_options, measuring, output_path
 from abdiff.records import write_run_file
 from abdiff.session import measure_one_side
 
@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    output_path(args.out, "--out")  # a typo in the path is refused before measuring
     run_file = measure_one_side(*measuring(args), args.rev, "run")
     write_run_file(args.out, run_file)
     rounds = sum(len(c.rounds) for c in run_file.configs)

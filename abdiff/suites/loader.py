@@ -112,6 +112,11 @@ def load_suite(name_or_path: str, allow_large: bool = False,
     else:
         path = Path(name_or_path)
         name = path.stem
+        if not path.is_file() and (path.suffix in (".yaml", ".yml") or len(path.parts) > 1):
+            where = "is a folder" if path.is_dir() else "does not exist"
+            raise InputError(f"--configs {name_or_path!r}: the file {path} {where} (relative "
+                             "paths are read from the current folder); built-in suites are "
+                             f"{', '.join(sorted(builtin))}")
         if not path.is_file():
             raise InputError(
                 f"--configs {name_or_path!r}: no such suite; built-in suites are "
