@@ -549,10 +549,21 @@ def _matrix(configs: list[ConfigRounds], side: str) -> np.ndarray:
     return out
 
 
-def rounds_to_resolve(half_width: float, rounds: int, min_effect: float, q: float) -> int:
-    """Rounds per side at which `detectable` would reach `min_effect` (se ~ 1/sqrt(n))."""
+def final_threshold(alpha: float, configs: int) -> float:
+    """The last look's |t| threshold, approximated: the normal quantile with Bonferroni over
+    `configs` (the sign-flip max-T's is a little smaller). Early looks and few pairs have
+    far larger ones, which more rounds bring down to this."""
+    return float(sps.norm.isf(alpha / (2 * max(configs, 1))))
+
+
+def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
+                      configs: int) -> int:
+    """Rounds per side at which `detectable` would reach `min_effect`: the standard error
+    shrinks as 1/sqrt(rounds), and the threshold becomes the final one (with 3 pairs the
+    t quantile is huge, and projecting it advised hundreds of thousands of rounds)."""
     z = sps.norm.ppf(DETECTABLE_POWER)
-    needed = rounds * ((half_width * (q + z) / q) / math.log1p(min_effect)) ** 2
+    q = final_threshold(alpha, configs)
+    needed = rounds * (se * (q + z) / math.log1p(min_effect)) ** 2
     return max(rounds + 1, math.ceil(needed))
 
 
@@ -616,7 +627,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
             verdict, below = "inconclusive", False
             rounds = min(len(c.a), len(c.b))
             if math.isfinite(half):
-                needed = rounds_to_resolve(half, rounds, min_effect, q)
+                needed = rounds_to_resolve(s.se, rounds, min_effect, alpha, len(configs))
                 common["rounds_needed"] = needed
                 decide = (f"about {needed} would decide +-{min_effect:.0%} (--max-rounds "
                           f"{needed})" if needed <= MOST_ROUNDS_ADVISED else
@@ -682,7 +693,6 @@ def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_M
         return True
     if result.se is None or result.ratio is None or 2 * rounds < max_rounds:
         return False  # a few rounds' spread says little (levels not yet seen, few df)
-    q_end = float(sps.norm.isf(alpha / (2 * max(configs, 1))))
-    half = q_end * result.se * math.sqrt(rounds / max_rounds)
+    half = final_threshold(alpha, configs) * result.se * math.sqrt(rounds / max_rounds)
     distance = abs(math.log(result.ratio))
     return not (distance + half < math.log1p(min_effect) or distance > half)

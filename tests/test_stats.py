@@ -210,3 +210,16 @@ def test_with_few_pairs_the_t_quantile_judges_students_t_of_the_mean() -> None:
         assert result.p == pytest.approx(expected, rel=1e-9)
         assert result.ratio == pytest.approx(math.exp(d.mean()), rel=1e-12)
         assert result.method.startswith("mean of paired log round differences; Student t")
+
+
+def test_rounds_needed_project_the_final_threshold_not_the_first_looks() -> None:
+    """3 pairs of 1% noise: the t quantile of that look is huge (df 2, Bonferroni), but
+    more rounds bring the threshold down: the advice is a dozen rounds, not 10**5."""
+    rng = np.random.default_rng(2)
+    configs = [stats.ConfigRounds({r: float(100 * np.exp(rng.normal(0, 0.01))) for r in range(3)},
+                                  {r: float(100 * np.exp(rng.normal(0, 0.01))) for r in range(3)})
+               for _ in range(12)]
+    undecided = [r for r in stats.latency_verdicts(configs) if r.verdict == "inconclusive"]
+    assert undecided and all(4 <= (r.rounds_needed or 0) <= 40 for r in undecided), \
+        [r.rounds_needed for r in undecided]
+    assert not any("quieter machine" in (r.note or "") for r in undecided)
