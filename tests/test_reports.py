@@ -93,8 +93,8 @@ def test_ordering_and_summary_sentence() -> None:
     clean.configs = [c for c in clean.configs if c.verdict != "unintended"]
     clean.configs[0].verdict = "still-failing"
     assert common.verdict_line(clean) == (
-        "no unintended change found, but latency undecided for 1 of 4 configs; 6 measured, "
-        "1 still failing, 1 inconclusive, 2 not measured")
+        "no unintended change found, but latency undecided for 1 of the 4 configs timed on "
+        "both sides; 6 measured, 1 still failing, 1 inconclusive, 1 failed on one side")
     assert common.summary_sentence(clean).endswith(
         "0 unintended, 1 expected, 2 unchanged, 1 inconclusive, 1 still-failing")
     assert [c.verdict for c in common.ordered(clean)][0] == "still-failing"
@@ -122,7 +122,8 @@ def test_table() -> None:
                          "side; 1 unintended, 1 expected, 3 unchanged, 1 inconclusive (exit 1: a "
                          "change outside the expected scope, in the UNINTENDED rows)")
     # a result without rounds_needed (result/2): twice the rounds
-    assert lines[-2] == ("next: latency undecided for 1 of 6 configs after 4 rounds per side; "
+    assert lines[-2] == ("next: latency undecided for 1 of the 5 configs timed on both sides "
+                         "after 4 rounds per side; "
                          "about 8 would decide them: re-run with --max-rounds 8")
     assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
@@ -217,13 +218,14 @@ def test_markdown_clean_run_reads_as_a_pass() -> None:
     assert "Unintended changes" not in text
     # an undecided latency keeps exit 0 but not the green mark, and says what would decide
     assert text.splitlines()[1] == (
-        ":warning: **abdiff: no unintended change found, but latency undecided for 1 of 4 "
-        "configs; 5 measured, 1 inconclusive**")
+        ":warning: **abdiff: no unintended change found, but latency undecided for 1 of the 4 "
+        "configs timed on both sides; 5 measured, 1 inconclusive, 1 failed on one side**")
     for config in result.configs:
         if config.verdict == "inconclusive":
             config.verdict, config.latency.verdict = "unchanged", "unchanged"
     assert markdown.render(result).splitlines()[1] == (
-        ":white_check_mark: **abdiff: no unintended change (5 measured)**")
+        ":white_check_mark: **abdiff: no unintended change (5 measured, 1 failed on one "
+        "side)**")
 
 
 def test_markdown_first_line_when_nothing_was_measured() -> None:
@@ -531,8 +533,8 @@ def test_headline_says_when_latency_was_undecided_and_what_would_decide() -> Non
     configs = [_config("TRTLLM", bs, 1, "inconclusive", latency=undecided) for bs in (8, 16, 32)]
     configs.append(_config("TRTLLM", 64, 1, "unchanged"))
     result = make_result(configs=configs, summary={"exit_code": 0})
-    headline = ("no unintended change found, but latency undecided for 3 of 4 configs; "
-                "4 measured, 3 inconclusive")
+    headline = ("no unintended change found, but latency undecided for 3 of the 4 configs "
+                "timed on both sides; 4 measured, 3 inconclusive")
     assert common.verdict_line(result) == headline
     assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
     assert markdown.render(result).splitlines()[1].startswith(":warning:")
@@ -540,7 +542,8 @@ def test_headline_says_when_latency_was_undecided_and_what_would_decide() -> Non
     assert last[-1].startswith("abdiff: no unintended change: 4 of 4 configs measured; 1 "
                                "unchanged, 3 inconclusive (exit 0: ")
     assert " ".join(last[-3:-1]).strip().startswith(
-        "next: latency undecided for 3 of 4 configs after 5 rounds per side; about 31 would "
+        "next: latency undecided for 3 of the 4 configs timed on both sides after 5 rounds per "
+        "side; about 31 would "
         "decide them: re-run with --max-rounds 31")  # wrapped to the width
     flagged = make_result()  # an unintended change leads; the summary counts the undecided
     assert common.verdict_line(flagged) == "1 unintended change"
@@ -634,7 +637,8 @@ def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
 
 def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> None:
     result = make_result()
-    step = ("latency undecided for 1 of 6 configs after 4 rounds per side; about 8 would "
+    step = ("latency undecided for 1 of the 5 configs timed on both sides after 4 rounds per "
+            "side; about 8 would "
             "decide them: re-run with --max-rounds 8")
     assert common.next_step(result) == f"next: {step}"
     assert f"Next: {step}" in markdown.render(result).splitlines()

@@ -109,19 +109,28 @@ def measured_sentence(result: Result) -> str:
 
     Measured means ran on both sides. Configs with no rounds on a side (an interrupted
     or one-sided run) count as not measured."""
-    measured = sum(map(policy.measured, result.configs))
+    measured, total = _measured_of_total(result)
+    return "; ".join([f"{measured} of {total} config{'' if total == 1 else 's'} measured",
+                      *unmeasured_parts(result)])
+
+
+def _measured_of_total(result: Result) -> tuple[int, int]:
+    """(configs that ran on both sides, configs of the run, those never compared included)."""
     missing = result.summary.get("not_compared")
     total = len(result.configs) + (missing if isinstance(missing, int) and missing > 0 else 0)
-    text = f"{measured} of {total} config{'' if total == 1 else 's'} measured"
+    return sum(map(policy.measured, result.configs)), total
+
+
+def unmeasured_parts(result: Result) -> list[str]:
+    """Why the configs not measured were not: ["3 failed on both sides", "1 failed on one
+    side", "2 not run on both sides"], the same words in the headline and the summary."""
+    measured, total = _measured_of_total(result)
     both = sum(c.status_a != "ok" and c.status_b != "ok" for c in result.configs)
-    if both:
-        text += f"; {both} failed on both sides"
     one = sum((c.status_a == "ok") != (c.status_b == "ok") for c in result.configs)
-    if one:
-        text += f"; {one} failed on one side"
-    if total - measured - both - one:
-        text += f"; {total - measured - both - one} not run on both sides"
-    return text
+    parts = [f"{both} failed on both sides"] if both else []
+    parts += [f"{one} failed on one side"] if one else []
+    rest = total - measured - both - one
+    return parts + ([f"{rest} not run on both sides"] if rest > 0 else [])
 
 
 def summary_sentence(result: Result) -> str:
@@ -135,14 +144,16 @@ def summary_sentence(result: Result) -> str:
 
 
 def latency_undecided(result: Result) -> str | None:
-    """"latency undecided for 3 of 12 configs" when any config with latency on both sides
-    got no latency verdict; None otherwise. Such a run checked status, facts and kernels,
-    but not all speeds: its headline says so, `next_step` what would decide them."""
+    """"latency undecided for 3 of the 12 configs timed on both sides" when any config with
+    latency on both sides got no latency verdict; None otherwise. Such a run checked status,
+    facts and kernels, but not all speeds: its headline says so, `next_step` what would
+    decide them."""
     timed = [c for c in result.configs if c.latency.verdict != "n/a"]
     undecided = [c for c in timed if c.latency.verdict == "inconclusive"]
     if not undecided:
         return None
-    return f"latency undecided for {len(undecided)} of {len(timed)} configs"
+    return (f"latency undecided for {len(undecided)} of the {len(timed)} configs timed on "
+            "both sides")
 
 
 def verdict_line(result: Result) -> str:
@@ -180,8 +191,8 @@ def _verdict(result: Result) -> str:
         words.append(f"{tally['inconclusive']} inconclusive")
     if tally["small-change"]:
         words.append(f"{tally['small-change']} below the threshold")
-    if planned > measured:
-        words.append(f"{planned - measured} not measured")
+    words += [part for part in unmeasured_parts(result)
+              if not (tally["still-failing"] and part.endswith("failed on both sides"))]
     if undecided:  # status, facts and kernels were checked, speed mostly not
         return f"no unintended change found, but {undecided}; {', '.join(words)}"
     return f"no unintended change ({', '.join(words)})"
@@ -235,8 +246,9 @@ def next_step(result: Result) -> str | None:
         return None
     rounds = max(max(c.latency.rounds_a, c.latency.rounds_b) for c in undecided)
     needed = max((c.latency.rounds_needed or 2 * rounds for c in undecided), default=30)
-    text = (f"next: latency undecided for {len(undecided)} of {len(result.configs)} configs "
-            f"after {rounds} rounds per side")
+    timed = sum(c.latency.verdict != "n/a" for c in result.configs)
+    text = (f"next: latency undecided for {len(undecided)} of the {timed} configs timed on "
+            f"both sides after {rounds} rounds per side")
     machine = result.summary.get("machine")
     if isinstance(machine, list) and machine:  # the machine explains the noise: say that first
         return (f"{text}; the machine was noisy ({clip('; '.join(map(str, machine)), 80)}): "

@@ -163,7 +163,7 @@ def render(result: Result, details_url: str | None = None) -> str:
         lines += ["", f"[Full report and run artifacts]({check_url(details_url)})"]
     step = common.next_step(result)
     if step:  # what to do about the inconclusive configs, before the notes that explain them
-        lines += ["", escape(step[0].upper() + step[1:])]
+        lines += ["", escape(step[0].upper() + step[1:], 600)]
     notes = [*common.notes(result), *common.only_in_lines(result)]
     used = 0
     for shown, note in enumerate(notes):
