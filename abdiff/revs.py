@@ -336,3 +336,16 @@ def resolve_range(repo_root: Path, text: str) -> tuple[SideSpec, SideSpec]:
     if rng.merge_base:
         side_a = merge_base(repo_root, side_a, side_b)
     return side_a, side_b
+
+
+def refs_of(repo_root: Path) -> dict[str, str]:
+    """Every ref of the repository (branches, tags, replace refs...) -> the object it names."""
+    done = run_git(repo_root, "for-each-ref", "--format=%(refname)%00%(objectname)", check=False)
+    return dict(line.split("\0", 1) for line in done.stdout.splitlines() if "\0" in line)
+
+
+def moved_refs(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """"refs/heads/main: 0123456789 -> abcdef0123" for each ref made, moved or deleted."""
+    return [f"{name}: {before.get(name, 'none')[:10]} -> {after.get(name, 'deleted')[:10]}"
+            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)]
+

@@ -36,7 +36,15 @@ from abdiff.machine_state import to_json as machine_json
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.options import Schedule, Selection, Statistics
 from abdiff.records import Result, RunFile
-from abdiff.revs import WORKTREE, SideSpec, open_repo, resolve_rev, resolve_side_b
+from abdiff.revs import (
+    WORKTREE,
+    SideSpec,
+    moved_refs,
+    open_repo,
+    refs_of,
+    resolve_rev,
+    resolve_side_b,
+)
 from abdiff.rounds import RoundSettings, worker_stderr
 from abdiff.schedule import (
     Measurement,
@@ -201,6 +209,21 @@ def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: s
     return sides["A"].run
 
 
+def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> list[str]:
+    """A note (and a warning on stderr) when the repository's refs changed while the rounds
+    ran: the benchmark can write .git, and the next run resolves `main` to where it points
+    now (docs/ci.md). abdiff does not move them back: the user may have committed."""
+    moved = moved_refs(before, after)
+    if not moved:
+        return []
+    shown = "; ".join(moved[:3]) + (f"; {len(moved) - 3} more" if len(moved) > 3 else "")
+    note = (f"the repository's refs changed while the benchmark ran ({shown}): a later run "
+            "resolves names to where they point now; check them before trusting it")
+    if not quiet:
+        print(f"abdiff: warning: {note}", file=sys.stderr)
+    return [note]
+
+
 def check_machine(schedule: Schedule, runs: list[RunFile]) -> None:
     """Read the machine before the first rounds (machine_state), say it on a terminal (as the
     progress line; off a terminal the notes name a noisy reading) and record it in the run
@@ -239,6 +262,7 @@ def measure_and_compare(
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     rounds = schedule.rounds
+    refs_before = refs_of(bench.cache.repo_root)
     max_rounds = max(rounds, schedule.max_rounds) if adaptive else rounds
     with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
@@ -250,6 +274,7 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
         if check_measured is not None:
             notes = notes + check_measured()
+        notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
         if not schedule.quiet and not measurement.processes:
             print(f"abdiff: no worker started: the rounds kept in {where} are reported",
                   file=sys.stderr)

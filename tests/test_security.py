@@ -560,6 +560,10 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
 
     first = measure(tmp_path / "cache")
     assert first.returncode in (0, 1), first.stderr
+    # the replace ref it wrote into .git is named in the result and on stderr
+    notes = json.loads((out / "result.json").read_text())["notes"]
+    assert any("refs changed while the benchmark ran (refs/replace/" in n for n in notes), notes
+    assert "abdiff: warning: the repository's refs changed" in first.stderr
     # the benchmark did read its ancestors' environments: no token in any (none was in
     # reach), and abdiff's own blanked for what workers do not get
     seen = [e for p in evil.loot.glob("environ-*.json") for e in json.loads(p.read_text())
@@ -665,3 +669,18 @@ def test_git_gets_an_allow_listed_environment(monkeypatch: pytest.MonkeyPatch,
     assert "GIT_ALLOW_PROTOCOL=" in lines
     # git puts its own exec path first in an alias's PATH
     assert any(x.startswith("PATH=") and x.endswith(os.environ["PATH"]) for x in lines)
+
+
+def test_refs_the_benchmark_moves_are_named(tmp_path: Path) -> None:
+    from abdiff.revs import moved_refs, refs_of
+
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "two")
+    before = refs_of(tmp_path)
+    git(tmp_path, "update-ref", "refs/heads/main", "HEAD~1")
+    git(tmp_path, "tag", "v1")
+    moved = moved_refs(before, refs_of(tmp_path))
+    assert [m.split(":")[0] for m in moved] == ["refs/heads/main", "refs/tags/v1"]
+    assert moved[1].endswith("none -> " + git(tmp_path, "rev-parse", "v1").strip()[:10])
+

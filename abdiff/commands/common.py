@@ -186,18 +186,17 @@ def statistics_of(args: argparse.Namespace) -> Statistics:
 
 def output_path(path: Path | None, option: str) -> Path | None:
     """A file the user asked abdiff to write, checked before anything is measured: not a
-    folder, in a folder that exists (a typo is not silently created) and is writable."""
+    folder, and below the nearest existing folder on its path, which must be writable
+    (missing folders are made, as CI steps expect of `--json out/result.json`)."""
     if path is None:
         return None
     if path.is_dir():
         raise InputError(f"{option} {path}: that is a folder; give a file name in it")
-    folder = path.parent
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise InputError(f"{option} {path}: {folder} {what}; create the folder first or pick "
-                         "another path")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: the folder {folder} is not writable")
+    existing = next(p for p in path.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"{option} {path}: {existing} is not a folder; pick another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: the folder {existing} is not writable")
     return path
 
 
