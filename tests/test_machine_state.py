@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
+import json
 import subprocess
 import sys
 
@@ -17,32 +16,45 @@ from abdiff.compare import compare_runs
 from abdiff.machine_state import Reading
 from abdiff.reports import common
 
+CHECKER = """
+import json, subprocess, sys
+from abdiff import machine_state
+own = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+try:
+    others = machine_state.other_processes(sample_s=0.5)
+    readings = machine_state.cpu_readings(others)
+    print(json.dumps({"own": own.pid, "others": others,
+                      "readings": machine_state.to_json(readings),
+                      "summary": machine_state.summary_line(readings)}))
+finally:
+    own.kill()
+"""
+
 
 def test_a_busy_process_is_seen_by_its_pid_and_our_own_are_not() -> None:
-    # a spinner that is not ours (its parent shell exits: it is re-parented) and one of ours
-    started = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' "
-                              ">/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
-                             check=True)
-    foreign = int(started.stdout.strip())
-    own = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    """The check runs as abdiff does, in a process of its own (pytest may have become a
+    subreaper of its tests' processes): a spinner that is pytest's is another process's
+    work to it; the spinner the checker started is its own."""
+    foreign = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        others = machine_state.other_processes(sample_s=0.5)
-        assert foreign in [pid for pid, _, _ in others]
-        assert own.pid not in [pid for pid, _, _ in others]
-        readings = machine_state.cpu_readings(others)
-        names = [r.name for r in readings]
-        assert names == ["CPU load", "busy processes", "CPU governor", "turbo"]
-        assert readings[1].ok is False and f"pid {foreign}" in readings[1].value
-        # the foreign spinner's core is in the load; our own spinner's is not
-        used = float(readings[0].value.split()[0])
-        spinner = next(share for pid, _, share in others if pid == foreign)
-        assert used >= spinner - 0.05 and abs(used - sum(s for _, _, s in others)) <= 0.05, \
-            readings[0].value
-        assert "NOISY" in machine_state.summary_line(readings)
+        done = subprocess.run([sys.executable, "-c", CHECKER], capture_output=True, text=True,
+                              check=True, timeout=60)
     finally:
-        os.kill(foreign, signal.SIGKILL)
-        own.kill()
-        own.wait()
+        foreign.kill()
+        foreign.wait()
+    seen = json.loads(done.stdout)
+    pids = [pid for pid, _, _ in seen["others"]]
+    assert foreign.pid in pids and seen["own"] not in pids
+    readings = seen["readings"]
+    assert [r["name"] for r in readings] == ["CPU load", "busy processes", "CPU governor",
+                                             "turbo"]
+    assert readings[1]["ok"] is False and f"pid {foreign.pid}" in readings[1]["value"]
+    # the foreign spinner's core is in the load; the checker's own spinner's is not
+    used = float(readings[0]["value"].split()[0])
+    spinner = next(share for pid, _, share in seen["others"] if pid == foreign.pid)
+    assert used >= spinner - 0.05 and \
+        abs(used - sum(share for _, _, share in seen["others"])) <= 0.05, readings[0]["value"]
+    assert "NOISY" in seen["summary"]
 
 
 def test_without_nvml_the_gpu_is_unknown_not_a_failure() -> None:

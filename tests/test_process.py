@@ -3,6 +3,8 @@ own process (guard.py, no preexec_fn), and dies with abdiff."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,3 +71,43 @@ def test_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
     while process_running(worker):
         assert time.monotonic() < deadline, "the worker outlived its parent"
         time.sleep(0.05)
+
+
+LEAVER = r"""
+import os, sys, time
+from pathlib import Path
+from abdiff.launchers import process
+if sys.argv[2] == "adopt":
+    process.adopt_leftovers()
+if os.fork() == 0:  # the worker: leaves a process behind (double fork, own session), exits
+    os.setsid()
+    if os.fork() == 0:
+        Path(sys.argv[1]).write_text(str(os.getpid()))
+        time.sleep(120)
+    os._exit(0)
+os.wait()
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.01)
+process.end_leftovers()  # as cli.main does when a command ends
+"""
+
+
+@linux
+@pytest.mark.parametrize("adopt", [True, False])
+def test_a_process_the_benchmark_leaves_behind_ends_with_abdiff(tmp_path: Path,
+                                                                adopt: bool) -> None:
+    """A double-forked, setsid process outlives its worker; abdiff, a child subreaper once
+    it starts benchmark processes, kills it when the command ends. Without that it lives on (the
+    planted leftover is real)."""
+    pid_file = tmp_path / "pid"
+    subprocess.run([sys.executable, "-c", LEAVER, str(pid_file), "adopt" if adopt else "no"],
+                   check=True, timeout=60)
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while adopt and process_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert process_running(pid) is not adopt
+    finally:
+        if process_running(pid):
+            os.kill(pid, signal.SIGKILL)

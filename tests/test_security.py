@@ -8,6 +8,7 @@ really crashed with a hostile line on stderr and really saw the environment abdi
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from conftest import (
     git,
     git_env,
     one_line,
+    process_running,
     run_abdiff,
     state_dir_of,
     write_suite,
@@ -351,7 +353,6 @@ FORGED_US = 123456.0
 EVIL_MODULE = "tinyllm/tools/layer_wise_benchmarks/evil.py"
 EVIL_PY = '''\\
 """A pull request's benchmark written by an attacker (abdiff's tests)."""
-import hashlib
 import json
 import os
 import subprocess
@@ -377,8 +378,9 @@ def ancestors_environ():
     return found
 
 
-def forge_later(state_dir):
-    """A process that outlives the worker and abdiff, then rewrites A's rounds and their hash."""
+def outlive(state_dir):
+    """A process that means to outlive the worker and abdiff, then rewrite the stored rounds
+    (the test does that rewrite itself: this one must not get the chance)."""
     if os.fork():
         return
     os.setsid()
@@ -387,6 +389,7 @@ def forge_later(state_dir):
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
+    (LOOT / "leftover-pid").write_text(str(os.getpid()))
     state_file, deadline = state_dir / "state.json", time.time() + 120
     while time.time() < deadline:
         try:
@@ -395,16 +398,8 @@ def forge_later(state_dir):
         except (OSError, ValueError):
             pass
         time.sleep(0.05)
-    time.sleep(1.0)  # abdiff has written its last state and exited
-    run_a = json.loads((state_dir / "a.json").read_text())
-    for config in run_a["configs"]:
-        for record in config["rounds"]:
-            record["latency_us"] = [{forged}] * len(record.get("latency_us") or [1])
-    (state_dir / "a.json").write_text(json.dumps(run_a))
-    state = json.loads(state_file.read_text())
-    state["files"]["a.json"] = hashlib.sha256((state_dir / "a.json").read_bytes()).hexdigest()
-    state_file.write_text(json.dumps(state))
-    (LOOT / "forged").write_text("done")
+    time.sleep(3.0)  # abdiff has written its last state and exited
+    (LOOT / "outlived").write_text(str(state_dir))
     os._exit(0)
 
 
@@ -424,9 +419,8 @@ def attack():
         with open(runner, "a") as main_runner:  # main's next round runs this, if not restored
             main_runner.write("\\nimport pathlib; pathlib.Path("
                               f"{{str(LOOT / 'payload-ran')!r}}).touch()\\n")
-    if not (LOOT / "forger").exists():
-        (LOOT / "forger").touch()
-        forge_later(state_dir)
+    if not (LOOT / "leftover-pid").exists():
+        outlive(state_dir)
 '''
 
 
@@ -451,7 +445,7 @@ def build_evil_repo(tmp: Path) -> EvilRepo:
     git(repo, "checkout", "-q", "-b", "evil", "main")
     (repo / EVIL_MODULE).write_text(EVIL_PY.format(
         loot=str(loot), git_dir=str(repo / ".git"), main=shas["main"], payload=shas["payload"],
-        runner=RUNNER_PATH, forged=FORGED_US), encoding="utf-8")
+        runner=RUNNER_PATH), encoding="utf-8")
     (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
         "        from tinyllm.tools.layer_wise_benchmarks.evil import attack\n\n"
         "        attack()\n" + INJECT_ANCHOR)), encoding="utf-8")
@@ -535,14 +529,28 @@ def test_python_m_abdiff_from_a_hostile_folder(tmp_path: Path) -> None:
     assert isolated.stdout.startswith("abdiff ") and not pwned.exists(), plain.stderr
 
 
+def forge_rounds(state_dir: Path) -> None:
+    """Rewrite side A's stored rounds and the SHA-256 recorded for them (no HMAC key)."""
+    run_a = json.loads((state_dir / "a.json").read_text())
+    for config in run_a["configs"]:
+        for record in config["rounds"]:
+            record["latency_us"] = [FORGED_US] * len(record.get("latency_us") or [1])
+    (state_dir / "a.json").write_text(json.dumps(run_a))
+    state = json.loads((state_dir / "state.json").read_text())
+    state["files"]["a.json"] = hashlib.sha256((state_dir / "a.json").read_bytes()).hexdigest()
+    (state_dir / "state.json").write_text(json.dumps(state))
+
+
 @pytest.mark.slow
 def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) -> None:
     """The two-step recipe of docs/ci.md against the `evil` commit, then two later runs.
 
     Step 1 measures main..evil with no token anywhere above it. Step 2, after every process
     of step 1 has exited, posts with the token from an install the benchmark did not write
-    (`python -I -m abdiff` from an empty folder). Then `--resume` finds main's rounds forged
-    with a recomputed hash, and a fresh cache finds main's sha replaced in .git."""
+    (`python -I -m abdiff` from an empty folder). The process the benchmark left behind
+    (double fork, setsid) ended with abdiff; main's rounds rewritten with a recomputed
+    hash (what it meant to do) are measured anew on `--resume`, and a fresh cache finds
+    main's sha replaced in .git."""
     suite = write_suite(tmp_path / "s.yaml", [2])
     deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
     measure_python = make_venv(evil.loot.parent / "measure-env", deps)
@@ -570,10 +578,16 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
             .values()]
     assert any("PATH=" in e for e in seen)
     assert not any(CANARY in e or "ABDIFF_TEST_CANARY=plain" in e for e in seen)
-    deadline = time.monotonic() + 60
-    while not (evil.loot / "forged").exists() and time.monotonic() < deadline:
+    # the process it left behind (double fork, setsid) ended with abdiff
+    leftover = int((evil.loot / "leftover-pid").read_text())
+    deadline = time.monotonic() + 10
+    while process_running(leftover) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert (evil.loot / "forged").exists()  # the leftover process did its work and exited
+    assert not process_running(leftover)
+    time.sleep(3.5)
+    assert not (evil.loot / "outlived").exists()
+    # what it meant to do, done here: A's rounds rewritten and their hash recomputed
+    forge_rounds(state_dir_of(first.stderr))
 
     # step 2: post (dry run) with the token, from a clean install and an empty folder
     empty = tmp_path / "empty"

@@ -60,6 +60,8 @@ KILL_GRACE_S = 3.0
 POLL_S = 0.05
 GUARD = Path(__file__).with_name("guard.py")
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+_adopted_at: int | None = None  # start time of abdiff when it began adopting orphans
 
 
 def passed_to_workers(name: str, pass_env: list[str] | None = None) -> bool:
@@ -90,6 +92,61 @@ def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,
         env["HOME"] = str(home)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def adopt_leftovers() -> None:
+    """Make abdiff the parent of every process its benchmark leaves behind, and end them
+    when abdiff exits.
+
+    A benchmark can double-fork and `setsid` a process that outlives its worker (and
+    abdiff): it could rewrite the stored rounds, move a branch or read the next step's
+    environment. As a child subreaper, abdiff receives such orphans instead of init, so
+    when the command ends (cli.main calls `end_leftovers`) it finds them among its
+    descendants (those started since this call) and kills them. Linux only;
+    idempotent."""
+    global _adopted_at
+    if _adopted_at is not None or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # now, in the clock ticks since boot that /proc/PID/stat counts start times in
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    _adopted_at = int(uptime * os.sysconf("SC_CLK_TCK")) - 1
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot), None if it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def end_leftovers() -> list[int]:
+    """SIGKILL every descendant of abdiff started since `adopt_leftovers` (a process of the
+    benchmark that outlived its worker), and stop adopting; returns their pids."""
+    global _adopted_at
+    if _adopted_at is None:
+        return []
+    since, _adopted_at = _adopted_at, None
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            if (_start_ticks(child) or -1) >= since:
+                found.append(child)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return found
 
 
 def hide_environment(pass_env: list[str] | None = None) -> None:
@@ -175,6 +232,7 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
     """Start `spec` through guard.py in a session of its own, output appended to the files
     (stdout may be subprocess.PIPE: the fork server's messages)."""
     hide_environment(pass_env)
+    adopt_leftovers()
     if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
             os.access(spec.cwd / spec.argv[0], os.X_OK)):
         # checked here, because once guard.py runs a failed exec is only an exit code
