@@ -61,7 +61,7 @@ POLL_S = 0.05
 GUARD = Path(__file__).with_name("guard.py")
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
-_adopted_at: int | None = None  # start time of abdiff when it began adopting orphans
+_adopted_at: int | None = None  # when abdiff began adopting orphans (clock ticks since boot)
 
 
 def passed_to_workers(name: str, pass_env: list[str] | None = None) -> bool:
@@ -95,8 +95,8 @@ def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,
 
 
 def adopt_leftovers() -> None:
-    """Make abdiff the parent of every process its benchmark leaves behind, and end them
-    when abdiff exits.
+    """Make abdiff the parent of every process its benchmark leaves behind, so that they
+    end with the command.
 
     A benchmark can double-fork and `setsid` a process that outlives its worker (and
     abdiff): it could rewrite the stored rounds, move a branch or read the next step's
