@@ -40,6 +40,7 @@ from abdiff.errors import InfrastructureError, InputError
 from abdiff.exposure import authentic, authenticate, warn_if_root
 from abdiff.files import write_atomic
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
 from abdiff.progress import Progress
 from abdiff.records import (
@@ -290,6 +291,7 @@ def run_slots(
                                partial(order_seed, measurement.seed, side, round_index))
         finally:
             progress.watch(None)
+            end_orphans()  # nothing the benchmark left running may rewrite what is saved
             measurement.save(complete=False)
         side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
             + output.orders
@@ -367,6 +369,7 @@ def measure(
                           file=sys.stderr, flush=True)
     finally:
         progress.close()
+    end_orphans()
     measurement.save(complete=True)
     return measurement
 

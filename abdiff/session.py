@@ -30,6 +30,7 @@ from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.launchers import make_launcher
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import adopt_leftovers
 from abdiff.launchers.warm import prime, unprime
 from abdiff.machine_state import read_machine, summary_line
 from abdiff.machine_state import to_json as machine_json
@@ -88,6 +89,7 @@ def worker_start(choice: str) -> str:
 def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git."""
+    adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
     launcher_name = schedule.launcher or target.default_launcher

@@ -3,6 +3,7 @@ own process (guard.py, no preexec_fn), and dies with abdiff."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -111,3 +112,44 @@ def test_a_process_the_benchmark_leaves_behind_ends_with_abdiff(tmp_path: Path,
     finally:
         if process_running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+ORPHANS = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+from abdiff.launchers import process
+from abdiff.targets.base import LaunchSpec
+folder = Path(sys.argv[1])
+process.adopt_leftovers()
+server = process.start_process(LaunchSpec(["sleep", "30"], folder), subprocess.DEVNULL,
+                               folder / "err.txt", None, None)
+if os.fork() == 0:  # a worker that leaves a process behind and exits
+    os.setsid()
+    if os.fork() == 0:
+        (folder / "pid").write_text(str(os.getpid()))
+        time.sleep(120)
+    os._exit(0)
+os.wait()
+while not (folder / "pid").exists():
+    time.sleep(0.01)
+killed = process.end_orphans()
+print(json.dumps({"killed": killed, "server_alive": server.proc.poll() is None}))
+server.close()
+process.end_leftovers()
+"""
+
+
+@linux
+def test_after_a_round_the_leftovers_end_and_abdiffs_own_processes_stay(tmp_path: Path) -> None:
+    """Between rounds (before the rounds are signed and stored) abdiff kills the children
+    it did not start: a leftover adopted as subreaper dies, a process it started (the fork
+    server, a worker standing by) lives on."""
+    done = subprocess.run([sys.executable, "-c", ORPHANS, str(tmp_path)], capture_output=True,
+                          text=True, check=True, timeout=60)
+    seen = json.loads(done.stdout)
+    leftover = int((tmp_path / "pid").read_text())
+    assert leftover in seen["killed"] and seen["server_alive"]
+    deadline = time.monotonic() + 5
+    while process_running(leftover) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_running(leftover)

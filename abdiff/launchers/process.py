@@ -62,6 +62,7 @@ GUARD = Path(__file__).with_name("guard.py")
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _adopted_at: int | None = None  # when abdiff began adopting orphans (clock ticks since boot)
+_started: set[int] = set()  # the processes abdiff started itself (start_process)
 
 
 def passed_to_workers(name: str, pass_env: list[str] | None = None) -> bool:
@@ -100,9 +101,11 @@ def adopt_leftovers() -> None:
 
     A benchmark can double-fork and `setsid` a process that outlives its worker (and
     abdiff): it could rewrite the stored rounds, move a branch or read the next step's
-    environment. As a child subreaper, abdiff receives such orphans instead of init, so
-    when the command ends (cli.main calls `end_leftovers`) it finds them among its
-    descendants (those started since this call) and kills them. Linux only;
+    environment. As a child subreaper, abdiff receives such orphans instead of init:
+    after each round it kills the children it did not start (`end_orphans`), and when
+    the command ends (cli.main calls `end_leftovers`) every descendant started since
+    this call. Called by a measuring command before its first worker (session.py), not
+    by the library: a test process must not adopt its fixtures' daemons. Linux only;
     idempotent."""
     global _adopted_at
     if _adopted_at is not None or not sys.platform.startswith("linux"):
@@ -121,14 +124,8 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def end_leftovers() -> list[int]:
-    """SIGKILL every descendant of abdiff started since `adopt_leftovers` (a process of the
-    benchmark that outlived its worker), and stop adopting; returns their pids."""
-    global _adopted_at
-    if _adopted_at is None:
-        return []
-    since, _adopted_at = _adopted_at, None
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+def _descendants(roots: list[int]) -> list[int]:
+    """`roots` and every process below them."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -137,16 +134,53 @@ def end_leftovers() -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [os.getpid()]
+    found, todo = list(roots), list(roots)
     while todo:
-        for child in children.get(todo.pop(), []):
-            todo.append(child)
-            if (_start_ticks(child) or -1) >= since:
-                found.append(child)
-    for pid in found:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _kill(pids: list[int]) -> list[int]:
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-    return found
+    return pids
+
+
+def end_orphans() -> list[int]:
+    """SIGKILL the children abdiff did not start (start_process) and what runs below them:
+    processes of the benchmark that outlived their worker and came to abdiff as its
+    subreaper. Called after every round, before the rounds are stored and signed, so that
+    none is left to rewrite them; returns their pids."""
+    if _adopted_at is None:
+        return []
+    ours = os.getpid()
+    adopted = [pid for pid in _descendants([ours])
+               if pid != ours and pid not in _started and _parent(pid) == ours]
+    return _kill(_descendants(adopted))
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def end_leftovers() -> list[int]:
+    """SIGKILL every descendant of abdiff started since `adopt_leftovers` (a process of the
+    benchmark that outlived its worker, or a worker still running), and stop adopting;
+    returns their pids."""
+    global _adopted_at
+    if _adopted_at is None:
+        return []
+    since, _adopted_at = _adopted_at, None
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    ours = os.getpid()
+    return _kill([pid for pid in _descendants([ours])
+                  if pid != ours and (_start_ticks(pid) or -1) >= since])
 
 
 def hide_environment(pass_env: list[str] | None = None) -> None:
@@ -232,7 +266,6 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
     """Start `spec` through guard.py in a session of its own, output appended to the files
     (stdout may be subprocess.PIPE: the fork server's messages)."""
     hide_environment(pass_env)
-    adopt_leftovers()
     if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
             os.access(spec.cwd / spec.argv[0], os.X_OK)):
         # checked here, because once guard.py runs a failed exec is only an exit code
@@ -252,6 +285,7 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 stderr=err,
                 start_new_session=True,
             )
+            _started.add(proc.pid)
     except OSError as exc:
         home.cleanup()
         raise InfrastructureError(f"cannot start {spec.argv[0]}: {exc.strerror}") from None
