@@ -75,64 +75,30 @@ def test_worker_dies_with_a_killed_parent(tmp_path: Path) -> None:
 
 
 LEAVER = r"""
-import os, sys, time
-from pathlib import Path
-from abdiff.launchers import process
-if sys.argv[2] == "adopt":
-    process.adopt_leftovers()
-if os.fork() == 0:  # the worker: leaves a process behind (double fork, own session), exits
-    os.setsid()
-    if os.fork() == 0:
-        Path(sys.argv[1]).write_text(str(os.getpid()))
-        time.sleep(120)
-    os._exit(0)
-os.wait()
-while not Path(sys.argv[1]).exists():
-    time.sleep(0.01)
-process.end_leftovers()  # as cli.main does when a command ends
-"""
-
-
-@linux
-@pytest.mark.parametrize("adopt", [True, False])
-def test_a_process_the_benchmark_leaves_behind_ends_with_abdiff(tmp_path: Path,
-                                                                adopt: bool) -> None:
-    """A double-forked, setsid process outlives its worker; abdiff, a child subreaper once
-    it starts benchmark processes, kills it when the command ends. Without that it lives on (the
-    planted leftover is real)."""
-    pid_file = tmp_path / "pid"
-    subprocess.run([sys.executable, "-c", LEAVER, str(pid_file), "adopt" if adopt else "no"],
-                   check=True, timeout=60)
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while adopt and process_running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        assert process_running(pid) is not adopt
-    finally:
-        if process_running(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-ORPHANS = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process
 from abdiff.targets.base import LaunchSpec
-folder = Path(sys.argv[1])
-process.adopt_leftovers()
+folder, mode = Path(sys.argv[1]), sys.argv[2]
+if mode != "none":
+    process.adopt_leftovers()
+# a process abdiff starts itself (the fork server, a worker standing by)
 server = process.start_process(LaunchSpec(["sleep", "30"], folder), subprocess.DEVNULL,
                                folder / "err.txt", None, None)
-if os.fork() == 0:  # a worker that leaves a process behind and exits
+if os.fork() == 0:  # a worker that leaves a process behind (double fork, setsid) and exits
     os.setsid()
     if os.fork() == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (1, 2):  # off the test's pipes, which would wait for it
+            os.dup2(null, fd)
         (folder / "pid").write_text(str(os.getpid()))
         time.sleep(120)
     os._exit(0)
 os.wait()
 while not (folder / "pid").exists():
     time.sleep(0.01)
-killed = process.end_orphans()
+# after a round (end_orphans), or when the command ends (end_leftovers, as cli.main does)
+killed = process.end_orphans() if mode == "round" else []
 print(json.dumps({"killed": killed, "server_alive": server.proc.poll() is None}))
 server.close()
 process.end_leftovers()
@@ -140,16 +106,22 @@ process.end_leftovers()
 
 
 @linux
-def test_after_a_round_the_leftovers_end_and_abdiffs_own_processes_stay(tmp_path: Path) -> None:
-    """Between rounds (before the rounds are signed and stored) abdiff kills the children
-    it did not start: a leftover adopted as subreaper dies, a process it started (the fork
-    server, a worker standing by) lives on."""
-    done = subprocess.run([sys.executable, "-c", ORPHANS, str(tmp_path)], capture_output=True,
-                          text=True, check=True, timeout=60)
+@pytest.mark.parametrize("mode", ["round", "command", "none"])
+def test_a_process_the_benchmark_leaves_behind_ends_with_abdiff(tmp_path: Path,
+                                                                mode: str) -> None:
+    """A double-forked, setsid process outlives its worker. abdiff, a child subreaper while
+    it measures, kills it after the round (a process it started itself lives on) or when
+    the command ends; without adoption it lives on (the planted leftover is real)."""
+    done = subprocess.run([sys.executable, "-c", LEAVER, str(tmp_path), mode],
+                          capture_output=True, text=True, check=True, timeout=60)
     seen = json.loads(done.stdout)
-    leftover = int((tmp_path / "pid").read_text())
-    assert leftover in seen["killed"] and seen["server_alive"]
+    pid = int((tmp_path / "pid").read_text())
+    assert seen["server_alive"] and (pid in seen["killed"]) is (mode == "round")
     deadline = time.monotonic() + 5
-    while process_running(leftover) and time.monotonic() < deadline:
+    while mode != "none" and process_running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not process_running(leftover)
+    try:
+        assert process_running(pid) is (mode == "none")
+    finally:
+        if process_running(pid):
+            os.kill(pid, signal.SIGKILL)

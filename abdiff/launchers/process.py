@@ -124,8 +124,8 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def _descendants(roots: list[int]) -> list[int]:
-    """`roots` and every process below them."""
+def _children() -> dict[int, list[int]]:
+    """Each process's children, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -134,6 +134,11 @@ def _descendants(roots: list[int]) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def _below(roots: list[int], children: dict[int, list[int]]) -> list[int]:
+    """`roots` and every process below them."""
     found, todo = list(roots), list(roots)
     while todo:
         below = children.get(todo.pop(), [])
@@ -156,17 +161,9 @@ def end_orphans() -> list[int]:
     none is left to rewrite them; returns their pids."""
     if _adopted_at is None:
         return []
-    ours = os.getpid()
-    adopted = [pid for pid in _descendants([ours])
-               if pid != ours and pid not in _started and _parent(pid) == ours]
-    return _kill(_descendants(adopted))
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    children = _children()
+    adopted = [pid for pid in children.get(os.getpid(), []) if pid not in _started]
+    return _kill(_below(adopted, children))
 
 
 def end_leftovers() -> list[int]:
@@ -179,7 +176,7 @@ def end_leftovers() -> list[int]:
     since, _adopted_at = _adopted_at, None
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     ours = os.getpid()
-    return _kill([pid for pid in _descendants([ours])
+    return _kill([pid for pid in _below([ours], _children())
                   if pid != ours and (_start_ticks(pid) or -1) >= since])
 
 
