@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from abdiff import procfs
 from abdiff.clocks import open_nvml, throttled
 
 BUSY_SHARE = 0.3  # another process using this much of a core while abdiff waits is busy
@@ -62,17 +63,10 @@ def _cpu_times() -> dict[int, tuple[str, int, int]]:
 def _ours(processes: dict[int, tuple[str, int, int]]) -> set[int]:
     """abdiff's own process, its parent and its descendants (the fork server importing
     torch is busy by design)."""
-    ours = {os.getpid(), os.getppid()}
-    children: dict[int, list[int]] = {}
+    table: dict[int, list[int]] = {}
     for pid, (_, parent, _) in processes.items():
-        children.setdefault(parent, []).append(pid)
-    todo = [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in ours:
-                ours.add(child)
-                todo.append(child)
-    return ours
+        table.setdefault(parent, []).append(pid)
+    return {os.getppid(), *procfs.below([os.getpid()], table)}
 
 
 def other_processes(sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:

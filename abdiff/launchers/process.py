@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from abdiff import procfs
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess
 from abdiff.targets.base import LaunchSpec
@@ -124,29 +125,6 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def _children() -> dict[int, list[int]]:
-    """Each process's children, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    return children
-
-
-def _below(roots: list[int], children: dict[int, list[int]]) -> list[int]:
-    """`roots` and every process below them."""
-    found, todo = list(roots), list(roots)
-    while todo:
-        below = children.get(todo.pop(), [])
-        found += below
-        todo += below
-    return found
-
-
 def _kill(pids: list[int]) -> list[int]:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -161,9 +139,9 @@ def end_orphans() -> list[int]:
     none is left to rewrite them; returns their pids."""
     if _adopted_at is None:
         return []
-    children = _children()
-    adopted = [pid for pid in children.get(os.getpid(), []) if pid not in _started]
-    return _kill(_below(adopted, children))
+    table = procfs.children()
+    adopted = [pid for pid in table.get(os.getpid(), []) if pid not in _started]
+    return _kill(procfs.below(adopted, table))
 
 
 def end_leftovers() -> list[int]:
@@ -176,7 +154,7 @@ def end_leftovers() -> list[int]:
     since, _adopted_at = _adopted_at, None
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     ours = os.getpid()
-    return _kill([pid for pid in _below([ours], _children())
+    return _kill([pid for pid in procfs.below([ours], procfs.children())
                   if pid != ours and (_start_ticks(pid) or -1) >= since])
 
 
