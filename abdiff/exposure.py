@@ -139,7 +139,8 @@ def state_home() -> Path:
     return Path.home() / ".local" / "state" / "abdiff"
 
 
-def _private_dir() -> Path:
+def private_dir() -> Path:
+    """state_home(), made if missing, mode 0700."""
     folder = state_home()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -153,7 +154,7 @@ def resume_key() -> bytes:
     """The key that authenticates stored rounds; made on first use, mode 0600. A key file
     someone else could have read or replaced (another owner, group or other bits, not a
     plain file) is replaced: what it signed is then measured again."""
-    path = _private_dir() / _KEY_FILE
+    path = private_dir() / _KEY_FILE
     try:
         st = os.lstat(path)
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() \
@@ -191,7 +192,7 @@ def warn_if_root() -> None:
     and environment on this machine."""
     if os.geteuid() != 0:
         return
-    marker = _private_dir() / "root-warned"
+    marker = private_dir() / "root-warned"
     if marker.exists():
         return
     print("abdiff: note: measuring as root: the benchmark's code can read the memory and "

@@ -42,6 +42,7 @@ class Schedule:
     eager: bool = False
     cpu_threads: int = 1
     prestart: str = "auto"
+    sandbox: str = "auto"  # launchers/sandbox.py: auto | on | off
     cache_dir: Path | None = None
     pass_env: tuple[str, ...] = ()
     unsafe_allow_secret_env: bool = False

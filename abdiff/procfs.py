@@ -26,3 +26,21 @@ def below(roots: list[int], table: dict[int, list[int]]) -> list[int]:
         found += under
         todo += under
     return found
+
+
+def namespace_pid(pid: int) -> int | None:
+    """`pid`'s number in its own (innermost) pid namespace, None if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return pid  # a kernel without NSpid has no nested pid namespaces to tell apart
+
+
+def seen_from_here(inner: int, root: int) -> int | None:
+    """The pid, in this process's namespace, of the process below `root` that is `inner` in
+    its own pid namespace (a fork server's worker in a sandbox); None if none is."""
+    found = [pid for pid in below([root], children()) if namespace_pid(pid) == inner]
+    return found[0] if len(found) == 1 else None

@@ -28,7 +28,8 @@ from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
-from abdiff.launchers import make_launcher
+from abdiff.exposure import private_dir
+from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import adopt_leftovers
 from abdiff.launchers.warm import prime, unprime
@@ -74,6 +75,7 @@ class Bench:
     settings: RoundSettings
     cache: CheckoutCache
     cache_dir: Path
+    sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
 
 
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
@@ -99,6 +101,10 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     launcher = make_launcher(launcher_name, schedule.ranks or suite.tp, schedule.nodes,
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
+    cache = CheckoutCache(repo_root, cache_dir)
+    # before the first worker: a fork server keeps the namespaces it started in
+    workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
+                                private_dir())
     start_mode = worker_start(schedule.prestart)
     # the first worker (the fork server) imports torch while the checks below run and the
     # checkouts are made; in the system's temporary folder: a run the checks refuse leaves
@@ -130,13 +136,14 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
     )
-    return Bench(suite, target, launcher, settings, CheckoutCache(repo_root, cache_dir), cache_dir)
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in)
 
 
 def side_run(bench: Bench, side: SideSpec) -> SideRun:
     checkout = bench.cache.checkout(side)
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
+           "sandbox": bench.sandbox,
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,

@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -42,6 +43,9 @@ from conftest import (
 from abdiff.cli import main
 from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
+from abdiff.exposure import state_home
+from abdiff.launchers import sandbox
+from abdiff.launchers.guard import Confinement
 from abdiff.launchers.process import worker_environment
 
 SRC = Path(__file__).resolve().parents[1] / "abdiff"
@@ -344,8 +348,9 @@ def test_hostile_error_line_is_clean_in_the_terminal_table(
 # The `evil` commit's benchmark does, in every worker, what issue 35 found PR code could do:
 # read every ancestor's environment, make main's sha stand for another commit (a replace
 # ref in the shared .git), append code to main's cached checkout (for main's next round),
-# leave a .pth file in a writable folder on its sys.path, and leave a process behind that
-# rewrites main's stored rounds and their hash once abdiff is done.
+# leave a .pth file in a writable folder on its sys.path, steal abdiff's key for stored
+# rounds, and leave a process behind that rewrites main's stored rounds and their hash once
+# abdiff is done.
 # The `payload` commit is what the replace ref points main at: it says when it runs.
 
 CANARY = "abdiff-test-canary-4f1d"
@@ -362,6 +367,7 @@ from pathlib import Path
 
 LOOT = Path({loot!r})
 GIT_DIR, MAIN, PAYLOAD, RUNNER = {git_dir!r}, {main!r}, {payload!r}, {runner!r}
+KEY = Path({key!r})  # abdiff's key for stored rounds, where this user's abdiff keeps it
 
 
 def ancestors_environ():
@@ -405,6 +411,10 @@ def outlive(state_dir):
 
 def attack():
     (LOOT / f"environ-{{os.getpid()}}.json").write_text(json.dumps(ancestors_environ()))
+    try:  # with it, stored rounds can be forged and signed
+        (LOOT / "key-stolen").write_text(KEY.read_bytes().hex())
+    except OSError:
+        pass
     subprocess.run(["git", "--git-dir", GIT_DIR, "replace", "-f", MAIN, PAYLOAD],
                    capture_output=True, check=False)
     for folder in sys.path:  # the test's own environments only: never the developer's
@@ -445,7 +455,7 @@ def build_evil_repo(tmp: Path) -> EvilRepo:
     git(repo, "checkout", "-q", "-b", "evil", "main")
     (repo / EVIL_MODULE).write_text(EVIL_PY.format(
         loot=str(loot), git_dir=str(repo / ".git"), main=shas["main"], payload=shas["payload"],
-        runner=RUNNER_PATH), encoding="utf-8")
+        runner=RUNNER_PATH, key=str(state_home() / "resume.key")), encoding="utf-8")
     (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
         "        from tinyllm.tools.layer_wise_benchmarks.evil import attack\n\n"
         "        attack()\n" + INJECT_ANCHOR)), encoding="utf-8")
@@ -541,9 +551,38 @@ def forge_rounds(state_dir: Path) -> None:
     (state_dir / "state.json").write_text(json.dumps(state))
 
 
+def measuring_evil(evil: EvilRepo, tmp_path: Path, *options: object
+                   ) -> tuple[Path, Callable[..., subprocess.CompletedProcess[str]]]:
+    """A Python environment of its own for measuring main..evil (the attack writes a .pth
+    into it), and a function that measures with `options` into a cache folder."""
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
+    measure_python = make_venv(evil.loot.parent / "measure-env", deps)
+    env = {**git_env(), "HOME": str(tmp_path), "ABDIFF_TEST_CANARY": "plain"}
+
+    def measure(cache: Path, *extra: object) -> subprocess.CompletedProcess[str]:
+        argv = [measure_python, "-m", "abdiff", "main..evil", "--configs", suite, "--repo",
+                evil.path, "--cache-dir", cache, "--rounds", 2, "--max-rounds", 2, "--seed", 3,
+                "--prestart", "on", "--json", tmp_path / "out" / "result.json", *options,
+                *extra]
+        return subprocess.run(
+            [str(a) for a in argv],
+            env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    return measure_python, measure
+
+
+def environments_seen(loot: Path) -> dict[int, str]:
+    """What the benchmark read from /proc/PID/environ of its ancestors, by pid."""
+    return {int(pid): text for p in loot.glob("environ-*.json")
+            for pid, text in json.loads(p.read_text()).items()}
+
+
 @pytest.mark.slow
 def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) -> None:
-    """The two-step recipe of docs/ci.md against the `evil` commit, then two later runs.
+    """The two-step recipe of docs/ci.md against the `evil` commit, then two later runs,
+    without the sandbox (`--sandbox off`, as where the OS refuses namespaces): what holds
+    then.
 
     Step 1 measures main..evil with no token anywhere above it. Step 2, after every process
     of step 1 has exited, posts with the token from an install the benchmark did not write
@@ -551,31 +590,22 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
     (double fork, setsid) ended with abdiff; main's rounds rewritten with a recomputed
     hash (what it meant to do) are measured anew on `--resume`, and a fresh cache finds
     main's sha replaced in .git."""
-    suite = write_suite(tmp_path / "s.yaml", [2])
-    deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
-    measure_python = make_venv(evil.loot.parent / "measure-env", deps)
+    measure_python, measure = measuring_evil(evil, tmp_path, "--sandbox", "off")
     post_python = make_venv(evil.loot.parent / "post-env", [str(SRC.parent)])
-    env = {**git_env(), "HOME": str(tmp_path), "ABDIFF_TEST_CANARY": "plain"}
+    env = {**git_env(), "HOME": str(tmp_path)}
     out = tmp_path / "out"
-
-    def measure(cache: Path, *extra: object) -> subprocess.CompletedProcess[str]:
-        argv = [measure_python, "-m", "abdiff", "main..evil", "--configs", suite, "--repo",
-                evil.path, "--cache-dir", cache, "--rounds", 2, "--max-rounds", 2, "--seed", 3,
-                "--prestart", "on", "--json", out / "result.json", *extra]
-        return subprocess.run(
-            [str(a) for a in argv],
-            env=env, capture_output=True, text=True, timeout=300, check=False)
 
     first = measure(tmp_path / "cache")
     assert first.returncode in (0, 1), first.stderr
+    # without a sandbox the key is the user's file, and it read it (the sandbox test below)
+    assert (evil.loot / "key-stolen").exists()
     # the replace ref it wrote into .git is named in the result and on stderr
     notes = json.loads((out / "result.json").read_text())["notes"]
     assert any("refs changed while the benchmark ran (refs/replace/" in n for n in notes), notes
     assert "abdiff: warning: the repository's refs changed" in first.stderr
     # the benchmark did read its ancestors' environments: no token in any (none was in
     # reach), and abdiff's own blanked for what workers do not get
-    seen = [e for p in evil.loot.glob("environ-*.json") for e in json.loads(p.read_text())
-            .values()]
+    seen = list(environments_seen(evil.loot).values())
     assert any("PATH=" in e for e in seen)
     assert not any(CANARY in e or "ABDIFF_TEST_CANARY=plain" in e for e in seen)
     # the process it left behind (double fork, setsid) ended with abdiff
@@ -622,6 +652,43 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
     checkout_a = tmp_path / "fresh-cache" / "checkouts"
     runner_a = next(checkout_a.glob(f"*/{evil.shas['main']}")) / RUNNER_PATH
     assert "payload-ran" not in runner_a.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux")
+                    or sandbox.trial(Confinement()) is not None,
+                    reason="no user namespaces here")
+def test_the_sandbox_stops_that_pull_request(tmp_path: Path) -> None:
+    """The same `evil` commit measured with the default `--sandbox auto` where namespaces
+    work: every attack of the benchmark fails. It finds no key, sees no process above its
+    sandbox, writes no replace ref into .git, no .pth into the measuring environment, nothing
+    into main's cached checkout; its leftover process dies with the round."""
+    (tmp_path / "evil").mkdir()
+    evil = build_evil_repo(tmp_path / "evil")
+    measure_python, measure = measuring_evil(evil, tmp_path)
+    first = measure(tmp_path / "cache")
+    assert first.returncode in (0, 1), first.stderr
+    assert "without a sandbox" not in first.stderr
+    assert not (evil.loot / "key-stolen").exists()
+    # the ancestors it could see: its sandbox's first process (1) and itself (2), no more
+    seen = environments_seen(evil.loot)
+    assert seen and set(seen) <= {1, 2}, sorted(seen)
+    assert not any("ABDIFF_TEST_CANARY" in e for e in seen.values())
+    # .git is read-only to it: no replace ref, no ref changed during the rounds
+    assert git(evil.path, "replace", "-l") == ""
+    notes = json.loads((tmp_path / "out" / "result.json").read_text())["notes"]
+    assert not any("refs changed" in n for n in notes), notes
+    # the measuring environment's site-packages are read-only to it: no .pth there
+    subprocess.run([measure_python, "-I", "-c", "pass"], check=True, timeout=60)
+    assert not (evil.loot / "pth-ran").exists()
+    # main's cached checkout is read-only to it: main's rounds ran main
+    assert not (evil.loot / "payload-ran").exists()
+    # its leftover meant to rewrite the stored rounds once abdiff was done: it never did
+    time.sleep(3.5)
+    assert not (evil.loot / "outlived").exists()
+    # and the run files say what the workers ran in
+    run_b = json.loads(next((tmp_path / "cache" / "runs").glob("*/b.json")).read_text())
+    assert run_b["env"]["sandbox"] == "user, mount and pid namespaces"
 
 
 def test_a_promisor_remote_planted_in_git_config_runs_nothing(tmp_path: Path) -> None:

@@ -93,6 +93,12 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                              "fork (each a fork of one process that imported torch once), on "
                              "(the next one starts while the current one measures), off "
                              "(every one cold); auto: fork (default auto)")
+    parser.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
+                        help="run benchmark code in user, mount and pid namespaces of its own "
+                             "(abdiff's key hidden; the repository, checkouts and Python "
+                             "environment read-only): auto uses them where they work and says "
+                             "why not elsewhere, on refuses to measure without them (default "
+                             "auto; docs/ci.md)")
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                         help="pass this credential-like variable to benchmark processes")
@@ -158,7 +164,8 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
         rounds=args.rounds, max_rounds=ceiling,
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
         device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
-        prestart=args.prestart, cache_dir=args.cache_dir, pass_env=tuple(args.pass_env),
+        prestart=args.prestart, sandbox=args.sandbox, cache_dir=args.cache_dir,
+        pass_env=tuple(args.pass_env),
         unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
         resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
         quiet=args.quiet)

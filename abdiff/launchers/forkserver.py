@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from abdiff import procfs
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
@@ -39,9 +40,12 @@ FORK_WAIT_S = 120.0  # for the first job the server may still be importing torch
 class ForkedProcess:
     """A worker forked by the server, seen through the server's messages."""
 
-    def __init__(self, server: ForkServer, pid: int) -> None:
+    def __init__(self, server: ForkServer, inner: int, pid: int | None) -> None:
         self.server = server
-        self.pid = pid
+        self.inner = inner  # its pid in the server's messages (the sandbox's pid namespace)
+        # its pid here, for signals to its process group; unknown (the server reaped it
+        # already): -1, which no signal reaches (pool.signal_group)
+        self.pid = pid if pid is not None else -1
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -50,18 +54,18 @@ class ForkedProcess:
     def wait(self, timeout: float | None = None) -> int:
         returncode = self._exit(timeout)
         if returncode is None:
-            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0.0)
+            raise subprocess.TimeoutExpired(f"forked worker {self.inner}", timeout or 0.0)
         return returncode
 
     def _exit(self, timeout: float | None) -> int | None:
         if self.returncode is None:
-            self.returncode = self.server.returncode(self.pid, timeout)
+            self.returncode = self.server.returncode(self.inner, timeout)
             if self.returncode is None and self.server.failure:
                 # the server died before this worker's exit came: it died with the server
                 self.returncode = -signal.SIGKILL  # what the parent-death signal did to it
                 # how it really ended is unknown: blaming the benchmark for a crash would be
                 # a verdict on no evidence
-                raise InfrastructureError(f"{self.server.failure} while worker {self.pid} ran; "
+                raise InfrastructureError(f"{self.server.failure} while worker {self.inner} ran; "
                                           "its round is lost, the rounds before it are kept "
                                           "(run the same command again to go on)")
         return self.returncode
@@ -120,7 +124,9 @@ class ForkServer:
             home.cleanup()
             return None
         self.taken += 1
-        return StartedProcess(ForkedProcess(self, pid), home)
+        # the server may run in a pid namespace of its own (launchers/sandbox.py)
+        here = procfs.seen_from_here(pid, server.proc.pid)
+        return StartedProcess(ForkedProcess(self, pid, here), home)
 
     def returncode(self, pid: int, timeout: float | None) -> int | None:
         """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end or

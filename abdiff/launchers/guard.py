@@ -1,48 +1,238 @@
 """The exec wrapper every worker command starts through (run by path, standard library
-only): `python guard.py PARENT_PID MAX_MEMORY_BYTES -- COMMAND...`.
+only): `python guard.py PARENT_PID MAX_MEMORY_BYTES [--confine JSON] -- COMMAND...`.
 
 It sets what used to be set between fork and exec with `preexec_fn`, which is unsafe
 once the parent has threads (tqdm starts one): the parent-death signal, so a worker
 does not outlive a SIGKILLed abdiff (it runs in its own session, out of reach of the
 terminal's signals), and the address-space limit of --max-memory (0: none). Then it
 replaces itself with COMMAND, so the launcher watches the command's own process.
+
+With `--confine` (launchers/sandbox.py decides it) COMMAND runs in a sandbox: user and
+mount namespaces of its own where abdiff's state folder is an empty folder and the
+repository, the checkouts and abdiff's Python environment are read-only, and, where
+/proc can be mounted, a pid namespace of its own in which no process outside it is
+seen. Then this process stays, waiting, so that the launcher still sees COMMAND's exit.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import resource
 import signal
 import sys
+from dataclasses import dataclass
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 CANNOT_EXEC = 127  # what a shell returns for a command it cannot run
+CANNOT_CONFINE = 126
+CANNOT_CONFINE_LINE = "abdiff: cannot sandbox the worker: "  # and why
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000  # sched.h
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8  # sys/mount.h
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+# statvfs flags a remount inside a user namespace must keep (the kernel locked them)
+KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+              (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+              (os.ST_RELATIME, MS_RELATIME))
+RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def arm_parent_death(parent: int) -> bool:
     """Linux: this process gets SIGKILL when its parent dies. False when `parent` is already
     gone (it died before the signal was armed); True elsewhere, where nothing is armed."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         return os.getppid() == parent
     return True
 
 
-def main(argv: list[str]) -> int:
-    parent, max_memory, separator, *command = argv
-    if separator != "--" or not command:
-        print("usage: guard.py PARENT_PID MAX_MEMORY_BYTES -- COMMAND...", file=sys.stderr)
-        return 2
-    if not arm_parent_death(int(parent)):
-        return 1
-    if int(max_memory) > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (int(max_memory), int(max_memory)))
+@dataclass(frozen=True)
+class Confinement:
+    """What a sandboxed worker sees: `hidden` folders are empty, `read_only` ones cannot be
+    written, `writable` ones (under a read-only one) can; with `own_proc`, a pid namespace
+    and a /proc of its own."""
+
+    hidden: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    own_proc: bool = True
+
+    def encode(self) -> str:
+        return json.dumps({"hidden": self.hidden, "read_only": self.read_only,
+                           "writable": self.writable, "own_proc": self.own_proc})
+
+    @classmethod
+    def decode(cls, text: str) -> Confinement:
+        fields = json.loads(text)
+        return cls(tuple(fields["hidden"]), tuple(fields["read_only"]),
+                   tuple(fields["writable"]), bool(fields["own_proc"]))
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def c(text: str | None) -> bytes | None:
+        return None if text is None else os.fsencode(text)
+
+    _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)),
+           f"mount {target}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _own_user_namespace(inside_uid: int, inside_gid: int, flags: int) -> None:
+    """Unshare a user namespace (and `flags`) whose only user is this process's, seen inside
+    as `inside_uid`/`inside_gid`."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(CLONE_NEWUSER | flags), "unshare")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{inside_uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{inside_gid} {gid} 1\n")
+
+
+def _remount(target: str, read_only: bool) -> None:
+    flags = os.statvfs(target).f_flag
+    kept = sum(ms for st, ms in KEPT_FLAGS if flags & st)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | kept | (MS_RDONLY if read_only else 0))
+
+
+def confine_mounts(confinement: Confinement) -> None:
+    """In mount and user namespaces of this process's own: hide, make read-only and
+    writable again what `confinement` says, shallow paths first (a writable folder under a
+    read-only one is bound again from a handle opened before anything was covered)."""
+    sources = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in confinement.writable}
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates out
+    steps = sorted([(path, "hide") for path in confinement.hidden]
+                   + [(path, "read_only") for path in confinement.read_only]
+                   + [(path, "writable") for path in confinement.writable],
+                   key=lambda step: step[0].rstrip("/").count("/"))
+    for path, kind in steps:
+        if kind == "hide":
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                   "size=4k,mode=000")
+        elif kind == "read_only":
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _remount(path, read_only=True)
+        else:
+            _mount(f"/proc/self/fd/{sources[path]}", path, None, MS_BIND | MS_REC)
+            _remount(path, read_only=False)
+    for handle in sources.values():
+        os.close(handle)
+
+
+def lock(uid: int, gid: int) -> None:
+    """Enter one more user namespace (and mount namespace): the mounts made so far become
+    locked there, so that not even a benchmark that is root inside can unmount or remount
+    them; inside it is `uid`/`gid`, the user it runs as outside."""
+    _own_user_namespace(uid, gid, CLONE_NEWNS)
+
+
+def exec_command(command: list[str]) -> int:
+    """Replace this process with `command`, with the signal dispositions a new program
+    expects (Python ignores SIGPIPE and SIGXFSZ); returns only when it cannot."""
+    for number in (signal.SIGPIPE, signal.SIGXFSZ, *RELAYED):
+        signal.signal(number, signal.SIG_DFL)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
         print(f"abdiff: cannot start {command[0]}: {exc.strerror}", file=sys.stderr)
     return CANNOT_EXEC
+
+
+def _quiet_stdio() -> None:
+    """Let go of stdin and stdout (the fork server's pipes to abdiff): only the command
+    holds them, so abdiff sees their end when the command's comes."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+def _init(command: list[str], uid: int, gid: int, report: int) -> None:
+    """Process 1 of the new pid namespace: mount its /proc, lock the mounts, start the
+    command and reap what ends until the command does; write how it ended to `report`.
+    When this process exits, the kernel kills whatever is left in the namespace."""
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    lock(uid, gid)
+    child = os.fork()
+    if child == 0:
+        os.close(report)
+        os._exit(exec_command(command))
+    _quiet_stdio()
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            os.write(report, str(os.waitstatus_to_exitcode(status)).encode())
+            return
+
+
+def run_confined(confinement: Confinement, command: list[str]) -> int:
+    """Run `command` in the sandbox `confinement` describes; returns its exit code (or dies
+    of its signal), or CANNOT_CONFINE with the reason on stderr."""
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        _own_user_namespace(0, 0, CLONE_NEWNS | (CLONE_NEWPID if confinement.own_proc else 0))
+        confine_mounts(confinement)
+        if not confinement.own_proc:
+            lock(uid, gid)
+            return exec_command(command)
+    except OSError as exc:
+        print(f"{CANNOT_CONFINE_LINE}{exc.strerror or exc}", file=sys.stderr)
+        return CANNOT_CONFINE
+    read_end, write_end = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(read_end)
+        try:
+            arm_parent_death(os.getppid())
+            _init(command, uid, gid, write_end)
+        except OSError as exc:
+            print(f"{CANNOT_CONFINE_LINE}{exc.strerror or exc}", file=sys.stderr)
+            os.write(write_end, str(CANNOT_CONFINE).encode())
+        os._exit(0)
+    os.close(write_end)
+    _quiet_stdio()
+    for number in RELAYED:  # they reach the command through its process group
+        signal.signal(number, signal.SIG_IGN)
+    os.waitpid(init, 0)
+    with os.fdopen(read_end, "rb") as handle:
+        said = handle.read().decode()
+    code = int(said) if said.lstrip("-").isdigit() else CANNOT_CONFINE
+    if code < 0:  # die of the command's signal, as the launcher expects of the command
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    parent, max_memory, *rest = argv
+    confinement = None
+    if rest[:1] == ["--confine"] and len(rest) > 1:
+        confinement, rest = Confinement.decode(rest[1]), rest[2:]
+    if rest[:1] != ["--"] or len(rest) < 2:
+        print("usage: guard.py PARENT_PID MAX_MEMORY_BYTES [--confine JSON] -- COMMAND...",
+              file=sys.stderr)
+        return 2
+    command = rest[1:]
+    if not arm_parent_death(int(parent)):
+        return 1
+    if int(max_memory) > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (int(max_memory), int(max_memory)))
+    if confinement is not None:
+        return run_confined(confinement, command)
+    return exec_command(command)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,14 @@ class WorkerProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
+def signal_group(pid: int, number: int) -> None:
+    """Send signal `number` to the process group led by `pid`, if it is still there (a pid
+    below 1 is a worker whose pid is unknown because it has ended: nothing to signal)."""
+    if pid > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, number)
+
+
 ProcessT = TypeVar("ProcessT", bound=WorkerProcess, covariant=True)
 
 
@@ -49,8 +57,7 @@ class StartedProcess(Generic[ProcessT]):
 
     def close(self) -> None:
         """Kill whatever is left of its process group; remove its HOME."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self.home.cleanup()
 

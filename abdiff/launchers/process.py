@@ -28,7 +28,8 @@ from typing import IO
 
 from abdiff import procfs
 from abdiff.errors import InfrastructureError
-from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess
+from abdiff.launchers import sandbox
+from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
 from abdiff.targets.base import LaunchSpec
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
@@ -59,7 +60,6 @@ SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_
                    "*CREDENTIAL*", "*_AUTH*")
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
-GUARD = Path(__file__).with_name("guard.py")
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _adopted_at: int | None = None  # when abdiff began adopting orphans (clock ticks since boot)
@@ -135,12 +135,19 @@ def _kill(pids: list[int]) -> list[int]:
 def end_orphans() -> list[int]:
     """SIGKILL the children abdiff did not start (start_process) and what runs below them:
     processes of the benchmark that outlived their worker and came to abdiff as its
-    subreaper. Called after every round, before the rounds are stored and signed, so that
-    none is left to rewrite them; returns their pids."""
+    subreaper, or to the first process of a sandbox's pid namespace. Called after every
+    round, before the rounds are stored and signed, so that none is left to rewrite them;
+    returns their pids."""
     if _adopted_at is None:
         return []
     table = procfs.children()
     adopted = [pid for pid in table.get(os.getpid(), []) if pid not in _started]
+    # in a sandbox's pid namespace orphans come to its first process (guard.py), whose own
+    # child, the command, is process 2 there
+    inits = [child for pid in _started for child in table.get(pid, [])
+             if procfs.namespace_pid(child) == 1]
+    adopted += [pid for init in inits for pid in table.get(init, [])
+                if procfs.namespace_pid(pid) != 2]
     return _kill(procfs.below(adopted, table))
 
 
@@ -215,23 +222,23 @@ def _kill_group(proc: WorkerProcess) -> int:
     Ctrl-C while waiting): no worker outlives abdiff.
     """
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         proc.wait(timeout=KILL_GRACE_S)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         pass
     finally:
         # the leader is gone or ignored SIGTERM; make sure it and its children are gone
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
     return proc.wait()
 
 
 def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
-    limit inside the new process before it execs `argv` (no preexec_fn: see guard.py)."""
+    limit inside the new process, and enters the sandbox in force (launchers/sandbox.py),
+    before it execs `argv` (no preexec_fn: see guard.py)."""
     # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
-    return [sys.executable, "-S", str(GUARD), str(os.getpid()), str(max_memory_bytes or 0), "--",
-            *argv]
+    return [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), str(max_memory_bytes or 0),
+            *sandbox.guard_options(), "--", *argv]
 
 
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,

@@ -1,0 +1,133 @@
+"""Benchmark processes in a sandbox of their own, where the OS allows (`--sandbox`).
+
+A pull request's benchmark runs as abdiff's user. Outside a sandbox it can read
+abdiff's key for stored rounds (a 0600 file of that user), write the repository's
+`.git` (a replace ref, a moved branch), the cached checkouts and abdiff's own Python
+environment (a `.pth` file), and see every process of the user. In the sandbox
+(guard.py enters it before the worker's command starts, Linux user, mount and pid
+namespaces, no privilege needed) abdiff's state folder is an empty folder, the
+repository, the checkouts and the Python environment are read-only, and /proc shows
+the worker's own processes only. Its measurements are written where they always
+were (the cache's `runs/`), which stays writable, as the system's temporary folder.
+
+`--sandbox auto` (the default) uses it when a trial start works and says once why not
+otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError
+from abdiff.launchers.guard import CANNOT_CONFINE_LINE, Confinement
+from abdiff.targets.base import ABDIFF_ROOT
+
+MODES = ("auto", "on", "off")
+PROBE_TIMEOUT_S = 30.0
+GUARD = Path(__file__).with_name("guard.py")
+# what a trial start checks inside: that the namespaces and mounts were made
+PROBE = "import os, sys; sys.exit(0 if os.getuid() == int(sys.argv[1]) else 1)"
+_active: Confinement | None = None
+
+
+def python_folders() -> set[Path]:
+    """Where abdiff's Python imports from: the standard library, every site-packages on
+    its path, the user's site-packages and abdiff's own folder (a `.pth` file or a module
+    written there would run in abdiff's next command, and in the posting step)."""
+    folders = {Path(ABDIFF_ROOT)}
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
+        folders |= {Path(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    folders.add(Path(site.getusersitepackages()))
+    folders |= {Path(entry) for entry in sys.path
+                if Path(entry).name in ("site-packages", "dist-packages")}
+    return folders
+
+
+def _under(path: Path, folders: set[Path]) -> bool:
+    return any(path == folder or folder in path.parents for folder in folders)
+
+
+def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
+         state_folder: Path) -> Confinement:
+    """The sandbox of a measurement: abdiff's state folder hidden; the repository (its
+    working tree and its git common dir), the cache's checkouts and abdiff's Python
+    environment read-only; the cache's `runs/` and the temporary folder writable."""
+    hidden = {state_folder.resolve()}
+    read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir / "checkouts",
+                                       *python_folders())}
+    read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
+    writable = {p.resolve() for p in (cache_dir / "runs", Path(tempfile.gettempdir()))}
+    writable = {p for p in writable if _under(p, read_only)}
+    return Confinement(tuple(sorted(map(str, hidden))), tuple(sorted(map(str, read_only))),
+                       tuple(sorted(map(str, writable))))
+
+
+def guard_options(confinement: Confinement | None = None) -> list[str]:
+    """guard.py's options for the sandbox in force (or `confinement`), none without one."""
+    chosen = confinement or _active
+    return [] if chosen is None else ["--confine", chosen.encode()]
+
+
+def trial(confinement: Confinement) -> str | None:
+    """Start one small process in `confinement`, for real: None when it ran, else why not
+    (guard.py's own line)."""
+    argv = [sys.executable, "-S", str(GUARD), str(os.getpid()), "0",
+            *guard_options(confinement), "--", sys.executable, "-S", "-c", PROBE,
+            str(os.geteuid())]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"a trial start did not end within {PROBE_TIMEOUT_S:g} s"
+    if done.returncode == 0:
+        return None
+    lines = [line.removeprefix(CANNOT_CONFINE_LINE) for line in done.stderr.splitlines()
+             if line.strip()]
+    return lines[-1] if lines else f"a trial start ended with exit code {done.returncode}"
+
+
+def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
+          state_folder: Path) -> str:
+    """Put the workers this process starts from now on in the sandbox `mode` asks for;
+    returns what they run in, in words (recorded with the run). `on` without a sandbox:
+    InfrastructureError."""
+    global _active
+    _active = None
+    if mode == "off":
+        return "none (--sandbox off)"
+    if not sys.platform.startswith("linux"):
+        why = f"namespaces are Linux's, this is {sys.platform}"
+    else:
+        (cache_dir / "checkouts").mkdir(parents=True, exist_ok=True)
+        (cache_dir / "runs").mkdir(parents=True, exist_ok=True)
+        confinement = plan(repo_root, git_common_dir, cache_dir, state_folder)
+        why = trial(confinement)
+        if why is None:
+            _active = confinement
+            return "user, mount and pid namespaces"
+        without_pid = dataclasses.replace(confinement, own_proc=False)
+        if trial(without_pid) is None:
+            _active = without_pid
+            return f"user and mount namespaces (no /proc of its own: {why})"
+    if mode == "on":
+        raise InfrastructureError(f"--sandbox on: workers cannot be sandboxed here ({why}); "
+                                  "allow unprivileged user namespaces (docs/ci.md), or measure "
+                                  "with --sandbox auto in a throwaway container")
+    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): it can write "
+          "the repository's .git and read abdiff's key for stored rounds (docs/ci.md)",
+          file=sys.stderr)
+    return f"none ({why})"
+
+
+def release() -> None:
+    """Workers started from now on run without the sandbox (the command is over)."""
+    global _active
+    _active = None

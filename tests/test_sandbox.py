@@ -1,0 +1,245 @@
+"""launchers/sandbox.py and guard.py's --confine: benchmark code in user, mount and pid
+namespaces of its own. Each test plants the attack for real, in a process started the way
+abdiff starts workers, and checks what it could do."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import abdiff_argv, config_id, git_env, one_line, write_suite
+
+from abdiff.errors import InfrastructureError
+from abdiff.launchers import sandbox
+from abdiff.launchers.guard import Confinement
+from abdiff.targets.base import ABDIFF_ROOT
+
+AVAILABLE = sys.platform.startswith("linux") and sandbox.trial(Confinement()) is None
+needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason="no user namespaces here")
+
+
+def confined(confinement: Confinement, code: str, *args: str) -> subprocess.Popen[str]:
+    """`python -c CODE ARGS` started as abdiff starts a worker, in `confinement`."""
+    argv = [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), "0",
+            *sandbox.guard_options(confinement), "--", sys.executable, "-c",
+            textwrap.dedent(code), *args]
+    # the environment a worker gets (process.worker_environment), not this process's
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            env={"PATH": os.environ["PATH"]})
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, dict, str]:
+    out, err = proc.communicate(timeout=60)
+    lines = out.splitlines()
+    return proc.returncode, json.loads(lines[-1]) if lines else {}, err
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> dict[str, Path]:
+    """A state folder with a key, a repository with .git, a cache under it (checkouts
+    read-only, runs writable), and a folder outside everything."""
+    paths = {name: tmp_path / name for name in ("state", "repo", "outside")}
+    paths.update(git=paths["repo"] / ".git", checkouts=paths["repo"] / ".cache" / "checkouts",
+                 runs=paths["repo"] / ".cache" / "runs")
+    for folder in paths.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    (paths["state"] / "resume.key").write_bytes(b"k" * 32)
+    (paths["git"] / "HEAD").write_text("ref: refs/heads/main\n")
+    return paths
+
+
+ATTACK = """
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+state, repo, git, runs, outside, undo = sys.argv[1:7]
+seen = {}
+def attempt(name, action):
+    try:
+        action()
+        seen[name] = "done"
+    except OSError as exc:
+        seen[name] = exc.strerror
+attempt("read key", lambda: open(os.path.join(state, "resume.key")).read())
+seen["state lists"] = os.listdir(state)
+attempt("write .git", lambda: open(os.path.join(git, "HEAD"), "w").write("ref: refs/heads/evil"))
+attempt("write repo", lambda: open(os.path.join(repo, "planted.py"), "w").write("x"))
+attempt("write runs", lambda: open(os.path.join(runs, "record.log"), "w").write("ok"))
+attempt("write outside", lambda: open(os.path.join(outside, "note"), "w").write("ok"))
+if undo == "undo":  # undo the sandbox, as a root inside would: each must fail
+    seen["umount state"] = libc.umount2(state.encode(), 2) == 0  # MNT_DETACH
+    seen["remount .git rw"] = libc.mount(None, repo.encode(), None, 32 | 4096, None) == 0
+    seen["bind state's parent without its mounts"] = libc.mount(
+        os.path.dirname(state).encode(), outside.encode(), None, 4096, None) == 0
+seen["uid"] = os.getuid()
+print(json.dumps(seen))
+"""
+
+
+@needs_namespaces
+def test_the_key_is_hidden_and_the_repository_read_only(layout: dict[str, Path]) -> None:
+    confinement = sandbox.plan(layout["repo"], layout["git"], layout["repo"] / ".cache",
+                               layout["state"])
+    code, seen, err = finish(confined(confinement, ATTACK, *(str(layout[k]) for k in (
+        "state", "repo", "git", "runs", "outside")), "undo"))
+    assert code == 0, err
+    assert seen["read key"] == "No such file or directory" and seen["state lists"] == []
+    assert seen["write .git"] == seen["write repo"] == "Read-only file system"
+    assert seen["write runs"] == seen["write outside"] == "done"
+    assert not any(seen[k] for k in ("umount state", "remount .git rw",
+                                     "bind state's parent without its mounts"))
+    assert seen["uid"] == os.geteuid()  # the user it is outside, not a root of its own
+    # and nothing changed outside
+    assert (layout["git"] / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert not (layout["repo"] / "planted.py").exists()
+    assert (layout["runs"] / "record.log").read_text() == "ok"
+
+
+@needs_namespaces
+def test_the_attack_works_without_the_sandbox(layout: dict[str, Path]) -> None:
+    """The same attack outside a sandbox (without the attempts to unmount, which would
+    change this machine's mounts as root): the key is read, .git is written."""
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ATTACK), *(
+        str(layout[k]) for k in ("state", "repo", "git", "runs", "outside")), "keep"],
+        stdout=subprocess.PIPE, text=True)
+    seen = json.loads(proc.communicate(timeout=60)[0])
+    assert seen["read key"] == seen["write .git"] == "done"
+    (layout["git"] / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+PROCESSES = """
+import json, os, sys, time
+others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+environ = {}
+for pid in (os.getppid(), int(sys.argv[1])):
+    try:
+        environ[pid] = open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace")
+    except OSError as exc:
+        environ[pid] = exc.strerror
+if os.fork() == 0:  # a process left behind: it should not outlive the command
+    os.setsid()
+    time.sleep(1.5)
+    open(sys.argv[2], "w").write("outlived")
+    os._exit(0)
+print(json.dumps({"pids": others, "me": os.getpid(), "environ": environ}))
+"""
+
+
+@needs_namespaces
+def test_no_process_outside_the_sandbox_is_seen_and_none_outlives_it(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setenv("ABDIFF_TEST_CANARY", "in-abdiff")
+    marker = tmp_path / "outlived"
+    code, seen, err = finish(confined(Confinement(), PROCESSES, str(os.getpid()), str(marker)))
+    assert code == 0, err
+    # process 1 is the sandbox's first process (guard.py), 2 the command, 3 the leftover
+    assert seen["me"] == 2 and set(seen["pids"]) <= {1, 2, 3}
+    assert "ABDIFF_TEST_CANARY" not in json.dumps(seen["environ"])
+    time.sleep(2.0)
+    assert not marker.exists()
+
+
+@needs_namespaces
+@pytest.mark.parametrize(("code", "returncode"), [
+    ("import sys; sys.exit(7)", 7),
+    ("import os; os.abort()", -signal.SIGABRT),
+    ("import ctypes; ctypes.string_at(0)", -signal.SIGSEGV),
+])
+def test_the_commands_exit_is_the_workers(code: str, returncode: int) -> None:
+    assert confined(Confinement(), code).wait(timeout=60) == returncode
+
+
+@needs_namespaces
+def test_sigterm_to_the_group_reaches_the_command(tmp_path: Path) -> None:
+    """abdiff stops a worker with SIGTERM to its process group (then SIGKILL): the command
+    gets it, its handler runs, and its exit is the worker's."""
+    handler = """
+    import pathlib, signal, sys, time
+    def stop(*_):
+        pathlib.Path(sys.argv[1]).write_text("stopped")
+        sys.exit(5)
+    signal.signal(signal.SIGTERM, stop)
+    print("{}", flush=True)
+    time.sleep(60)
+    """
+    proc = confined(Confinement(), handler, str(tmp_path / "stopped"))
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "{}"
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 5
+    assert (tmp_path / "stopped").read_text() == "stopped"
+
+
+def test_the_plan(tmp_path: Path) -> None:
+    repo, state = tmp_path / "repo", tmp_path / "state"
+    cache = repo / ".abdiff"
+    for folder in (repo / ".git", cache / "checkouts", cache / "runs", state):
+        folder.mkdir(parents=True)
+    plan = sandbox.plan(repo, repo / ".git", cache, state)
+    assert plan.hidden == (str(state),)
+    assert {str(repo), str(repo / ".git"), str(cache / "checkouts"),
+            str(ABDIFF_ROOT)} <= set(plan.read_only)
+    # the runs folder is under the read-only repository here, so written again
+    assert str(cache / "runs") in plan.writable
+    # a cache elsewhere: nothing to make writable again
+    elsewhere = tmp_path / "cache"
+    (elsewhere / "runs").mkdir(parents=True)
+    assert str(elsewhere / "runs") not in sandbox.plan(repo, repo / ".git", elsewhere,
+                                                       state).writable
+
+
+def test_off_runs_without_it(tmp_path: Path) -> None:
+    assert sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path) == \
+        "none (--sandbox off)"
+    assert sandbox.guard_options() == []
+
+
+# ---------------------------------------------------------------- where namespaces are refused
+
+# a user namespace of the test's own whose limit of nested user namespaces is 0 (the limit
+# is per namespace: the machine's is untouched): abdiff inside cannot make its sandbox
+NO_USER_NAMESPACES = ["unshare", "--user", "--map-root-user", "sh", "-c",
+                      'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh"]
+
+
+@needs_namespaces
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_where_namespaces_are_refused(mode: str, faulty_repo: Path, tmp_path: Path) -> None:
+    """`on` refuses to measure (exit 3, one line saying why and what to do); `auto` measures
+    and says once that the benchmark ran without a sandbox, and the run file records it."""
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    proc = subprocess.run(
+        [*NO_USER_NAMESPACES, *abdiff_argv(
+            "main..main", "--configs", suite, "--repo", faulty_repo, "--cache-dir",
+            tmp_path / "cache", "--rounds", 1, "--max-rounds", 1, "--sandbox", mode,
+            "--prestart", "off")],
+        env=git_env(), capture_output=True, text=True, timeout=240, check=False)
+    if mode == "on":
+        assert proc.returncode == 3, proc.stderr
+        line = one_line(proc.stderr)
+        assert line.startswith("abdiff: error: --sandbox on: workers cannot be sandboxed here "
+                               "(unshare: No space left on device); allow unprivileged user "
+                               "namespaces"), line
+        return
+    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stderr.count("benchmark code runs without a sandbox here") == 1
+    run_a = json.loads(next((tmp_path / "cache" / "runs").glob("*/a.json")).read_text())
+    assert run_a["env"]["sandbox"].startswith("none (unshare: No space left on device")
+    assert run_a["configs"][0]["id"] == config_id(2)
+
+
+@needs_namespaces
+def test_the_trial_says_why_it_failed(tmp_path: Path) -> None:
+    """A folder to hide that does not exist: the trial start fails and says which mount."""
+    missing = tmp_path / "missing"
+    why = sandbox.trial(Confinement(hidden=(str(missing),)))
+    assert why == f"mount {missing}: No such file or directory"
+    with pytest.raises(InfrastructureError):
+        sandbox.start("on", tmp_path, tmp_path, tmp_path, missing)
+    sandbox.release()
