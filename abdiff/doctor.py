@@ -31,6 +31,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from abdiff.clocks import all_pinning
+from abdiff.launchers import sandbox
+from abdiff.launchers.guard import Confinement
 from abdiff.targets import target_class
 from abdiff.targets.base import Target
 
@@ -46,6 +48,11 @@ class Check:
     required_by: tuple[str, ...] = ()
 
 
+# what every target loses without a component
+EVERY_TARGET_NEEDS = {"sandbox": "isolation: benchmark code can write .git and the "
+                                 "checkouts, and read abdiff's key for stored rounds"}
+
+
 @dataclass
 class Machine:
     """What the checks look at; injectable so tests need no GPU and no installed tools."""
@@ -57,6 +64,8 @@ class Machine:
     gpus: Callable[[], list[str]] = field(default=lambda: _gpus())
     torch: Callable[[], tuple[str | None, str | None]] = field(default=lambda: _torch())
     clocks: Callable[[], tuple[list[str], str | None]] = field(default=lambda: all_pinning())
+    # why benchmark code cannot run in namespaces of its own here, None when it can
+    sandbox: Callable[[], str | None] = field(default=lambda: sandbox.trial(Confinement()))
 
 
 def _version(name: str) -> str | None:
@@ -130,13 +139,18 @@ def machine_checks(targets: list[type[Target]], machine: Machine | None = None) 
     for tool in ("nsys", "mpirun"):
         path = m.which(tool)
         found.append((tool, path is not None, path or "not on PATH"))
+    why_not = m.sandbox()
+    found.append(("sandbox", why_not is None,
+                  "user, mount and pid namespaces: --sandbox auto runs benchmarks in them"
+                  if why_not is None else f"not here: {why_not} (docs/ci.md)"))
     srun = m.which("srun")
     why = ("srun is not on PATH" if srun is None else
            None if m.environ.get("SLURM_JOB_ID") else
            f"{srun}, but SLURM_JOB_ID is not set (not inside a Slurm allocation)")
     found.append(("srun", why is None,
                   f"{srun} in job {m.environ.get('SLURM_JOB_ID')}" if why is None else why))
-    return [Check(name, present, detail, {t.name: t.needs.get(name, "") for t in targets},
+    return [Check(name, present, detail,
+                  {t.name: t.needs.get(name, EVERY_TARGET_NEEDS.get(name, "")) for t in targets},
                   tuple(t.name for t in targets if name in t.requires))
             for name, present, detail in found]
 

@@ -32,7 +32,7 @@ from abdiff.exposure import private_dir
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import adopt_leftovers
-from abdiff.launchers.warm import prime, unprime
+from abdiff.launchers.warm import prime
 from abdiff.machine_state import read_machine, summary_line
 from abdiff.machine_state import to_json as machine_json
 from abdiff.measure import resolve_device, timing_kind
@@ -102,24 +102,22 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
-    # before the first worker: a fork server keeps the namespaces it started in
-    workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
-                                private_dir())
-    start_mode = worker_start(schedule.prestart)
-    # the first worker (the fork server) imports torch while the checks below run and the
-    # checkouts are made; in the system's temporary folder: a run the checks refuse leaves
-    # the cache untouched. Not for --resume: a finished run re-reports without any worker,
-    # and ending a server still importing torch cost seconds (a resumed unfinished run
-    # starts its server when it measures)
-    if not schedule.resume:
-        prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
         problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
         if problem:
-            unprime(launcher)
             raise InfrastructureError(problem)
+    # before the first worker: a fork server keeps the namespaces it started in
+    workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
+                               private_dir())
+    start_mode = worker_start(schedule.prestart)
+    # the first worker (the fork server) imports torch while the rest of the set-up runs
+    # and the checkouts are made; in the system's temporary folder. Not for --resume: a
+    # finished run re-reports without any worker, and ending a server still importing
+    # torch cost seconds (a resumed unfinished run starts its server when it measures)
+    if not schedule.resume:
+        prime(launcher, start_mode, Path(tempfile.gettempdir()),
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
     # what the suite means for this target (the command target may run its benchmark once)
     suite = with_configs(suite, target.configs(suite, repo_root))
     settings = RoundSettings(

@@ -133,3 +133,16 @@ def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
                         "pass --target trtllm or --repo PATH to check another)")
     assert lines[-1] == ("abdiff doctor: target reference: this machine can run it (no hooks "
                          "checked: give a benchmark repository and a range) (exit 0)")
+
+
+def test_the_sandbox_is_checked() -> None:
+    """This machine (namespaces work for root here) and one that refuses them."""
+    here = {c.name: c for c in machine_checks([target_class("reference")])}["sandbox"]
+    assert here.present and here.detail.startswith("user, mount and pid namespaces")
+    refused = Machine(sandbox=lambda: "unshare: Operation not permitted")
+    checks = machine_checks([target_class("reference")], refused)
+    row = {c.name: c for c in checks}["sandbox"]
+    assert not row.present and row.detail == "not here: unshare: Operation not permitted " \
+        "(docs/ci.md)"
+    assert "isolation: benchmark code" in machine_table(checks, ["reference"])
+    assert missing_for(checks, "reference") == []  # measuring goes on, and says so

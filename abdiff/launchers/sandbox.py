@@ -106,9 +106,12 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
     if not sys.platform.startswith("linux"):
         why = f"namespaces are Linux's, this is {sys.platform}"
     else:
+        # what is read-only must exist before the workers start: a folder made later would
+        # be writable to a fork server started earlier
         (cache_dir / "checkouts").mkdir(parents=True, exist_ok=True)
-        (cache_dir / "runs").mkdir(parents=True, exist_ok=True)
         confinement = plan(repo_root, git_common_dir, cache_dir, state_folder)
+        for folder in confinement.writable:  # the cache's runs/ under a read-only folder
+            Path(folder).mkdir(parents=True, exist_ok=True)
         why = trial(confinement)
         if why is None:
             _active = confinement

@@ -65,10 +65,3 @@ def prime(launcher: Launcher, mode: str, under: Path, env: dict[str, str] | None
         pool.start_waiting(env)
         launcher.standby = pool
         atexit.register(pool.close)  # a run that stops before measuring leaves nothing
-
-
-def unprime(launcher: Launcher) -> None:
-    """End a pool that `prime` started and no measurement took over (the run stopped)."""
-    if launcher.standby is not None:
-        launcher.standby.close()
-        launcher.standby = None

@@ -21,6 +21,8 @@ reports.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from abdiff.errors import InputError
-from abdiff.launchers.process import worker_environment
+from abdiff.launchers.process import guarded, worker_environment
 from abdiff.protocol import RoundJob
 from abdiff.suites import Config, Suite
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, Target
@@ -67,10 +69,16 @@ def discover(options: CommandOptions, folder: Path, where: str) -> list[str]:
         out = Path(scratch) / "benchmark.json"
         argv = [*options.command, *benchmark_arguments(options.format, out, 1, None)]
         fix = "build it there, or list the configs in the suite's target.benchmarks"
+        if shutil.which(argv[0], path=os.environ.get("PATH")) is None and not os.access(
+                folder / argv[0], os.X_OK):
+            raise InputError(f"{where}: target.command {options.command[0]} cannot run in "
+                             f"{folder} to list its benchmarks (no such program); {fix}")
         try:
-            done = subprocess.run(argv, cwd=folder, capture_output=True, text=True,
-                                  timeout=DISCOVERY_TIMEOUT_S, check=False,
-                                  env=worker_environment({}, home=Path(scratch)))
+            # the repository's code: started as a worker is, in the sandbox in force
+            done = subprocess.run(guarded(argv, None), cwd=folder, capture_output=True,
+                                  text=True, timeout=DISCOVERY_TIMEOUT_S, check=False,
+                                  env=worker_environment({}, home=Path(scratch)),
+                                  stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise InputError(f"{where}: target.command {options.command[0]} cannot run in "
                              f"{folder} to list its benchmarks ({exc}); {fix}") from None
