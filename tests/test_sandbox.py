@@ -176,13 +176,47 @@ def test_sigterm_to_the_group_reaches_the_command(tmp_path: Path) -> None:
     assert (tmp_path / "stopped").read_text() == "stopped"
 
 
+@needs_namespaces
+def test_the_users_credentials_are_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    """The real home's SSH key, .netrc and docker login: a worker's HOME is a fresh folder,
+    but it can name the real one; in the sandbox they are empty."""
+    home = tmp_path / "home"
+    for name, text in ((".ssh/id_ed25519", "PRIVATE KEY"), (".netrc", "password hunter2"),
+                       (".docker/config.json", '{"auths": {}}')):
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    monkeypatch.setenv("HOME", str(home))
+    state = tmp_path / "state"
+    state.mkdir()
+    confinement = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache", state)
+    assert {str(home / ".ssh"), str(home / ".netrc"), str(home / ".docker")} <= set(
+        confinement.hidden)
+    read = """
+    import json, sys
+    seen = {}
+    for path in sys.argv[1:]:
+        try:
+            seen[path] = open(path).read()
+        except OSError as exc:
+            seen[path] = exc.strerror
+    print(json.dumps(seen))
+    """
+    paths = [str(home / n) for n in (".ssh/id_ed25519", ".netrc", ".docker/config.json")]
+    code, seen, err = finish(confined(confinement, read, *paths))
+    assert code == 0, err
+    assert seen == {paths[0]: "No such file or directory", paths[1]: "",
+                    paths[2]: "No such file or directory"}
+    assert (home / ".netrc").read_text() == "password hunter2"  # untouched outside
+
+
 def test_the_plan(tmp_path: Path) -> None:
     repo, state = tmp_path / "repo", tmp_path / "state"
     cache = repo / ".abdiff"
     for folder in (repo / ".git", cache / "checkouts", cache / "runs", state):
         folder.mkdir(parents=True)
     plan = sandbox.plan(repo, repo / ".git", cache, state)
-    assert plan.hidden == (str(state),)
+    assert str(state) in plan.hidden
     assert {str(repo), str(repo / ".git"), str(cache / "checkouts"),
             str(ABDIFF_ROOT)} <= set(plan.read_only)
     # the runs folder is under the read-only repository here, so written again
@@ -243,3 +277,53 @@ def test_the_trial_says_why_it_failed(tmp_path: Path) -> None:
     with pytest.raises(InfrastructureError):
         sandbox.start("on", tmp_path, tmp_path, tmp_path, missing)
     sandbox.release()
+
+
+LEAVER = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+from abdiff.launchers import process, sandbox
+from abdiff.targets.base import LaunchSpec
+folder = Path(sys.argv[1])
+for name in ("repo", "cache", "state"):
+    (folder / name).mkdir()
+process.adopt_leftovers()
+print(sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state"),
+      file=sys.stderr)
+# a fork server whose worker leaves a process behind (double fork, setsid) and exits
+SERVER = '''
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(sys.argv[1] + "/left", "w").write(str(os.getppid()))
+        time.sleep(1.5)
+        open(sys.argv[1] + "/outlived", "w").write("yes")
+        os._exit(0)
+    os._exit(0)
+time.sleep(30)
+'''
+server = process.start_process(LaunchSpec([sys.executable, "-c", SERVER, str(folder)], folder),
+                               subprocess.DEVNULL, folder / "err.txt", None, None)
+while not (folder / "left").exists():
+    time.sleep(0.01)
+killed = process.end_orphans()  # after the round
+time.sleep(2.5)
+print(json.dumps({"killed": len(killed), "server_alive": server.proc.poll() is None,
+                  "outlived": (folder / "outlived").exists(),
+                  "adopted_by": (folder / "left").read_text()}))
+server.close()
+process.end_leftovers()
+"""
+
+
+@needs_namespaces
+def test_a_leftover_in_a_servers_sandbox_ends_after_the_round(tmp_path: Path) -> None:
+    """In the fork server's pid namespace a leftover comes to the namespace's first process,
+    not to abdiff: the kill after the round finds it there, and the server lives on."""
+    done = subprocess.run([sys.executable, "-c", LEAVER, str(tmp_path)], capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "user, mount and pid namespaces"
+    seen = json.loads(done.stdout)
+    assert seen == {"killed": 1, "server_alive": True, "outlived": False, "adopted_by": "1"}

@@ -51,9 +51,9 @@ def arm_parent_death(parent: int) -> bool:
 
 @dataclass(frozen=True)
 class Confinement:
-    """What a sandboxed worker sees: `hidden` folders are empty, `read_only` ones cannot be
-    written, `writable` ones (under a read-only one) can; with `own_proc`, a pid namespace
-    and a /proc of its own."""
+    """What a sandboxed worker sees: `hidden` folders are empty and hidden files read as
+    empty, `read_only` folders cannot be written, `writable` ones (under a read-only one)
+    can; with `own_proc`, a pid namespace and a /proc of its own."""
 
     hidden: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
@@ -118,9 +118,11 @@ def confine_mounts(confinement: Confinement) -> None:
                    + [(path, "writable") for path in confinement.writable],
                    key=lambda step: step[0].rstrip("/").count("/"))
     for path, kind in steps:
-        if kind == "hide":
+        if kind == "hide" and os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
                    "size=4k,mode=000")
+        elif kind == "hide":  # a file reads as empty
+            _mount(os.devnull, path, None, MS_BIND)
         elif kind == "read_only":
             _mount(path, path, None, MS_BIND | MS_REC)
             _remount(path, read_only=True)

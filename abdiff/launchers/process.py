@@ -146,9 +146,13 @@ def end_orphans() -> list[int]:
     # child, the command, is process 2 there
     inits = [child for pid in _started for child in table.get(pid, [])
              if procfs.namespace_pid(child) == 1]
-    adopted += [pid for init in inits for pid in table.get(init, [])
-                if procfs.namespace_pid(pid) != 2]
-    return _kill(procfs.below(adopted, table))
+    orphans = [pid for init in inits for pid in table.get(init, [])
+               if procfs.namespace_pid(pid) != 2]
+    killed = _kill(procfs.below(adopted + orphans, table))
+    for pid in adopted:  # abdiff's children now: reaped here, or they stay zombies
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return killed
 
 
 def end_leftovers() -> list[int]:

@@ -34,6 +34,12 @@ PROBE_TIMEOUT_S = 30.0
 GUARD = Path(__file__).with_name("guard.py")
 # what a trial start checks inside: that the namespaces and mounts were made
 PROBE = "import os, sys; sys.exit(0 if os.getuid() == int(sys.argv[1]) else 1)"
+# where a user's credentials live under their home folder: hidden from the benchmark (its
+# HOME is a fresh folder already; these are the real home's, which it can still name)
+CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", ".docker",
+               ".aws", ".azure", ".config/gcloud", ".config/gh", ".kube", ".gnupg", ".pypirc",
+               ".npmrc", ".cargo/credentials", ".cargo/credentials.toml",
+               ".cache/huggingface/token", ".huggingface/token", ".config/hub")
 _active: Confinement | None = None
 
 
@@ -57,10 +63,13 @@ def _under(path: Path, folders: set[Path]) -> bool:
 
 def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
          state_folder: Path) -> Confinement:
-    """The sandbox of a measurement: abdiff's state folder hidden; the repository (its
-    working tree and its git common dir), the cache's checkouts and abdiff's Python
-    environment read-only; the cache's `runs/` and the temporary folder writable."""
-    hidden = {state_folder.resolve()}
+    """The sandbox of a measurement: abdiff's state folder and the user's credentials
+    (CREDENTIALS) hidden; the repository (its working tree and its git common dir), the
+    cache's checkouts and abdiff's Python environment read-only; the cache's `runs/` and the
+    temporary folder writable."""
+    home = Path.home()
+    hidden = {state_folder.resolve(), *((home / name).resolve() for name in CREDENTIALS
+                                        if (home / name).exists())}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir / "checkouts",
                                        *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
