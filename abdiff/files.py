@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,16 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_path(path: Path) -> None:
+    """Remove whatever is at `path`: a folder with its contents, a file, or a link (never
+    followed: a link the benchmark planted where abdiff keeps a round names a folder abdiff
+    must not empty)."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def path_under_root(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:

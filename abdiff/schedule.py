@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.exposure import authentic, authenticate, warn_if_root
-from abdiff.files import write_atomic
+from abdiff.files import remove_path, write_atomic
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
@@ -280,8 +280,9 @@ def run_slots(
         started = time.monotonic()
         side_run = measurement.sides[side]
         work_dir = measurement.round_dir(side, round_index)
-        if work_dir.exists():
-            shutil.rmtree(work_dir)  # a half-run round from an interrupted run
+        # a half-run round from an interrupted run, or what the other side's benchmark
+        # planted where this round's records go (runs/ is writable to it)
+        remove_path(work_dir)
         if side_run.refresh is not None:
             side_run.checkout = side_run.refresh()
         progress.watch(work_dir, side)
