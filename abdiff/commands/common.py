@@ -14,6 +14,7 @@ from abdiff import stats
 from abdiff.errors import InputError, did_you_mean
 from abdiff.exposure import refuse_secrets
 from abdiff.files import write_atomic
+from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
 from abdiff.records import Result
@@ -93,7 +94,7 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                              "fork (each a fork of one process that imported torch once), on "
                              "(the next one starts while the current one measures), off "
                              "(every one cold); auto: fork (default auto)")
-    parser.add_argument("--sandbox", choices=["auto", "on", "off"], default="auto",
+    parser.add_argument("--sandbox", choices=SANDBOX_MODES, default="auto",
                         help="run benchmark code in user, mount and pid namespaces of its own "
                              "(abdiff's key hidden; the repository, checkouts and Python "
                              "environment read-only): auto uses them where they work and says "
