@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,30 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_worker_file(path: Path, tail: int | None = None) -> str:
+    """The text of a file a worker wrote, its last `tail` bytes if given ("" when there is
+    none). Read without following a link (or opening a FIFO): the benchmark can replace its
+    own output by a link to a file of abdiff's user that its sandbox hides from it, which
+    abdiff would then read for it."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # missing, or a link (ELOOP)
+        return ""
+    with os.fdopen(handle, "rb") as opened:
+        status = os.fstat(handle)
+        if not stat.S_ISREG(status.st_mode):
+            return ""
+        if tail is not None:
+            opened.seek(max(0, status.st_size - tail))
+        return opened.read().decode("utf-8", errors="replace")
+
+
+def open_for_worker(path: Path) -> int:
+    """A descriptor of `path` for a worker's output, appended to, never through a link."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   0o644)
 
 
 def remove_path(path: Path) -> None:

@@ -109,7 +109,10 @@ class RoundJob:
     ranks: int = 1  # processes the launcher starts; each writes rank_record_path(record_path, r)
 
     def write(self, path: Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+        """A new file (never through a link someone planted where it goes)."""
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(handle, "w", encoding="utf-8") as opened:
+            opened.write(json.dumps(asdict(self), indent=1))
 
     @classmethod
     def read(cls, path: Path) -> RoundJob:
@@ -189,12 +192,11 @@ class RoundLog:
 def read_round_log(path: Path) -> RoundLog:
     """Parse a record log; a torn last line (process killed mid-write) is ignored."""
     from abdiff.errors import InputError
+    from abdiff.files import read_worker_file
     from abdiff.records import parse_round
 
     log = RoundLog()
-    if not Path(path).exists():
-        return log
-    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    lines = read_worker_file(Path(path)).split("\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

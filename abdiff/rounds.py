@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
+from abdiff.files import read_worker_file, remove_path
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
 from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
@@ -104,8 +105,7 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
     """A worker that never created its record log did not get as far as abdiff's code in
     it (python, the job file, torch, the device): nothing of the benchmark ran, so this is
     the tool failing to run, not a status of the configs."""
-    stderr = outcome.stderr_path.read_text(encoding="utf-8", errors="replace") \
-        if outcome.stderr_path.exists() else ""
+    stderr = read_worker_file(outcome.stderr_path)
     reason = launcher.launch_failure(stderr)
     if reason:
         return (f"{launcher.name} could not launch the worker: {reason}; `abdiff doctor "
@@ -126,8 +126,7 @@ def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher, record_path: Pat
     """Fill in which rank died of which signal, from the launcher's exit code and stderr."""
     if outcome.returncode <= 0 or outcome.timed_out:
         return
-    stderr = outcome.stderr_path.read_text(encoding="utf-8", errors="replace") \
-        if outcome.stderr_path.exists() else ""
+    stderr = read_worker_file(outcome.stderr_path)
     death = launcher.rank_death(outcome.returncode, stderr)
     if death is not None:
         outcome.rank, outcome.rank_signal = death
@@ -192,7 +191,9 @@ def run_round(
     captured: set[str] = set()
     while remaining or uncaptured:
         attempt = work_dir / f"worker{processes}"
-        attempt.mkdir(exist_ok=True)
+        # made here, empty: the worker before could have planted links in it
+        remove_path(attempt)
+        attempt.mkdir()
         record_path = attempt / "records.jsonl"
         job = RoundJob(
             configs=[{"id": c.id, "params": c.params} for c in remaining],

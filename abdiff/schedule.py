@@ -282,6 +282,11 @@ def run_slots(
         work_dir = measurement.round_dir(side, round_index)
         # a half-run round from an interrupted run, or what the other side's benchmark
         # planted where this round's records go (runs/ is writable to it)
+        for folder in (measurement.state_dir, work_dir.parent):
+            if folder.is_symlink():
+                raise InfrastructureError(f"{folder} was replaced by a link while the "
+                                          "benchmark ran; the measurement stops (run it again "
+                                          "with a fresh --cache-dir)")
         remove_path(work_dir)
         if side_run.refresh is not None:
             side_run.checkout = side_run.refresh()

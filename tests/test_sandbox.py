@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -95,7 +96,8 @@ def test_the_key_is_hidden_and_the_repository_read_only(layout: dict[str, Path])
     assert seen["write runs"] == seen["write outside"] == "done"
     assert not any(seen[k] for k in ("umount state", "remount .git rw",
                                      "bind state's parent without its mounts"))
-    assert seen["uid"] == os.geteuid()  # the user it is outside, not a root of its own
+    # the user it is outside, and never root: root is nobody inside, with no capability
+    assert seen["uid"] == (os.geteuid() or 65534)
     # and nothing changed outside
     assert (layout["git"] / "HEAD").read_text() == "ref: refs/heads/main\n"
     assert not (layout["repo"] / "planted.py").exists()
@@ -219,13 +221,10 @@ def test_the_plan(tmp_path: Path) -> None:
     assert str(state) in plan.hidden
     assert {str(repo), str(repo / ".git"), str(cache / "checkouts"),
             str(ABDIFF_ROOT)} <= set(plan.read_only)
-    # the runs folder is under the read-only repository here, so written again
-    assert str(cache / "runs") in plan.writable
-    # a cache elsewhere: nothing to make writable again
-    elsewhere = tmp_path / "cache"
-    (elsewhere / "runs").mkdir(parents=True)
-    assert str(elsewhere / "runs") not in sandbox.plan(repo, repo / ".git", elsewhere,
-                                                       state).writable
+    # everything else read-only; writable again: the cache folder (here under the
+    # read-only repository; its checkouts read-only) and the temporary folder
+    assert plan.all_read_only and str(cache) in plan.writable
+    assert str(Path(tempfile.gettempdir()).resolve()) in plan.writable
 
 
 def test_off_runs_without_it(tmp_path: Path) -> None:
@@ -290,9 +289,14 @@ for name in ("repo", "cache", "state"):
 process.adopt_leftovers()
 print(sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state"),
       file=sys.stderr)
-# a fork server whose worker leaves a process behind (double fork, setsid) and exits
+# a fork server whose worker leaves a process behind (double fork, setsid) and exits, and
+# a process that stays the server's child (as clone(CLONE_PARENT) from a worker makes one)
 SERVER = '''
 import os, sys, time
+if os.fork() == 0:
+    time.sleep(1.5)
+    open(sys.argv[1] + "/sibling-outlived", "w").write("yes")
+    os._exit(0)
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
@@ -310,7 +314,8 @@ while not (folder / "left").exists():
 killed = process.end_orphans()  # after the round
 time.sleep(2.5)
 print(json.dumps({"killed": len(killed), "server_alive": server.proc.poll() is None,
-                  "outlived": (folder / "outlived").exists(),
+                  "outlived": (folder / "outlived").exists()
+                  or (folder / "sibling-outlived").exists(),
                   "adopted_by": (folder / "left").read_text()}))
 server.close()
 process.end_leftovers()
@@ -320,10 +325,12 @@ process.end_leftovers()
 @needs_namespaces
 def test_a_leftover_in_a_servers_sandbox_ends_after_the_round(tmp_path: Path) -> None:
     """In the fork server's pid namespace a leftover comes to the namespace's first process,
-    not to abdiff: the kill after the round finds it there, and the server lives on."""
+    not to abdiff, or stays the server's child: the kill after the round finds both there,
+    and the server lives on."""
     done = subprocess.run([sys.executable, "-c", LEAVER, str(tmp_path)], capture_output=True,
                           text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "user, mount and pid namespaces"
     seen = json.loads(done.stdout)
-    assert seen == {"killed": 1, "server_alive": True, "outlived": False, "adopted_by": "1"}
+    assert seen["killed"] >= 2 and seen["adopted_by"] == "1"
+    assert seen["server_alive"] and not seen["outlived"]

@@ -558,7 +558,8 @@ def measuring_evil(evil: EvilRepo, tmp_path: Path, *options: object
     suite = write_suite(tmp_path / "s.yaml", [2])
     deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
     measure_python = make_venv(evil.loot.parent / "measure-env", deps)
-    env = {**git_env(), "HOME": str(tmp_path), "ABDIFF_TEST_CANARY": "plain"}
+    (tmp_path / "home").mkdir()  # apart from the loot: home is read-only in the sandbox
+    env = {**git_env(), "HOME": str(tmp_path / "home"), "ABDIFF_TEST_CANARY": "plain"}
 
     def measure(cache: Path, *extra: object) -> subprocess.CompletedProcess[str]:
         argv = [measure_python, "-m", "abdiff", "main..evil", "--configs", suite, "--repo",
@@ -689,6 +690,121 @@ def test_the_sandbox_stops_that_pull_request(tmp_path: Path) -> None:
     # and the run files say what the workers ran in
     run_b = json.loads(next((tmp_path / "cache" / "runs").glob("*/b.json")).read_text())
     assert run_b["env"]["sandbox"] == "user, mount and pid namespaces"
+
+
+# ---------------------------------------------------------------- prying from inside the sandbox
+#
+# What a review found the benchmark could still do from inside the sandbox, each planted by
+# the `pry` commit's benchmark in every worker of B: plant links where abdiff writes next (the
+# next worker's job.json onto a branch ref, its stderr.txt into site-packages as a .pth),
+# write its own stderr as a link to a secret of abdiff's user (which abdiff would read for it
+# as the failure reason), reach into the fork server (its message pipe to abdiff), and
+# write abdiff's Python environment and the user's site-packages.
+
+PRY_MODULE = "tinyllm/tools/layer_wise_benchmarks/pry.py"
+PRY_PY = '''\\
+"""A pull request's benchmark that pries from inside abdiff's sandbox (abdiff's tests)."""
+import json
+import os
+import sys
+from pathlib import Path
+
+LOOT, SECRET, REF, PTH = Path({loot!r}), {secret!r}, {ref!r}, {pth!r}
+WRITES = {writes!r}
+
+
+def pry():
+    job = json.loads(Path(sys.argv[-1]).read_text())
+    attempt = Path(job["record_path"]).parent
+    seen = {{}}
+    following = attempt.parent / f"worker{{int(attempt.name.removeprefix('worker')) + 1}}"
+    try:
+        following.mkdir()
+        (following / "job.json").symlink_to(REF)
+        (following / "stderr.txt").symlink_to(PTH)
+        seen["planted"] = "yes"
+    except OSError as exc:
+        seen["planted"] = exc.strerror
+    try:
+        os.close(os.open(f"/proc/{{os.getppid()}}/fd/1", os.O_WRONLY))
+        seen["server pipe"] = "opened"
+    except OSError as exc:
+        seen["server pipe"] = exc.strerror
+    for path in WRITES:
+        try:
+            with open(path, "a") as handle:
+                handle.write("\\nimport os  # pwned\\n")
+            seen[path] = "written"
+        except OSError as exc:
+            seen[path] = exc.strerror
+    (LOOT / f"seen-{{os.getpid()}}.json").write_text(json.dumps(seen))
+    stderr = attempt / "stderr.txt"
+    stderr.unlink()
+    stderr.symlink_to(SECRET)  # abdiff reads the last line of a dead worker's stderr
+    os._exit(1)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux")
+                    or sandbox.trial(Confinement()) is not None,
+                    reason="no user namespaces here")
+def test_a_benchmark_that_pries_from_inside_the_sandbox(tmp_path: Path) -> None:
+    home, loot, repo = tmp_path / "home", tmp_path / "loot", tmp_path / "repo"
+    (home / ".ssh").mkdir(parents=True)
+    loot.mkdir()
+    secret = home / ".netrc"
+    secret.write_text(f"machine github.com login bot password {CANARY}\n")
+    build_demo_repo(repo)
+    deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
+    measure_python = make_venv(tmp_path / "measure-env", deps)
+    env = {**git_env(), "HOME": str(home)}
+    user_site = subprocess.run([measure_python, "-c", "import site; print(site.USER_SITE)"],
+                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+    ref, pth = repo / ".git" / "refs" / "heads" / "pr", Path(user_site) / "zz_pry.pth"
+    writes = [str(tmp_path / "measure-env" / "pyvenv.cfg"), str(pth),
+              str(home / ".bashrc"), str(repo / ".git" / "config")]
+    runner = (repo / RUNNER_PATH).read_text(encoding="utf-8")
+    git(repo, "checkout", "-q", "-b", "pry", "main")
+    (repo / PRY_MODULE).write_text(PRY_PY.format(
+        loot=str(loot), secret=str(secret), ref=str(ref), pth=str(pth), writes=writes),
+        encoding="utf-8")
+    (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
+        "        from tinyllm.tools.layer_wise_benchmarks.pry import pry\n\n"
+        "        pry()\n" + INJECT_ANCHOR)), encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--no-verify", "-m", "a benchmark that pries")
+    git(repo, "checkout", "-q", "main")
+    pr_before = git(repo, "rev-parse", "refs/heads/pr")
+    (home / ".bashrc").write_text("# the user's\n")
+    suite = write_suite(tmp_path / "s.yaml", [2, 8])
+    out = tmp_path / "out"
+    proc = subprocess.run([str(a) for a in (
+        measure_python, "-m", "abdiff", "main..pry", "--configs", suite, "--repo", repo,
+        "--cache-dir", tmp_path / "cache", "--rounds", 2, "--max-rounds", 2, "--seed", 5,
+        "--json", out / "result.json", "--format", "markdown", "--output", out / "report.md")],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr  # B's benchmark aborts: an unintended change
+    seen = [json.loads(p.read_text()) for p in loot.glob("seen-*.json")]
+    assert seen, proc.stderr
+    # the links it planted for the next worker were removed before that worker's folder was
+    # made (they were made: the folder is writable to it), nothing written through them
+    assert git(repo, "rev-parse", "refs/heads/pr") == pr_before
+    assert not pth.exists()
+    # the fork server's pipe to abdiff is out of its reach (the server is not dumpable)
+    assert all(s["server pipe"] == "Permission denied" for s in seen), seen
+    # abdiff's Python environment, home and .git are read-only (and the user's
+    # site-packages, which this environment does not read, cannot be made in a read-only home)
+    for path in writes:
+        assert all(s[path] in ("Read-only file system", "No such file or directory")
+                   for s in seen), (path, seen)
+    assert all(s[writes[0]] == s[writes[2]] == "Read-only file system" for s in seen)
+    assert (home / ".bashrc").read_text() == "# the user's\n"
+    # its stderr, a link to the user's .netrc, was not read for it: the secret is nowhere
+    for text in (proc.stdout, proc.stderr, (out / "result.json").read_text(),
+                 (out / "report.md").read_text(),
+                 *(p.read_text() for p in (tmp_path / "cache" / "runs").glob("*/[ab].json"))):
+        assert CANARY not in text
 
 
 def test_a_promisor_remote_planted_in_git_config_runs_nothing(tmp_path: Path) -> None:

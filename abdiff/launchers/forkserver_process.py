@@ -25,7 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
-from abdiff.launchers.guard import arm_parent_death
+from abdiff.launchers.guard import arm_parent_death, not_dumpable
 from abdiff.launchers.standby_worker import become, prepare
 
 
@@ -55,6 +55,7 @@ def reap() -> None:
 def serve() -> dict | None:
     """Fork per job until stdin ends. Returns the job in a forked worker, None in the
     server when it is done."""
+    not_dumpable()  # its workers run the benchmark: they must not reach into the server
     prepare()
     if thread_count() > 1:
         # A fork copies only the forking thread: a lock another thread held stays locked

@@ -16,15 +16,17 @@ seen. Then this process stays, waiting, so that the launcher still sees COMMAND'
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import signal
 import sys
 from dataclasses import dataclass
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # linux/prctl.h
 CANNOT_EXEC = 127  # what a shell returns for a command it cannot run
 CANNOT_CONFINE = 126
 CANNOT_CONFINE_LINE = "abdiff: cannot sandbox the worker: "  # and why
@@ -37,6 +39,10 @@ KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC,
               (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
               (os.ST_RELATIME, MS_RELATIME))
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+NOBODY = 65534  # who root is inside the sandbox: no capabilities there
+# mounts left as they are when everything else is made read-only: /proc is replaced,
+# /dev holds the devices, /dev/shm and the terminals
+LEFT_WRITABLE = ("/proc", "/dev")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -49,26 +55,38 @@ def arm_parent_death(parent: int) -> bool:
     return True
 
 
+def not_dumpable() -> None:
+    """Linux: no process without capabilities over this one (another of the same user, a
+    worker it forked) can read its memory, its /proc/PID/environ or its open files, or
+    attach to it."""
+    if sys.platform.startswith("linux"):
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 @dataclass(frozen=True)
 class Confinement:
     """What a sandboxed worker sees: `hidden` folders are empty and hidden files read as
-    empty, `read_only` folders cannot be written, `writable` ones (under a read-only one)
-    can; with `own_proc`, a pid namespace and a /proc of its own."""
+    empty; with `all_read_only`, every mount but /proc and /dev is read-only (as far as the
+    kernel lets each be remounted); `read_only` folders cannot be written, `writable` ones
+    (under a read-only one) can; with `own_proc`, a pid namespace and a /proc of its own."""
 
     hidden: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     own_proc: bool = True
+    all_read_only: bool = False
 
     def encode(self) -> str:
         return json.dumps({"hidden": self.hidden, "read_only": self.read_only,
-                           "writable": self.writable, "own_proc": self.own_proc})
+                           "writable": self.writable, "own_proc": self.own_proc,
+                           "all_read_only": self.all_read_only})
 
     @classmethod
     def decode(cls, text: str) -> Confinement:
         fields = json.loads(text)
         return cls(tuple(fields["hidden"]), tuple(fields["read_only"]),
-                   tuple(fields["writable"]), bool(fields["own_proc"]))
+                   tuple(fields["writable"]), bool(fields["own_proc"]),
+                   bool(fields["all_read_only"]))
 
 
 def _check(result: int, what: str) -> None:
@@ -107,12 +125,34 @@ def _remount(target: str, read_only: bool) -> None:
     _mount(None, target, None, MS_REMOUNT | MS_BIND | kept | (MS_RDONLY if read_only else 0))
 
 
+def _mount_points() -> list[str]:
+    """This mount namespace's mount points, from /proc/self/mountinfo (octal escapes
+    decoded)."""
+    with open("/proc/self/mountinfo") as handle:
+        fields = [line.split() for line in handle]
+    return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f[4])
+            for f in fields if len(f) > 4]
+
+
+def _all_read_only() -> None:
+    """Every mount read-only but those under LEFT_WRITABLE. A mount the kernel does not let
+    a user namespace remount stays as it is: what must be read-only is also bound and
+    remounted by name (`Confinement.read_only`), where a failure stops the sandbox."""
+    for point in _mount_points():
+        if any(point == kept or point.startswith(kept + "/") for kept in LEFT_WRITABLE):
+            continue
+        with contextlib.suppress(OSError):
+            _remount(point, read_only=True)
+
+
 def confine_mounts(confinement: Confinement) -> None:
     """In mount and user namespaces of this process's own: hide, make read-only and
     writable again what `confinement` says, shallow paths first (a writable folder under a
     read-only one is bound again from a handle opened before anything was covered)."""
     sources = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in confinement.writable}
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates out
+    if confinement.all_read_only:
+        _all_read_only()
     steps = sorted([(path, "hide") for path in confinement.hidden]
                    + [(path, "read_only") for path in confinement.read_only]
                    + [(path, "writable") for path in confinement.writable],
@@ -120,7 +160,7 @@ def confine_mounts(confinement: Confinement) -> None:
     for path, kind in steps:
         if kind == "hide" and os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                   "size=4k,mode=000")
+                   "size=4k,mode=555")
         elif kind == "hide":  # a file reads as empty
             _mount(os.devnull, path, None, MS_BIND)
         elif kind == "read_only":
@@ -135,9 +175,11 @@ def confine_mounts(confinement: Confinement) -> None:
 
 def lock(uid: int, gid: int) -> None:
     """Enter one more user namespace (and mount namespace): the mounts made so far become
-    locked there, so that not even a benchmark that is root inside can unmount or remount
-    them; inside it is `uid`/`gid`, the user it runs as outside."""
-    _own_user_namespace(uid, gid, CLONE_NEWNS)
+    locked there, so that nothing inside can unmount or remount them. Inside it is
+    `uid`/`gid`, the user it runs as outside, except root, who is NOBODY there: a command
+    with a uid other than 0 keeps no capability over its namespace (no ptrace of the fork
+    server, no mount) once it execs."""
+    _own_user_namespace(uid or NOBODY, gid or NOBODY, CLONE_NEWNS)
 
 
 def exec_command(command: list[str]) -> int:

@@ -28,7 +28,9 @@ from typing import IO
 
 from abdiff import procfs
 from abdiff.errors import InfrastructureError
+from abdiff.files import open_for_worker, read_worker_file
 from abdiff.launchers import sandbox
+from abdiff.launchers.guard import not_dumpable
 from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
 from abdiff.targets.base import LaunchSpec
 
@@ -60,7 +62,6 @@ SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_
                    "*CREDENTIAL*", "*_AUTH*")
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
-PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 _adopted_at: int | None = None  # when abdiff began adopting orphans (clock ticks since boot)
 _started: set[int] = set()  # the processes abdiff started itself (start_process)
@@ -142,11 +143,12 @@ def end_orphans() -> list[int]:
         return []
     table = procfs.children()
     adopted = [pid for pid in table.get(os.getpid(), []) if pid not in _started]
-    # in a sandbox's pid namespace orphans come to its first process (guard.py), whose own
-    # child, the command, is process 2 there
+    # in a sandbox's pid namespace orphans come to its first process (guard.py), or, made
+    # with clone(CLONE_PARENT), to the command (process 2 there, a fork server between its
+    # workers): everything in the namespace but those two is a leftover
     inits = [child for pid in _started for child in table.get(pid, [])
              if procfs.namespace_pid(child) == 1]
-    orphans = [pid for init in inits for pid in table.get(init, [])
+    orphans = [pid for init in inits for pid in procfs.below(table.get(init, []), table)
                if procfs.namespace_pid(pid) != 2]
     killed = _kill(procfs.below(adopted + orphans, table))
     for pid in adopted:  # abdiff's children now: reaped here, or they stay zombies
@@ -180,8 +182,7 @@ def hide_environment(pass_env: list[str] | None = None) -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    not_dumpable()
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
@@ -260,8 +261,9 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
     home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
     try:
         with contextlib.ExitStack() as files:
-            out = stdout if isinstance(stdout, int) else files.enter_context(open(stdout, "ab"))
-            err = files.enter_context(open(stderr, "ab"))
+            out = stdout if isinstance(stdout, int) else files.enter_context(
+                os.fdopen(open_for_worker(stdout), "ab"))
+            err = files.enter_context(os.fdopen(open_for_worker(stderr), "ab"))
             proc = subprocess.Popen(
                 guarded(spec.argv, max_memory_bytes),
                 cwd=spec.cwd,
@@ -344,12 +346,7 @@ def last_meaningful_line(path: Path, limit: int = 500, since: str | None = None,
     blamed with the previous config's traceback. Lines matching `ignore` (a
     launcher's own report of the death) are passed over.
     """
-    if not path.exists():
-        return None
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, handle.tell() - 65536))
-        lines = handle.read().decode("utf-8", errors="replace").splitlines()
+    lines = read_worker_file(path, tail=65536).splitlines()
     for line in reversed(lines):
         if since is not None and line.startswith(since):
             return None

@@ -26,13 +26,13 @@ import tempfile
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
-from abdiff.launchers.guard import CANNOT_CONFINE_LINE, Confinement
+from abdiff.launchers.guard import CANNOT_CONFINE_LINE, NOBODY, Confinement
 from abdiff.targets.base import ABDIFF_ROOT
 
 MODES = ("auto", "on", "off")
 PROBE_TIMEOUT_S = 30.0
 GUARD = Path(__file__).with_name("guard.py")
-# what a trial start checks inside: that the namespaces and mounts were made
+# what a trial start checks inside: that the namespaces and mounts were made (root is NOBODY)
 PROBE = "import os, sys; sys.exit(0 if os.getuid() == int(sys.argv[1]) else 1)"
 # where a user's credentials live under their home folder: hidden from the benchmark (its
 # HOME is a fresh folder already; these are the real home's, which it can still name)
@@ -40,15 +40,21 @@ CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", 
                ".aws", ".azure", ".config/gcloud", ".config/gh", ".kube", ".gnupg", ".pypirc",
                ".npmrc", ".cargo/credentials", ".cargo/credentials.toml",
                ".cache/huggingface/token", ".huggingface/token", ".config/hub")
+# variables that name where a benchmark's tools keep their caches (passed to workers, or
+# by --pass-env): those folders stay writable when everything else is read-only
+CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                   "CUDA_CACHE_PATH", "HF_HOME", "HF_HUB_CACHE")
 _active: Confinement | None = None
 
 
 def python_folders() -> set[Path]:
-    """Where abdiff's Python imports from: the standard library, every site-packages on
-    its path, the user's site-packages and abdiff's own folder (a `.pth` file or a module
-    written there would run in abdiff's next command, and in the posting step)."""
-    folders = {Path(ABDIFF_ROOT)}
+    """Where abdiff's Python comes from: its prefixes (a virtual environment's `bin/abdiff`
+    and `pyvenv.cfg`), the standard library, every site-packages on its path, the user's
+    base folder and abdiff's own folder (a `.pth` file, a module or a script written there
+    would run in abdiff's next command, and in the posting step)."""
+    folders = {Path(ABDIFF_ROOT), Path(sys.executable).parent, Path(site.USER_BASE or "/")}
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        folders.add(Path(prefix))  # a virtual environment's bin/ and pyvenv.cfg too
         paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
         folders |= {Path(paths[key]) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     folders.add(Path(site.getusersitepackages()))
@@ -64,19 +70,25 @@ def _under(path: Path, folders: set[Path]) -> bool:
 def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
          state_folder: Path) -> Confinement:
     """The sandbox of a measurement: abdiff's state folder and the user's credentials
-    (CREDENTIALS) hidden; the repository (its working tree and its git common dir), the
-    cache's checkouts and abdiff's Python environment read-only; the cache's `runs/` and the
-    temporary folder writable."""
+    (CREDENTIALS) hidden; every mount read-only, and by name (strictly) the repository (its
+    working tree and its git common dir), the cache's checkouts, the user's home folder
+    (a .bashrc runs later too) and abdiff's Python environment; writable again: the cache
+    folder but its checkouts, the temporary folders and the caches CACHE_VARIABLES name."""
     home = Path.home()
     hidden = {state_folder.resolve(), *((home / name).resolve() for name in CREDENTIALS
                                         if (home / name).exists())}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir / "checkouts",
-                                       *python_folders())}
+                                       home, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
-    writable = {p.resolve() for p in (cache_dir / "runs", Path(tempfile.gettempdir()))}
-    writable = {p for p in writable if _under(p, read_only)}
+    # the cache folder (its runs/, which may not exist yet, is where workers write; its
+    # checkouts/, read-only, is mounted over it)
+    writable = {p.resolve() for p in (cache_dir, Path(tempfile.gettempdir()),
+                                      Path("/var/tmp"),
+                                      *(Path(os.environ[name]) for name in CACHE_VARIABLES
+                                        if os.path.isabs(os.environ.get(name, ""))))}
+    writable = {p for p in writable if p.is_dir() and not _under(p, hidden)}
     return Confinement(tuple(sorted(map(str, hidden))), tuple(sorted(map(str, read_only))),
-                       tuple(sorted(map(str, writable))))
+                       tuple(sorted(map(str, writable))), all_read_only=True)
 
 
 def guard_options(confinement: Confinement | None = None) -> list[str]:
@@ -90,7 +102,7 @@ def trial(confinement: Confinement) -> str | None:
     (guard.py's own line)."""
     argv = [sys.executable, "-S", str(GUARD), str(os.getpid()), "0",
             *guard_options(confinement), "--", sys.executable, "-S", "-c", PROBE,
-            str(os.geteuid())]
+            str(os.geteuid() or NOBODY)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               check=False, stdin=subprocess.DEVNULL)
@@ -116,11 +128,11 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
         why = f"namespaces are Linux's, this is {sys.platform}"
     else:
         # what is read-only must exist before the workers start: a folder made later would
-        # be writable to a fork server started earlier
+        # be writable to a fork server started earlier, and a missing one cannot be mounted
         (cache_dir / "checkouts").mkdir(parents=True, exist_ok=True)
+        if site.ENABLE_USER_SITE:  # where a .pth would run in abdiff's next command
+            Path(site.getusersitepackages()).mkdir(parents=True, exist_ok=True)
         confinement = plan(repo_root, git_common_dir, cache_dir, state_folder)
-        for folder in confinement.writable:  # the cache's runs/ under a read-only folder
-            Path(folder).mkdir(parents=True, exist_ok=True)
         why = trial(confinement)
         if why is None:
             _active = confinement
