@@ -188,15 +188,16 @@ def authentic(data: bytes, tag: object) -> bool:
 
 
 def warn_if_root() -> None:
-    """Once per state folder: measuring as root hands the benchmark every file root owns, and
-    without the sandbox every process's memory and environment on this machine."""
+    """Once per state folder: measuring as root hands the benchmark root's files in the
+    folders it may write, and without the sandbox every process's memory and environment on
+    this machine."""
     if os.geteuid() != 0:
         return
     marker = private_dir() / "root-warned"
     if marker.exists():
         return
-    print("abdiff: note: measuring as root: the benchmark's code runs as root (in the "
-          "sandbox it can still write every file root owns outside its read-only folders; "
-          "without one it can read every process's memory and environment here); measure as "
-          "an unprivileged user (docs/ci.md)", file=sys.stderr)
+    print("abdiff: note: measuring as root: in the sandbox the benchmark's code runs as "
+          "nobody but still owns root's files in the folders it may write; without one it "
+          "runs as root and can read every process's memory and environment here; measure "
+          "as an unprivileged user (docs/ci.md)", file=sys.stderr)
     marker.touch()
