@@ -109,7 +109,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
             raise InfrastructureError(problem)
     # before the first worker: a fork server keeps the namespaces it started in
     workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
-                               private_dir())
+                               private_dir(), launcher.ranks_start_elsewhere)
     start_mode = worker_start(schedule.prestart)
     # the first worker (the fork server) imports torch while the rest of the set-up runs
     # and the checkouts are made; in the system's temporary folder. Not for --resume: a

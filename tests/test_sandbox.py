@@ -20,6 +20,7 @@ from conftest import abdiff_argv, config_id, git_env, one_line, write_suite
 from abdiff.errors import InfrastructureError
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import Confinement
+from abdiff.launchers.slurm import SrunLauncher
 from abdiff.targets.base import ABDIFF_ROOT
 
 AVAILABLE = sys.platform.startswith("linux") and sandbox.trial(Confinement()) is None
@@ -334,3 +335,16 @@ def test_a_leftover_in_a_servers_sandbox_ends_after_the_round(tmp_path: Path) ->
     seen = json.loads(done.stdout)
     assert seen["killed"] >= 2 and seen["adopted_by"] == "1"
     assert seen["server_alive"] and not seen["outlived"]
+
+
+def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """srun's ranks start under slurmd: `auto` says so once and records it, `on` refuses."""
+    elsewhere = SrunLauncher.ranks_start_elsewhere
+    assert sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere) == \
+        "none (srun starts the ranks under slurmd, outside abdiff's process tree)"
+    assert sandbox.guard_options() == []
+    assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
+    with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):
+        sandbox.start("on", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere)

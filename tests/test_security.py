@@ -190,8 +190,11 @@ def test_benchmark_never_sees_credentials(fault_run: FaultRun) -> None:
     assert not names & set(SECRETS), names & set(SECRETS)
     assert PASSED_SECRET in names and "PATH" in names
     assert "ABDIFF_TEST_PLAIN" not in names
-    assert SECRET_VALUE not in seen["parent_environ"]
-    assert "s3cr3t" not in seen["parent_environ"] and "PATH=" in seen["parent_environ"]
+    # its parent (the fork server, not dumpable) keeps its environ from it; where it could
+    # read it, the values are not there
+    parent = seen["parent_environ"]
+    assert SECRET_VALUE not in parent and "s3cr3t" not in parent
+    assert "PATH=" in parent or parent == "PermissionError(13, 'Permission denied')"
     assert seen["netrc"] is None
     assert seen["home"] != str(fault_run.home) and "abdiff-home-" in seen["home"]
     assert not Path(seen["home"]).exists()  # removed after the worker

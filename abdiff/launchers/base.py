@@ -25,6 +25,8 @@ class Launcher(ABC):
     ranks: int = 1  # processes one launch starts (each writes its own record log)
     own_lines: re.Pattern[str] | None = None  # the launcher's report lines in the ranks' stderr
     can_prestart: ClassVar[bool] = False  # workers may be started ahead of their job
+    # where the benchmark's processes start, when not below abdiff (so not in its sandbox)
+    ranks_start_elsewhere: ClassVar[str | None] = None
     standby: WorkerPool | None = None  # set for a measurement by warm.standing_by
 
     @abstractmethod

@@ -116,15 +116,18 @@ def trial(confinement: Confinement) -> str | None:
 
 
 def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
-          state_folder: Path) -> str:
+          state_folder: Path, elsewhere: str | None = None) -> str:
     """Put the workers this process starts from now on in the sandbox `mode` asks for;
-    returns what they run in, in words (recorded with the run). `on` without a sandbox:
-    InfrastructureError."""
+    returns what they run in, in words (recorded with the run). `elsewhere`: why the
+    benchmark's processes do not start below abdiff (the launcher's words), so that no
+    sandbox of abdiff's can hold them. `on` without a sandbox: InfrastructureError."""
     global _active
     _active = None
     if mode == "off":
         return "none (--sandbox off)"
-    if not sys.platform.startswith("linux"):
+    if elsewhere is not None:
+        why = f"{elsewhere}, outside abdiff's process tree"
+    elif not sys.platform.startswith("linux"):
         why = f"namespaces are Linux's, this is {sys.platform}"
     else:
         # what is read-only must exist before the workers start: a folder made later would
@@ -133,18 +136,21 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
         if site.ENABLE_USER_SITE:  # where a .pth would run in abdiff's next command
             Path(site.getusersitepackages()).mkdir(parents=True, exist_ok=True)
         confinement = plan(repo_root, git_common_dir, cache_dir, state_folder)
-        why = trial(confinement)
-        if why is None:
+        failed = trial(confinement)
+        if failed is None:
             _active = confinement
             return "user, mount and pid namespaces"
         without_pid = dataclasses.replace(confinement, own_proc=False)
         if trial(without_pid) is None:
             _active = without_pid
-            return f"user and mount namespaces (no /proc of its own: {why})"
+            return f"user and mount namespaces (no /proc of its own: {failed})"
+        why = failed
     if mode == "on":
+        fix = ("isolate them with the cluster's means (containers) and measure with --sandbox "
+               "auto" if elsewhere else "allow unprivileged user namespaces (docs/ci.md), or "
+               "measure with --sandbox auto in a throwaway container")
         raise InfrastructureError(f"--sandbox on: workers cannot be sandboxed here ({why}); "
-                                  "allow unprivileged user namespaces (docs/ci.md), or measure "
-                                  "with --sandbox auto in a throwaway container")
+                                  f"{fix}")
     print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): it can write "
           "the repository's .git and read abdiff's key for stored rounds (docs/ci.md)",
           file=sys.stderr)

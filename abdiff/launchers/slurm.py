@@ -56,6 +56,7 @@ class SrunLauncher(RankLauncher):
     <command>`."""
 
     name: ClassVar[str] = "srun"
+    ranks_start_elsewhere: ClassVar[str | None] = "srun starts the ranks under slurmd"
 
     def __init__(self, np: int, nodes: int = 1, container_name: str | None = None,
                  container_mounts: list[str] | None = None, extra_args: list[str] | None = None,
