@@ -7,11 +7,12 @@ does not outlive a SIGKILLed abdiff (it runs in its own session, out of reach of
 terminal's signals), and the address-space limit of --max-memory (0: none). Then it
 replaces itself with COMMAND, so the launcher watches the command's own process.
 
-With `--confine` (launchers/sandbox.py decides it) COMMAND runs in a sandbox: user and
-mount namespaces of its own where abdiff's state folder is an empty folder and the
-repository, the checkouts and abdiff's Python environment are read-only, and, where
-/proc can be mounted, a pid namespace of its own in which no process outside it is
-seen. Then this process stays, waiting, so that the launcher still sees COMMAND's exit.
+With `--confine` (launchers/sandbox.py decides what it holds) COMMAND runs in a sandbox:
+user and mount namespaces of its own where abdiff's state folder and the user's
+credentials are empty, the file systems read-only but for the folders named writable,
+the mounts locked, root nobody; and, where /proc can be mounted, a pid namespace of its
+own in which no process outside it is seen. Then this process stays, waiting, so that
+the launcher still sees COMMAND's exit (or dies of its signal).
 """
 
 from __future__ import annotations

@@ -142,11 +142,14 @@ def end_orphans() -> list[int]:
     if _adopted_at is None:
         return []
     table = procfs.children()
-    adopted = [pid for pid in table.get(os.getpid(), []) if pid not in _started]
+    ours = table.get(os.getpid(), [])
+    adopted = [pid for pid in ours if pid not in _started]
     # in a sandbox's pid namespace orphans come to its first process (guard.py), or, made
     # with clone(CLONE_PARENT), to the command (process 2 there, a fork server between its
     # workers): everything in the namespace but those two is a leftover
-    inits = [child for pid in _started for child in table.get(pid, [])
+    # (of the processes abdiff started that are still its children: a pid reused since is
+    # another's)
+    inits = [child for pid in ours if pid in _started for child in table.get(pid, [])
              if procfs.namespace_pid(child) == 1]
     orphans = [pid for init in inits for pid in procfs.below(table.get(init, []), table)
                if procfs.namespace_pid(pid) != 2]
