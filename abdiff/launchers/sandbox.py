@@ -1,14 +1,15 @@
 """Benchmark processes in a sandbox of their own, where the OS allows (`--sandbox`).
 
 A pull request's benchmark runs as abdiff's user. Outside a sandbox it can read
-abdiff's key for stored rounds (a 0600 file of that user), write the repository's
-`.git` (a replace ref, a moved branch), the cached checkouts and abdiff's own Python
-environment (a `.pth` file), and see every process of the user. In the sandbox
-(guard.py enters it before the worker's command starts, Linux user, mount and pid
-namespaces, no privilege needed) abdiff's state folder is an empty folder, the
-repository, the checkouts and the Python environment are read-only, and /proc shows
-the worker's own processes only. Its measurements are written where they always
-were (the cache's `runs/`), which stays writable, as the system's temporary folder.
+abdiff's key for stored rounds (a 0600 file of that user) and the user's credentials,
+write the repository's `.git` (a replace ref, a moved branch), the cached checkouts,
+abdiff's own Python environment (a `.pth` file) and the home folder, and see every
+process of the user. In the sandbox (guard.py enters it before the worker's command
+starts: Linux user, mount and pid namespaces, no privilege needed) abdiff's state
+folder and the credential files are empty, every file system is read-only but the
+cache folder (its `runs/`, where workers write; not its checkouts), the temporary
+folders and named tool caches, root is nobody, and /proc shows the worker's own
+processes only.
 
 `--sandbox auto` (the default) uses it when a trial start works and says once why not
 otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
@@ -52,7 +53,8 @@ def python_folders() -> set[Path]:
     and `pyvenv.cfg`), the standard library, every site-packages on its path, the user's
     base folder and abdiff's own folder (a `.pth` file, a module or a script written there
     would run in abdiff's next command, and in the posting step)."""
-    folders = {Path(ABDIFF_ROOT), Path(sys.executable).parent, Path(site.USER_BASE or "/")}
+    folders = {Path(ABDIFF_ROOT), Path(sys.executable).parent,
+               *([Path(site.USER_BASE)] if site.USER_BASE else [])}
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         folders.add(Path(prefix))  # a virtual environment's bin/ and pyvenv.cfg too
         paths = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})
