@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from abdiff.files import read_worker_file
+
 WATCH_INTERVAL_S = 0.5
 TAIL_BYTES = 16384  # the end of a record log holds its latest start event
 
@@ -48,9 +50,7 @@ def latest_started(folder: Path) -> str | None:
     logs = sorted(folder.rglob("records.jsonl"), key=lambda p: p.stat().st_mtime)
     if not logs:
         return None
-    with logs[-1].open("rb") as handle:
-        handle.seek(max(0, logs[-1].stat().st_size - TAIL_BYTES))
-        lines = handle.read().decode("utf-8", "replace").splitlines()
+    lines = read_worker_file(logs[-1], tail=TAIL_BYTES).splitlines()
     for line in reversed(lines):
         if '"start"' not in line:
             continue

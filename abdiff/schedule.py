@@ -297,7 +297,11 @@ def run_slots(
                                partial(order_seed, measurement.seed, side, round_index))
         finally:
             progress.watch(None)
-            end_orphans()  # nothing the benchmark left running may rewrite what is saved
+            # nothing the benchmark left running may rewrite what is saved, or run beside
+            # the other side's workers
+            if launcher.standby is not None:
+                launcher.standby.sweep()
+            end_orphans()
             measurement.save(complete=False)
         side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
             + output.orders

@@ -190,3 +190,23 @@ def test_a_run_whose_server_cannot_start_measures_cold_and_says_so(
                         r"in .+\); the workers after it started cold",
                         captured.err.splitlines()[0])
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.slow
+def test_a_package_planted_in_the_servers_folder_is_not_imported(tmp_path: Path) -> None:
+    """The server's folder is under the cache's runs/, which the benchmark can write: an
+    `abdiff/` package planted there (for a later run's server, started in that folder) is
+    not on the server's import path (-P)."""
+    folder = tmp_path / "forkserver"
+    (folder / "abdiff").mkdir(parents=True)
+    marker = tmp_path / "planted-ran"
+    (folder / "abdiff" / "__init__.py").write_text(
+        f"import pathlib; pathlib.Path({str(marker)!r}).touch()\n")
+    server = ForkServer(folder)
+    try:
+        outcome = run(server, job(checkout(tmp_path, "a"), "run", "0"), tmp_path / "w0")
+        assert outcome.returncode == 0 and server.failure is None and server.taken == 1
+        assert report(tmp_path / "w0")["torch"]  # a fork of the server ran the job
+    finally:
+        server.close()
+    assert not marker.exists()

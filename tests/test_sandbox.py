@@ -80,6 +80,9 @@ if undo == "undo":  # undo the sandbox, as a root inside would: each must fail
     seen["remount .git rw"] = libc.mount(None, repo.encode(), None, 32 | 4096, None) == 0
     seen["bind state's parent without its mounts"] = libc.mount(
         os.path.dirname(state).encode(), outside.encode(), None, 4096, None) == 0
+    # a sysctl whose handler runs a program as root on the next crash (only opened)
+    attempt("open core_pattern", lambda: os.close(
+        os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)))
 seen["uid"] = os.getuid()
 print(json.dumps(seen))
 """
@@ -97,6 +100,7 @@ def test_the_key_is_hidden_and_the_repository_read_only(layout: dict[str, Path])
     assert seen["write runs"] == seen["write outside"] == "done"
     assert not any(seen[k] for k in ("umount state", "remount .git rw",
                                      "bind state's parent without its mounts"))
+    assert seen["open core_pattern"] in ("Read-only file system", "Permission denied")
     # the user it is outside, and never root: root is nobody inside, with no capability
     assert seen["uid"] == (os.geteuid() or 65534)
     # and nothing changed outside
@@ -118,7 +122,7 @@ def test_the_attack_works_without_the_sandbox(layout: dict[str, Path]) -> None:
 
 
 PROCESSES = """
-import json, os, sys, time
+import json, os, signal, sys, time
 others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 environ = {}
 for pid in (os.getppid(), int(sys.argv[1])):
@@ -126,6 +130,10 @@ for pid in (os.getppid(), int(sys.argv[1])):
         environ[pid] = open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace")
     except OSError as exc:
         environ[pid] = exc.strerror
+# signals to the sandbox's first process end nothing (Python would raise on SIGINT)
+os.kill(1, signal.SIGINT)
+os.kill(1, signal.SIGTERM)
+time.sleep(0.2)
 if os.fork() == 0:  # a process left behind: it should not outlive the command
     os.setsid()
     time.sleep(1.5)
@@ -348,3 +356,52 @@ def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
     assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
     with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):
         sandbox.start("on", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere)
+
+
+HOPPER = r"""
+import os, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+if os.fork() == 0:  # a leftover that changes its pid every 10 ms: a list of pids misses it
+    os.setsid()
+    deadline = time.time() + 3.0
+    while time.time() < deadline:
+        if os.fork():
+            os._exit(0)
+        time.sleep(0.01)
+    (folder / "outlived").write_text("yes")
+    os._exit(0)
+"""
+
+SWEEPER = r"""
+import json, sys, time
+from pathlib import Path
+from abdiff.launchers import sandbox
+from abdiff.launchers.forkserver import ForkServer
+from abdiff.launchers.process import run_process
+from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+folder = Path(sys.argv[1])
+for name in ("repo", "cache", "state", "job"):
+    (folder / name).mkdir()
+(folder / "job" / "hopper.py").write_text(sys.argv[2])
+sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state")
+server = ForkServer(folder / "cache" / "server")
+spec = LaunchSpec([sys.executable, "-m", "hopper", str(folder)], folder / "job",
+                  {"PYTHONPATH": str(ABDIFF_ROOT)})
+outcome = run_process(spec, folder / "log", folder / "log" / "progress", 60, standby=server)
+server.sweep()  # what abdiff does after the side's round
+time.sleep(3.5)
+print(json.dumps({"returncode": outcome.returncode, "outlived": (folder / "outlived").exists(),
+                  "failure": server.failure, "forked": server.taken}))
+server.close()
+"""
+
+
+@needs_namespaces
+@pytest.mark.slow
+def test_the_fork_servers_sweep_ends_a_leftover_that_hops_pids(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", SWEEPER, str(tmp_path), HOPPER],
+                          capture_output=True, text=True, check=False, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"returncode": 0, "outlived": False, "failure": None,
+                                       "forked": 1}

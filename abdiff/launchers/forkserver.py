@@ -35,6 +35,7 @@ from abdiff.targets.base import LaunchSpec
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
 FORK_WAIT_S = 120.0  # for the first job the server may still be importing torch
+SWEEP_WAIT_S = 30.0
 
 
 class ForkedProcess:
@@ -94,7 +95,9 @@ class ForkServer:
         """Start the server now (its torch import overlaps the run's own set-up)."""
         if self.server is None and not self.failure:
             self.folder.mkdir(parents=True, exist_ok=True)
-            spec = LaunchSpec([sys.executable, "-m", SERVER_MODULE], self.folder, dict(env))
+            # -P: its folder, writable to the benchmark, is not on its import path
+            spec = LaunchSpec([sys.executable, "-P", "-m", SERVER_MODULE], self.folder,
+                              dict(env))
             self.server = start_process(spec, subprocess.PIPE, self.folder / "server.stderr.txt",
                                         self.pass_env, self.max_memory_bytes,
                                         stdin=subprocess.PIPE)
@@ -137,6 +140,25 @@ class ForkServer:
             if self._next_message(self.server.proc, deadline) is None:
                 break
         return self.exits.get(pid)
+
+    def sweep(self) -> None:
+        """Have the server kill every other process of its sandbox (forkserver_process.sweep)
+        and wait for its word; a server that died is reported as ever (`failure`)."""
+        server = self.server
+        if server is None or self.failure:
+            return
+        try:
+            os.write(pipe(server.proc.stdin, server.proc.pid).fileno(), b'{"sweep": true}\n')
+        except BrokenPipeError:
+            self._fail(f"it ended (exit {server.proc.wait()})")
+            return
+        deadline = time.monotonic() + SWEEP_WAIT_S
+        while not self.failure:
+            message = self._next_message(server.proc, deadline)
+            if message is None:
+                self._fail("no word after a sweep")
+            elif "swept" in message:
+                return
 
     def close(self) -> None:
         """End the server (the run needs no more workers); a folder of its own goes with

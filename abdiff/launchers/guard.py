@@ -44,6 +44,9 @@ NOBODY = 65534  # who root is inside the sandbox: no capabilities there
 # mounts left as they are when everything else is made read-only: /proc is replaced,
 # /dev holds the devices, /dev/shm and the terminals
 LEFT_WRITABLE = ("/proc", "/dev")
+# what of the new /proc is read-only (as container runtimes do): for root outside, the
+# sandbox's nobody is still root to the kernel's sysctl check (kernel.core_pattern)
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -209,6 +212,14 @@ def _init(command: list[str], uid: int, gid: int, report: int) -> None:
     command and reap what ends until the command does; write how it ended to `report`.
     When this process exits, the kernel kills whatever is left in the namespace."""
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in PROC_READ_ONLY:
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _remount(path, read_only=True)
+    # the default action of a signal to a namespace's first process is no action: a
+    # benchmark's SIGINT to process 1 must not end the sandbox (Python handles SIGINT)
+    for number in RELAYED:
+        signal.signal(number, signal.SIG_DFL)
     lock(uid, gid)
     child = os.fork()
     if child == 0:

@@ -76,6 +76,10 @@ class WorkerPool(Protocol):
     def start_waiting(self, env: dict[str, str]) -> None:
         """Start a process waiting now, for jobs with `env`."""
 
+    def sweep(self) -> None:
+        """Between rounds: end what the benchmark left running where the pool's processes
+        live (a fork server's sandbox)."""
+
     def close(self) -> None:
         """End what waits (the run needs no more workers)."""
 

@@ -56,6 +56,10 @@ class StandbyPool:
             self._start_next(spec)
         return ready
 
+    def sweep(self) -> None:
+        """Nothing to do: each worker started ahead is a sandbox of its own, which ends with
+        its job."""
+
     def close(self) -> None:
         """End the waiting process (the run needs no more workers); a folder of its own
         (`prime`) goes with it, unless a waiting process died (its output is there)."""
@@ -94,7 +98,8 @@ class StandbyPool:
     def _start_next(self, spec: LaunchSpec) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         name = f"standby{self.started}"
-        standby = LaunchSpec([sys.executable, "-m", STANDBY_MODULE], self.folder,
+        # -P: its folder, writable to the benchmark, is not on its import path
+        standby = LaunchSpec([sys.executable, "-P", "-m", STANDBY_MODULE], self.folder,
                              dict(spec.env))
         self.waiting = start_process(standby, self.folder / f"{name}.stdout.txt",
                                      self.folder / f"{name}.stderr.txt", self.pass_env,

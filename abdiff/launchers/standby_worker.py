@@ -34,7 +34,9 @@ def become(job: dict) -> None:
     _, flag, module, *args = job["argv"]
     if flag != "-m":
         raise SystemExit(f"abdiff standby worker: cannot run {job['argv']!r} (only python -m)")
-    sys.path[0] = os.getcwd()  # what `python -m` puts first: the folder it was started in
+    # what `python -m` puts first: the folder it was started in (this process was started
+    # with -P, its own folder left out of its path)
+    sys.path.insert(0, os.getcwd())
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
