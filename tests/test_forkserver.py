@@ -20,7 +20,7 @@ from conftest import process_running, write_suite
 from abdiff.cli import main
 from abdiff.errors import InfrastructureError
 from abdiff.launchers import forkserver
-from abdiff.launchers.forkserver import ForkServer
+from abdiff.launchers.forkserver import ForkServer, ForkServers
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
 from abdiff.launchers.warm import prime, standing_by
@@ -162,14 +162,50 @@ def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: P
 def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: Path) -> None:
     launcher = LocalLauncher()
     prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
-    server = launcher.standby
-    assert isinstance(server, ForkServer) and server.server is not None
+    pool = launcher.standby
+    assert isinstance(pool, ForkServers) and pool.waiting is not None
+    primed = pool.waiting
+    assert primed.server is not None
     with standing_by(launcher, "fork", tmp_path / "unused", None, None) as taken:
-        assert taken is server
-        assert run(server, job(checkout(tmp_path, "a"), "run", "0"),
-                   tmp_path / "w0").returncode == 0
-    assert launcher.standby is None and server.server is None
+        assert taken is pool
+        folder = checkout(tmp_path, "a")
+        assert run(pool, job(folder, "run", "0"), tmp_path / "w0").returncode == 0
+        assert pool.by_checkout == {folder: primed}  # the first checkout took the primed one
+    assert launcher.standby is None and primed.server is None
     assert not any((tmp_path / "standby").iterdir())
+
+
+LIMITS = """
+import json, os, resource, sys
+if sys.argv[1] == "lower":  # what a side's benchmark can do to its fork server
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (64, hard))
+print(json.dumps({"nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+"""
+
+
+@pytest.mark.slow
+def test_one_side_cannot_set_the_other_sides_server_limits(tmp_path: Path) -> None:
+    """A worker can lower its fork server's limits, and the server's later forks inherit
+    them: each checkout (side) has a server of its own, so B's benchmark lowers only B's."""
+    a, b = checkout(tmp_path, "a"), checkout(tmp_path, "b")
+    for folder in (a, b):
+        (folder / "limits.py").write_text(LIMITS)
+    pool = ForkServers(tmp_path / "servers")
+
+    def limits(folder: Path, what: str, log: str) -> int:
+        spec = LaunchSpec([sys.executable, "-m", "limits", what], folder, ENV)
+        assert run(pool, spec, tmp_path / log).returncode == 0
+        return int(report(tmp_path / log)["nofile"])
+
+    try:
+        before = limits(a, "read", "a0")
+        limits(b, "lower", "b0")
+        assert limits(b, "read", "b1") == 64  # the attack is real within a server
+        assert limits(a, "read", "a1") == before > 64
+        assert len(pool.by_checkout) == 2 and pool.taken == 4
+    finally:
+        pool.close()
 
 
 @pytest.mark.slow

@@ -208,3 +208,58 @@ class ForkServer:
         """Keep the first reason; the run goes on with cold starts."""
         if not self.failure:
             self.failure = f"the fork server stopped ({why}; its output is in {self.folder})"
+
+
+class ForkServers:
+    """A fork server per checkout (`--prestart fork`), each in a sandbox of its own. The
+    workers of one server are one user in one pid namespace: a benchmark's worker can set
+    its server's limits, CPU affinity or priority (prlimit, sched_setaffinity), and every
+    later fork inherits them. Side B's benchmark must not reach side A's workers that way:
+    a side's workers are forks of its own server. A WorkerPool (launchers/pool.py)."""
+
+    words = ForkServer.words
+
+    def __init__(self, folder: Path, pass_env: list[str] | None = None,
+                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+        self.folder = Path(folder)
+        self.own_folder = own_folder  # made for these servers alone (`prime`): removed with them
+        self.make = lambda n: ForkServer(self.folder / f"server{n}", pass_env, max_memory_bytes)
+        self.waiting: ForkServer | None = None  # started ahead of knowing its checkout
+        self.by_checkout: dict[Path, ForkServer] = {}
+
+    @property
+    def servers(self) -> list[ForkServer]:
+        return [*self.by_checkout.values(), *([self.waiting] if self.waiting else [])]
+
+    @property
+    def taken(self) -> int:
+        return sum(server.taken for server in self.servers)
+
+    @property
+    def failure(self) -> str | None:
+        return next((server.failure for server in self.servers if server.failure), None)
+
+    def start_waiting(self, env: dict[str, str]) -> None:
+        """Start a server now, for the first checkout that sends a job."""
+        if self.waiting is None:
+            self.waiting = self.make(len(self.servers))
+        self.waiting.start_waiting(env)
+
+    def take(self, spec: LaunchSpec, stdout: Path,
+             stderr: Path) -> StartedProcess[ForkedProcess] | None:
+        server = self.by_checkout.get(spec.cwd)
+        if server is None:
+            server, self.waiting = self.waiting or self.make(len(self.servers)), None
+            self.by_checkout[spec.cwd] = server
+        return server.take(spec, stdout, stderr)
+
+    def sweep(self) -> None:
+        for server in self.servers:
+            server.sweep()
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        self.waiting, self.by_checkout = None, {}
+        if self.own_folder and not self.failure:
+            shutil.rmtree(self.folder, ignore_errors=True)

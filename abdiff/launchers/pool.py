@@ -67,8 +67,14 @@ class WorkerPool(Protocol):
     with these output files, or None: start that job cold."""
 
     words: str  # what the run's summary calls its workers ("started ahead", ...)
-    taken: int  # jobs it ran
-    failure: str | None  # why it stopped (the run goes on cold); the summary says it
+
+    @property
+    def taken(self) -> int:
+        """Jobs it ran."""
+
+    @property
+    def failure(self) -> str | None:
+        """Why it stopped (the run goes on cold); the summary says it."""
 
     def take(self, spec: LaunchSpec, stdout: Path,
              stderr: Path) -> StartedProcess[WorkerProcess] | None: ...

@@ -3,8 +3,8 @@ torch import (`--prestart`), which cost a second or more per worker process.
 
 - "ahead" (standby.py): the next worker starts while the current one measures;
   it competes for a core with the timed work, so it needs spare cores.
-- "fork" (forkserver.py): one process imports torch once and forks each worker;
-  it sleeps while workers measure.
+- "fork" (forkserver.py): one process per checkout imports torch once and forks
+  each of that side's workers; it sleeps while workers measure.
 - "cold": every worker starts from nothing.
 
 Both implement one interface, `WorkerPool` (pool.py), and do not know each
@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.forkserver import ForkServer
+from abdiff.launchers.forkserver import ForkServers
 from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.standby import StandbyPool
 
 # (folder, pass_env, max_memory_bytes, own_folder) -> the pool
 PoolFactory = Callable[[Path, list[str] | None, int | None, bool], WorkerPool]
-POOLS: dict[str, PoolFactory] = {"ahead": StandbyPool, "fork": ForkServer}
+POOLS: dict[str, PoolFactory] = {"ahead": StandbyPool, "fork": ForkServers}
 
 
 def make_pool(mode: str, folder: Path, pass_env: list[str] | None,
