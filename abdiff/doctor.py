@@ -48,9 +48,9 @@ class Check:
     required_by: tuple[str, ...] = ()
 
 
-# what every target loses without a component
-EVERY_TARGET_NEEDS = {"sandbox": "isolation: benchmark code can write .git and the "
-                                 "checkouts, and read abdiff's key for stored rounds"}
+# what every target loses without the sandbox (launchers/sandbox.py)
+WITHOUT_SANDBOX = ("isolation: benchmark code can write .git and the checkouts, and read "
+                   "abdiff's key for stored rounds")
 
 
 @dataclass
@@ -139,20 +139,25 @@ def machine_checks(targets: list[type[Target]], machine: Machine | None = None) 
     for tool in ("nsys", "mpirun"):
         path = m.which(tool)
         found.append((tool, path is not None, path or "not on PATH"))
-    why_not = m.sandbox()
-    found.append(("sandbox", why_not is None,
-                  "user, mount and pid namespaces: --sandbox auto runs benchmarks in them"
-                  if why_not is None else f"not here: {why_not} (docs/ci.md)"))
     srun = m.which("srun")
     why = ("srun is not on PATH" if srun is None else
            None if m.environ.get("SLURM_JOB_ID") else
            f"{srun}, but SLURM_JOB_ID is not set (not inside a Slurm allocation)")
     found.append(("srun", why is None,
                   f"{srun} in job {m.environ.get('SLURM_JOB_ID')}" if why is None else why))
-    return [Check(name, present, detail,
-                  {t.name: t.needs.get(name, EVERY_TARGET_NEEDS.get(name, "")) for t in targets},
+    return [Check(name, present, detail, {t.name: t.needs.get(name, "") for t in targets},
                   tuple(t.name for t in targets if name in t.requires))
             for name, present, detail in found]
+
+
+def sandbox_check(targets: list[type[Target]], machine: Machine | None = None) -> Check:
+    """Whether benchmark code can run in namespaces of its own here (a trial start, for
+    real): doctor's row; no target needs it to run, every target loses isolation."""
+    why_not = (machine or Machine()).sandbox()
+    return Check("sandbox", why_not is None,
+                 "user, mount and pid namespaces: --sandbox auto runs benchmarks in them"
+                 if why_not is None else f"not here: {why_not} (docs/ci.md)",
+                 {t.name: WITHOUT_SANDBOX for t in targets})
 
 
 def missing_for(checks: list[Check], target: str) -> list[str]:

@@ -9,7 +9,14 @@ import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.doctor import Machine, machine_checks, machine_table, missing_for, preflight
+from abdiff.doctor import (
+    Machine,
+    machine_checks,
+    machine_table,
+    missing_for,
+    preflight,
+    sandbox_check,
+)
 from abdiff.targets import target_class, target_names
 from abdiff.targets.base import LaunchSpec, RoundJob, Target
 from abdiff.targets.hooks import Hook
@@ -137,12 +144,12 @@ def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
 
 def test_the_sandbox_is_checked() -> None:
     """This machine (namespaces work for root here) and one that refuses them."""
-    here = {c.name: c for c in machine_checks([target_class("reference")])}["sandbox"]
+    reference = [target_class("reference")]
+    here = sandbox_check(reference)
     assert here.present and here.detail.startswith("user, mount and pid namespaces")
-    refused = Machine(sandbox=lambda: "unshare: Operation not permitted")
-    checks = machine_checks([target_class("reference")], refused)
-    row = {c.name: c for c in checks}["sandbox"]
+    row = sandbox_check(reference, Machine(sandbox=lambda: "unshare: Operation not permitted"))
     assert not row.present and row.detail == "not here: unshare: Operation not permitted " \
         "(docs/ci.md)"
+    checks = [*machine_checks(reference), row]
     assert "isolation: benchmark code" in machine_table(checks, ["reference"])
     assert missing_for(checks, "reference") == []  # measuring goes on, and says so

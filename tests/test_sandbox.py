@@ -251,7 +251,7 @@ NO_USER_NAMESPACES = ["unshare", "--user", "--map-root-user", "sh", "-c",
 
 
 @needs_namespaces
-@pytest.mark.parametrize("mode", ["on", "auto"])
+@pytest.mark.parametrize("mode", ["on", pytest.param("auto", marks=pytest.mark.slow)])
 def test_where_namespaces_are_refused(mode: str, faulty_repo: Path, tmp_path: Path) -> None:
     """`on` refuses to measure (exit 3, one line saying why and what to do); `auto` measures
     and says once that the benchmark ran without a sandbox, and the run file records it."""

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         machine_checks,
         machine_table,
         missing_for,
+        sandbox_check,
     )
     from abdiff.revs import open_repo
     from abdiff.suites import load_suite
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
         print()
     print(f"abdiff doctor: checking target {target_cls.name} ({why})\n")
-    checks = machine_checks(classes)
+    checks = [*machine_checks(classes), sandbox_check(classes)]
     print(machine_table(checks, sorted(names)))
     print()
     for name in sorted(names):
