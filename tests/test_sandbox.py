@@ -405,3 +405,18 @@ def test_the_fork_servers_sweep_ends_a_leftover_that_hops_pids(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"returncode": 0, "outlived": False, "failure": None,
                                        "forked": 1}
+
+
+@needs_namespaces
+def test_an_empty_home_makes_no_mount_over_root(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME set but empty (as a test before this one left it in a CI run): the plan names /
+    read-only; it is remounted in place, never bound over itself, where a user namespace
+    made on top is refused (EPERM)."""
+    monkeypatch.setenv("HOME", "")
+    for name in ("repo", "cache", "state"):
+        (tmp_path / name).mkdir()
+    plan = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache",
+                        tmp_path / "state")
+    assert "/" in plan.read_only and "/" not in plan.writable
+    assert sandbox.trial(plan) is None

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import json
 import os
 import re
 import resource
 import signal
 import sys
-import time
 from dataclasses import dataclass
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4  # linux/prctl.h
@@ -42,7 +40,6 @@ KEPT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC,
               (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
               (os.ST_RELATIME, MS_RELATIME))
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-UNSHARE_RETRY_S = 0.2
 NOBODY = 65534  # who root is inside the sandbox: no capabilities there
 # mounts left as they are when everything else is made read-only: /proc is replaced,
 # /dev holds the devices, /dev/shm and the terminals
@@ -120,13 +117,7 @@ def _own_user_namespace(inside_uid: int, inside_gid: int, flags: int) -> None:
     """Unshare a user namespace (and `flags`) whose only user is this process's, seen inside
     as `inside_uid`/`inside_gid`."""
     uid, gid = os.geteuid(), os.getegid()
-    result = _libc.unshare(CLONE_NEWUSER | flags)
-    if result != 0 and ctypes.get_errno() == errno.EPERM:
-        # refused once (EPERM) in a CI run of thousands of sandboxes and never again when
-        # repeated; the cause was not found: a second try decides
-        time.sleep(UNSHARE_RETRY_S)
-        result = _libc.unshare(CLONE_NEWUSER | flags)
-    _check(result, "unshare")
+    _check(_libc.unshare(CLONE_NEWUSER | flags), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{inside_uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{inside_gid} {gid} 1\n")
@@ -177,7 +168,8 @@ def confine_mounts(confinement: Confinement) -> None:
         elif kind == "hide":  # a file reads as empty
             _mount(os.devnull, path, None, MS_BIND)
         elif kind == "read_only":
-            _mount(path, path, None, MS_BIND | MS_REC)
+            if path != "/":  # nothing is mounted over / (a user namespace made on top of
+                _mount(path, path, None, MS_BIND | MS_REC)  # that would be refused: EPERM)
             _remount(path, read_only=True)
         else:
             _mount(f"/proc/self/fd/{sources[path]}", path, None, MS_BIND | MS_REC)

@@ -76,11 +76,13 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
     working tree and its git common dir), the cache's checkouts, the user's home folder
     (a .bashrc runs later too) and abdiff's Python environment; writable again: the cache
     folder but its checkouts, the temporary folders and the caches CACHE_VARIABLES name."""
-    home = Path.home()
-    hidden = {state_folder.resolve(), *((home / name).resolve() for name in CREDENTIALS
-                                        if (home / name).exists())}
+    # the home folder by $HOME, as Python finds it; an empty or relative one names none
+    home = Path(os.path.expanduser("~"))
+    homes = [home] if home.is_absolute() else []
+    hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
+                                        for name in CREDENTIALS if (h / name).exists())}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir / "checkouts",
-                                       home, *python_folders())}
+                                       *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
     # the cache folder (its runs/, which may not exist yet, is where workers write; its
     # checkouts/, read-only, is mounted over it)
@@ -88,7 +90,8 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
                                       Path("/var/tmp"),
                                       *(Path(os.environ[name]) for name in CACHE_VARIABLES
                                         if os.path.isabs(os.environ.get(name, ""))))}
-    writable = {p for p in writable if p.is_dir() and not _under(p, hidden)}
+    writable = {p for p in writable  # never all of /: that is no sandbox
+                if p.is_dir() and p != Path("/") and not _under(p, hidden)}
     return Confinement(tuple(sorted(map(str, hidden))), tuple(sorted(map(str, read_only))),
                        tuple(sorted(map(str, writable))), all_read_only=True)
 
