@@ -31,6 +31,7 @@ from abdiff.records import (
     Status,
     StatusChange,
 )
+from abdiff.reports.latency_words import latency_result
 from abdiff.sequential import Looks
 
 
@@ -153,11 +154,11 @@ def latency_results(
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
         and latency_samples(a) and latency_samples(b)
     ]
-    computed = stats.latency_verdicts(
+    computed = [latency_result(s, min_effect, alpha) for s in stats.latency_verdicts(
         [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]))
          for i in comparable],
         min_effect, alpha, looks=looks, paired=paired,
-    )
+    )]
     results = [
         LatencyResult("n/a", rounds_a=len(a.rounds), rounds_b=len(b.rounds)) for a, b in pairs
     ]
