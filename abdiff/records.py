@@ -167,6 +167,10 @@ class ConfigResult:
     kernel_deltas: list[KernelDelta] = field(default_factory=list)
     # the same for module ranges (RoundRecord.module_us; `kernel` holds the module's name)
     module_deltas: list[KernelDelta] = field(default_factory=list)
+    # each side's total kernel (CPU: operator) time in the profiled call, us: what the
+    # kernel_deltas are shares of (the profiled call is not the timed step)
+    profiled_a_us: float | None = None
+    profiled_b_us: float | None = None
 
 
 @dataclass
