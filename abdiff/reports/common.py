@@ -30,7 +30,7 @@ DEFAULT_ALPHA = 0.01
 TEXT_LIMIT = 200
 # our own sentences (notes, a latency's explanation): long enough never to be cut; the cap
 # is for text a benchmark made huge
-NOTE_LIMIT = 4000
+NOTE_LIMIT = 2000
 ELLIPSIS = "\u2026"
 
 
@@ -130,7 +130,8 @@ def run_facts(result: Result) -> RunFacts:
     make a report disagree with its rows); the summary only adds the configs never
     compared, the exit code, the thresholds and the machine."""
     measured = sum(map(policy.measured, result.configs))
-    total = len(result.configs) + (_count_field(result, "not_compared") or 0)
+    total = max(len(result.configs) + (_count_field(result, "not_compared") or 0),
+                _count_field(result, "configs") or 0)  # a run that compared none has none
     both = sum(c.status_a != "ok" and c.status_b != "ok" for c in result.configs)
     one = sum((c.status_a == "ok") != (c.status_b == "ok") for c in result.configs)
     timed = [c for c in result.configs if c.latency.verdict != "n/a"]
