@@ -149,7 +149,8 @@ def test_table_fits_the_terminal_width(monkeypatch: pytest.MonkeyPatch, columns:
     text = table_report.render(result, colour=False)
     lines = text.rstrip("\n").splitlines()
     # the verdict last, wrapped at spaces: its first line starts it, every line fits
-    verdict = next(i for i, ln in enumerate(lines) if ln.startswith("abdiff: 1 unintended change: "))
+    verdict = next(i for i, ln in enumerate(lines)
+                   if ln.startswith("abdiff: 1 unintended change: "))
     assert " ".join(ln.strip() for ln in lines[verdict:]) == common.final_line(result)
     assert all(len(line) <= columns for line in lines), max(lines, key=len)
     for cfg in result.configs:  # each config's verdict and id on one line, once: grep finds it
