@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from abdiff.protocol import RecordWriter, RoundJob
-from abdiff.records import RoundRecord
+from abdiff.run.protocol import RecordWriter, RoundJob
+from abdiff.store.records import RoundRecord
 from abdiff.targets.command.formats import BenchmarkReport, benchmark_arguments, read_report
 from abdiff.targets.command.target import CommandOptions
 
