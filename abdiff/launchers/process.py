@@ -120,9 +120,10 @@ def adopt_leftovers() -> None:
 
 def _start_ticks(pid: int) -> int | None:
     """When `pid` started (clock ticks since boot), None if it is gone."""
+    stat = procfs.read_stat(pid)
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return stat.start_ticks if stat else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -186,10 +187,12 @@ def hide_environment(pass_env: list[str] | None = None) -> None:
     if not sys.platform.startswith("linux"):
         return
     not_dumpable()
+    stat = procfs.read_stat("self")
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
-    except (OSError, IndexError, ValueError):
+        start, end = stat.environ_span if stat else (0, 0)
+    except (IndexError, ValueError):
+        return
+    if end <= start:
         return
     block = (ctypes.c_char * (end - start)).from_address(start)
     offset = 0

@@ -15,7 +15,14 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from abdiff.store.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
+from abdiff.store.records import (
+    DEFAULT_MIN_EFFECT,
+    MOST_ROUNDS_ADVISED,
+    ConfigResult,
+    LatencyResult,
+    Result,
+    Side,
+)
 from abdiff.verdict import policy
 
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
@@ -25,7 +32,6 @@ VERDICT_ORDER: tuple[str, ...] = (
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
 SUMMARY_ORDER: tuple[str, ...] = (
     "unintended", "expected", "small-change", "unchanged", "inconclusive", "still-failing")
-DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
 ELLIPSIS = "\u2026"
 
@@ -368,17 +374,12 @@ def latency_cell(latency: LatencyResult) -> str:
 
 
 def latency_details(latency: LatencyResult) -> list[str]:
-    """Detectable effect, set-aside rounds and note, where the result has them (absolute
-    times have their own cell, `times_cell`): ["detects ≥ 2.2%", "set aside B r1 67.58 µs"].
+    """Detectable effect and note, where the result has them (absolute times have their own
+    cell, `times_cell`): ["detects ≥ 2.2%", ...].
     """
     parts = []
     if latency.detectable is not None:
         parts.append(f"detects ≥ {latency.detectable:.1%}")
-    aside = [f"{side} r{r['round']} {us_text(r['median_us'])}"
-             for side, rounds in (("A", latency.set_aside_a), ("B", latency.set_aside_b))
-             for r in rounds]
-    if aside:
-        parts.append("set aside " + ", ".join(aside))
     if latency.note:
         parts.append(clip(latency.note, 80))
     return parts

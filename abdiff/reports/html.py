@@ -135,17 +135,11 @@ def _strip(lat: LatencyResult) -> dict | None:
 
 
 def _extras(lat: LatencyResult) -> list[tuple[str, str]]:
-    """Statistics worth a line when present: detectable change, rounds set aside."""
+    """Statistics worth a line when present: the detectable change, the rounds."""
     out = []
     detectable = getattr(lat, "detectable", None)
     if _finite(detectable):
         out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"))
-    for side in ("a", "b"):
-        aside = getattr(lat, f"set_aside_{side}", None) or []
-        rounds = [f"round {r.get('round')} ({common.us_text(r['median_us'])})" for r in aside
-                  if isinstance(r, dict) and _finite(r.get("median_us"))]
-        if rounds:
-            out.append((f"set aside ({side.upper()})", ", ".join(rounds)))
     out.append(("rounds", f"A {lat.rounds_a}, B {lat.rounds_b}"))
     return out
 
