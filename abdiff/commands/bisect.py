@@ -41,7 +41,7 @@ from abdiff.records import Result
 from abdiff.reports import bisect as bisect_report
 from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.schedule import Plan
-from abdiff.session import Bench, measure_and_compare, prepare_bench, side_run
+from abdiff.session import Bench, measure_and_compare, prepare_bench, side_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,8 +97,8 @@ class StepRunner:
         if ids is not None:
             suite = dataclasses.replace(suite, configs=[c for c in suite.configs if c.id in ids])
         bench = dataclasses.replace(self.bench, suite=suite)
-        sides = {"A": side_run(bench, SideSpec(older.sha[:12], older.sha)),
-                 "B": side_run(bench, SideSpec(newer.sha[:12], newer.sha))}
+        bench, sides = side_runs(bench, {"A": SideSpec(older.sha[:12], older.sha),
+                                         "B": SideSpec(newer.sha[:12], newer.sha)})
         return measure_and_compare(self.schedule, self.statistics, bench, sides,
                                    sides["A"].run, self.expect, [])
 
@@ -111,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     bench = prepare_bench(selection, schedule, repo_root)
+    if not bench.suite.configs:
+        raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
+                         "measures; list them in the suite's target.benchmarks")
     expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     known = {c.id for c in bench.suite.configs}
