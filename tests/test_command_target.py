@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.protocol import RoundJob, read_round_log
+from abdiff.run.protocol import RoundJob, read_round_log
 from abdiff.suites.loader import parse_suite
 from abdiff.targets import target_class
 from abdiff.targets.command.formats import (
@@ -415,7 +415,7 @@ def test_a_round_isolates_the_dying_benchmark(tmp_path: Path) -> None:
     """Through the real round runner and local launcher: the aborting benchmark's config is
     `aborted` with its check's line, and a second process measures the other."""
     from abdiff.launchers.local import LocalLauncher
-    from abdiff.rounds import RoundSettings, run_round
+    from abdiff.run.rounds import RoundSettings, run_round
     from abdiff.suites import Config
 
     (tmp_path / "bench.py").write_text(CRASHING_PY)

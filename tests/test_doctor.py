@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.doctor import (
+from abdiff.host.doctor import (
     Machine,
     machine_checks,
     machine_table,

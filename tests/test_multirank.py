@@ -34,9 +34,9 @@ from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
 from abdiff.launchers import make_launcher
 from abdiff.launchers.process import run_process
-from abdiff.protocol import RecordWriter, rank_record_path
-from abdiff.ranks import merge_rank_logs, merge_records, read_rank_logs
-from abdiff.records import RoundRecord
+from abdiff.run.protocol import RecordWriter, rank_record_path
+from abdiff.run.ranks import merge_rank_logs, merge_records, read_rank_logs
+from abdiff.store.records import RoundRecord
 from abdiff.targets.base import LaunchSpec
 
 FACT = "attn_metadata.max_total_draft_tokens"

@@ -16,7 +16,7 @@ from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
 from abdiff.launchers.standby import StandbyPool
 from abdiff.launchers.warm import prime, standing_by
-from abdiff.session import worker_start
+from abdiff.run.session import worker_start
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
 
 REPORT = """

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.baselines import drift_margin, interleaved, note_margin_effects
 from abdiff.commands.common import (
     add_compare_options,
     check_expect_values,
@@ -13,10 +12,9 @@ from abdiff.commands.common import (
     output_of,
     statistics_of,
 )
-from abdiff.compare import compare_runs
 from abdiff.errors import InputError
-from abdiff.policy import parse_expect
-from abdiff.records import RunFile, load_run_file
+from abdiff.store.baselines import drift_margin, interleaved, note_margin_effects
+from abdiff.store.records import RunFile, load_run_file
 from abdiff.suites import builtin_suites, load_suite
 from abdiff.targets.command.files import (
     benchmark_file_note,
@@ -24,6 +22,8 @@ from abdiff.targets.command.files import (
     import_benchmark_file,
     sniff,
 )
+from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.policy import parse_expect
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,6 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from abdiff.baselines import parse_baseline_range
 from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
@@ -22,9 +21,10 @@ from abdiff.commands.common import (
     positive_int,
     statistics_of,
 )
-from abdiff.revs import open_repo, resolve_range
-from abdiff.schedule import Plan
-from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_runs
+from abdiff.repo.revs import open_repo, resolve_range
+from abdiff.run.schedule import Plan
+from abdiff.run.session import against_baseline, measure_and_compare, prepare_bench, side_runs
+from abdiff.store.baselines import parse_baseline_range
 from abdiff.suites import Suite
 
 

@@ -37,7 +37,7 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None,
 
 
 # Each rank leaves a file (launchers may drop the stdout of ranks that exit at once).
-HELLO = ("import pathlib, sys; from abdiff.protocol import rank_from_env; "
+HELLO = ("import pathlib, sys; from abdiff.run.protocol import rank_from_env; "
          "pathlib.Path(sys.argv[1], f'hello.rank{rank_from_env()[0]}').touch()")
 
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from abdiff import procfs
 from abdiff.errors import InfrastructureError
-from abdiff.files import open_for_worker, read_worker_file
+from abdiff.host import procfs
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import not_dumpable
 from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
+from abdiff.store.files import open_for_worker, read_worker_file
 from abdiff.targets.base import LaunchSpec
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run

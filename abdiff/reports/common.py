@@ -15,8 +15,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from abdiff import policy
-from abdiff.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
+from abdiff.store.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
+from abdiff.verdict import policy
 
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
 # sides) leads: it hides whatever else the change did to that config.

@@ -21,8 +21,8 @@ import statistics
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from abdiff.records import ConfigResult, LatencyResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, LatencyResult, Result
 
 # Direction colours (forest plot, legend) and side colours (strip plots).
 DIRECTION_COLOURS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#607d8b",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abdiff.errors import InputError
-from abdiff.protocol import RoundJob
+from abdiff.run.protocol import RoundJob
 from abdiff.targets.hooks import Hook, missing_hooks
 
 if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no import at run time
@@ -69,7 +69,7 @@ class Target(ABC):
     name: ClassVar[str]
     # what the worker relies on in a checkout (checked with the ast module, no GPU)
     hooks: ClassVar[tuple[Hook, ...]] = ()
-    # machine component (abdiff/doctor.py names them) -> what this target loses without it
+    # machine component (abdiff/host/doctor.py names them) -> what this target loses without it
     needs: ClassVar[dict[str, str]] = {}
     # the components without which this target cannot run at all
     requires: ClassVar[tuple[str, ...]] = ()

@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.targets.command.formats import (
     DEFAULT_METRICS,
     Format,

@@ -35,7 +35,8 @@ from typing import Annotated, Any, ClassVar
 
 from abdiff.errors import InputError
 from abdiff.launchers.process import guarded, worker_environment
-from abdiff.protocol import RoundJob
+from abdiff.run.protocol import RoundJob
+from abdiff.store.validate import Len, from_json
 from abdiff.suites import Config, Suite
 from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, Prepared, Target
 from abdiff.targets.command.formats import (
@@ -47,7 +48,6 @@ from abdiff.targets.command.formats import (
     gbench_id,
     read_report,
 )
-from abdiff.validate import Len, from_json
 
 DISCOVERY_TIMEOUT_S = 600.0
 BUILD_TIMEOUT_S = 3600.0

@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from abdiff.protocol import RecordWriter, RoundJob
-from abdiff.records import RoundRecord
+from abdiff.run.protocol import RecordWriter, RoundJob
+from abdiff.store.records import RoundRecord
 from abdiff.targets.command.formats import (
     BenchmarkReport,
     benchmark_arguments,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 from abdiff.errors import InputError
-from abdiff.files import read_text, write_atomic
-from abdiff.validate import Len, Min, from_json
+from abdiff.store.files import read_text, write_atomic
+from abdiff.store.validate import Len, Min, from_json
 
 RUN_SCHEMA: Final = "abdiff.run/1"
 RESULT_SCHEMA: Final = "abdiff.result/2"
@@ -42,7 +42,7 @@ class RoundRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, Count] = field(default_factory=dict)
     round: int | None = None  # schedule position; lets `--resume` skip finished rounds
-    # multi-rank launches (abdiff/ranks.py): each rank's own record, and the facts whose
+    # multi-rank launches (abdiff/run/ranks.py): each rank's own record, and the facts whose
     # values differ between ranks (fact name -> value per rank)
     ranks: list[dict[str, Any]] | None = None
     rank_differences: dict[str, list[Any]] | None = None
@@ -54,7 +54,7 @@ class RoundRecord:
     # GPU time of each module range (NVTX, e.g. attention, MoE) in one timed iteration, us
     # (trtllm with nsys: the ranges upstream's runner marks)
     module_us: dict[str, Annotated[float, Min(0)]] = field(default_factory=dict)
-    # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/clocks.py)
+    # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/host/clocks.py)
     # {"start": {"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}, "end": {...}}
     clocks: dict[str, Any] = field(default_factory=dict)
     # timed beside the undecided configs of an adaptive round only so that the round's

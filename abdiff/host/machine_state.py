@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from abdiff import procfs
-from abdiff.clocks import open_nvml, throttled
+from abdiff.host import procfs
+from abdiff.host.clocks import open_nvml, throttled
 
 BUSY_SHARE = 0.3  # another process using this much of a core while abdiff waits is busy
 SAMPLE_S = 0.3  # how long process CPU use is sampled

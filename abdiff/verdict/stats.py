@@ -62,8 +62,8 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from abdiff.records import MOST_ROUNDS_ADVISED, LatencyResult, LatencyVerdict
-from abdiff.sequential import Looks, spent
+from abdiff.store.records import MOST_ROUNDS_ADVISED, LatencyResult, LatencyVerdict
+from abdiff.verdict.sequential import Looks, spent
 
 DEFAULT_MIN_EFFECT = 0.02
 """Practical threshold: a change within +-2% is labelled "below the threshold"."""

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.files import write_atomic
-from abdiff.records import RoundRecord, RunFile
-from abdiff.validate import from_json
+from abdiff.store.files import write_atomic
+from abdiff.store.records import RoundRecord, RunFile
+from abdiff.store.validate import from_json
 
 SCHEMA = "abdiff.kernels/1"
 ARCH = re.compile(r"sm\d{2,3}[a-z]?")

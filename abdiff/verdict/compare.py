@@ -13,14 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from abdiff import stats
-from abdiff.baselines import interleaved, kernel_env_differences
-from abdiff.clocks import clock_notes
-from abdiff.kernel_times import module_cause, root_cause
-from abdiff.machine_state import recorded_noise
-from abdiff.policy import apply_policy
-from abdiff.ranks import rank_notes
-from abdiff.records import (
+from abdiff.host.clocks import clock_notes
+from abdiff.host.machine_state import recorded_noise
+from abdiff.run.ranks import rank_notes
+from abdiff.store.baselines import interleaved, kernel_env_differences
+from abdiff.store.records import (
     ConfigResult,
     ConfigRuns,
     LatencyResult,
@@ -31,7 +28,10 @@ from abdiff.records import (
     Status,
     StatusChange,
 )
-from abdiff.sequential import Looks
+from abdiff.verdict import stats
+from abdiff.verdict.kernel_times import module_cause, root_cause
+from abdiff.verdict.policy import apply_policy
+from abdiff.verdict.sequential import Looks
 
 
 def side_status(rounds: list[RoundRecord]) -> tuple[Status, str | None]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError, did_you_mean
-from abdiff.records import ConfigResult, Verdict
+from abdiff.store.records import ConfigResult, Verdict
 
 VERDICTS = ("still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
 SMALL_CHANGES = ("report", "gate")  # --small-changes: a change below the threshold fails or not

@@ -17,30 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abdiff import __version__
-from abdiff.baselines import (
-    baselines_dir,
-    drift_margin,
-    fingerprint,
-    fingerprint_differences,
-    fingerprint_notes,
-    load_baseline,
-    note_margin_effects,
-)
-from abdiff.checkouts import CheckoutCache, default_cache_dir
-from abdiff.compare import compare_runs
-from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
-from abdiff.exposure import private_dir
+from abdiff.host.doctor import preflight
+from abdiff.host.exposure import private_dir
+from abdiff.host.machine_state import read_machine, summary_line
+from abdiff.host.machine_state import to_json as machine_json
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import adopt_leftovers, worker_environment
 from abdiff.launchers.warm import prime
-from abdiff.machine_state import read_machine, summary_line
-from abdiff.machine_state import to_json as machine_json
-from abdiff.measure import resolve_device, timing_kind
 from abdiff.options import Schedule, Selection, Statistics
-from abdiff.records import Result, RunFile
-from abdiff.revs import (
+from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
+from abdiff.repo.revs import (
     WORKTREE,
     SideSpec,
     moved_refs,
@@ -49,8 +37,8 @@ from abdiff.revs import (
     resolve_rev,
     resolve_side_b,
 )
-from abdiff.rounds import RoundSettings, worker_stderr
-from abdiff.schedule import (
+from abdiff.run.rounds import RoundSettings, worker_stderr
+from abdiff.run.schedule import (
     Measurement,
     Plan,
     SideRun,
@@ -60,11 +48,23 @@ from abdiff.schedule import (
     settings_fingerprint,
     state_key,
 )
-from abdiff.stats import futile, needs_more_rounds
+from abdiff.store.baselines import (
+    baselines_dir,
+    drift_margin,
+    fingerprint,
+    fingerprint_differences,
+    fingerprint_notes,
+    load_baseline,
+    note_margin_effects,
+)
+from abdiff.store.records import Result, RunFile
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
+from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.stats import futile, needs_more_rounds
+from abdiff.worker.measure import resolve_device, timing_kind
 
 
 @dataclass
