@@ -28,7 +28,7 @@ from abdiff.options import Schedule, Statistics
 from abdiff.repo.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.reports import bisect as bisect_report
 from abdiff.run.schedule import Plan
-from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_run
+from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_runs
 from abdiff.store.files import write_atomic
 from abdiff.store.records import Result
 from abdiff.verdict.bisection import (
@@ -97,8 +97,8 @@ class StepRunner:
         if ids is not None:
             suite = dataclasses.replace(suite, configs=[c for c in suite.configs if c.id in ids])
         bench = dataclasses.replace(self.bench, suite=suite)
-        sides = {"A": side_run(bench, SideSpec(older.sha[:12], older.sha)),
-                 "B": side_run(bench, SideSpec(newer.sha[:12], newer.sha))}
+        bench, sides = side_runs(bench, {"A": SideSpec(older.sha[:12], older.sha),
+                                         "B": SideSpec(newer.sha[:12], newer.sha)})
         return measure_and_compare(self.schedule, self.statistics, bench, sides,
                                    sides["A"].run, self.expect, [])
 
@@ -111,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     bench = prepare_bench(selection, schedule, repo_root)
+    if not bench.suite.configs:
+        raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
+                         "measures; list them in the suite's target.benchmarks")
     expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     known = {c.id for c in bench.suite.configs}

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no imp
 # abdiff also where abdiff is not installed (run from a source tree)
 ABDIFF_ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["ABDIFF_ROOT", "Finding", "LaunchSpec", "RoundJob", "Target"]
+__all__ = ["ABDIFF_ROOT", "Finding", "LaunchSpec", "Prepared", "RoundJob", "Target"]
 
 
 @dataclass
@@ -45,6 +45,14 @@ class LaunchSpec:
     argv: list[str]
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What `Target.prepare` made of one side's checkout."""
+
+    configs: list[Config] | None = None  # the configs this side lists (None: the suite's)
+    failure: str | None = None  # why nothing of this side can run (one line): its status
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,12 @@ class Target(ABC):
             raise InputError(f"{suite.source}: target {self.name} needs a 'matrix' in the "
                              "suite (the configs to measure)")
         return suite.configs
+
+    def prepare(self, suite: Suite, checkout: Path, folder: Path) -> Prepared:
+        """Once per side per run, before its first round: `folder` is the side's own, kept
+        with its caches and writable to the benchmark (the command target builds there).
+        Nothing by default."""
+        return Prepared()
 
     @abstractmethod
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:

@@ -211,6 +211,16 @@ def run_timing(run_a: RunFile, run_b: RunFile) -> str:
     return a if a == b else f"A: {a}, B: {b}"
 
 
+def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
+    """What the benchmark itself said about its timings (its `warnings` in env: the command
+    target's Google Benchmark context), once per warning, naming the sides."""
+    said = {str(w): [n for n, run in (("A", run_a), ("B", run_b))
+                     if str(w) in map(str, run.env.get("warnings") or [])]
+            for run in (run_a, run_b) for w in run.env.get("warnings") or []}
+    return [f"the benchmark warns ({' and '.join(sides)}): {warning}"
+            for warning, sides in said.items()]
+
+
 def compare_runs(
     run_a: RunFile,
     run_b: RunFile,
@@ -292,6 +302,7 @@ def compare_runs(
                             if undecided else ""))
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
+    all_notes += benchmark_warnings(run_a, run_b)
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
     return Result(
         a=Side(run_a.rev, run_a.sha),
