@@ -17,8 +17,9 @@ from abdiff.host.doctor import (
     preflight,
     sandbox_check,
 )
+from abdiff.launchers.spec import LaunchSpec
 from abdiff.targets import target_class, target_names
-from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.base import RoundJob, Target
 from abdiff.targets.hooks import Hook
 
 BARE = Machine(which=lambda name: "/usr/bin/mpirun" if name == "mpirun" else None,

@@ -14,7 +14,7 @@ from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import run_process
 from abdiff.launchers.ranked import launch_failure, launcher_available
 from abdiff.launchers.slurm import SrunLauncher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 SPEC = LaunchSpec(["python", "-u", "run.py", "config.yaml", "--batch-size", "8,32"],
                   Path("/work/checkout/examples/layer_wise_benchmarks"),

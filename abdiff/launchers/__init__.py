@@ -53,7 +53,7 @@ def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
 
     from abdiff.errors import InfrastructureError
     from abdiff.launchers.process import last_meaningful_line, run_process
-    from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+    from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 
     launcher = make_launcher(name, np)
     with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:

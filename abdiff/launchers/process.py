@@ -31,8 +31,8 @@ from abdiff.host import procfs
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import not_dumpable
 from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
+from abdiff.launchers.spec import LaunchSpec
 from abdiff.store.files import open_for_worker, read_worker_file
-from abdiff.targets.base import LaunchSpec
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
