@@ -21,12 +21,13 @@ from typing import ClassVar
 
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome
-from abdiff.protocol import KernelProfile, RecordWriter, RoundJob
-from abdiff.records import RoundRecord
-from abdiff.rounds import RoundSettings
-from abdiff.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.protocol import KernelProfile, RecordWriter, RoundJob
+from abdiff.run.rounds import RoundSettings
+from abdiff.run.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
-from abdiff.targets.base import LaunchSpec, Target
+from abdiff.targets.base import Target
 
 Behaviour = Callable[[str, str, int], "float | str"]
 SIGABRT_EXIT = -6

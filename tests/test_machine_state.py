@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from test_compare import suite_run
 
-from abdiff import machine_state
-from abdiff.compare import compare_runs
-from abdiff.machine_state import Reading
+from abdiff.host import machine_state
+from abdiff.host.machine_state import Reading
 from abdiff.reports import common
+from abdiff.verdict.compare import compare_runs
 
 CHECKER = """
 import json, subprocess, sys
-from abdiff import machine_state
+from abdiff.host import machine_state
 own = subprocess.Popen([sys.executable, "-c", "while True: pass"])
 try:
     others = machine_state.other_processes(sample_s=0.5)

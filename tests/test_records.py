@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from abdiff import records
-from abdiff.compare import compare_runs
 from abdiff.errors import InputError
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.store import records
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.verdict.compare import compare_runs
 
 
 def _rounds(latency: float, facts: dict, kernels: dict, n: int = 4) -> list[RoundRecord]:

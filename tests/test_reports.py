@@ -11,12 +11,12 @@ from html.parser import HTMLParser
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 from abdiff.reports import FORMATS, common, markdown, render
 from abdiff.reports import csv as csv_report
 from abdiff.reports import html as html_report
 from abdiff.reports import json as json_report
 from abdiff.reports import table as table_report
+from abdiff.store.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 
 SUMMARY = ("5 of 6 configs measured; 1 failed on one side; "
            "1 unintended, 1 expected, 3 unchanged, 1 inconclusive")
@@ -477,7 +477,7 @@ def test_html_without_any_ratio() -> None:
 
 def test_a_cut_kernel_diff_keeps_the_attention_kernels() -> None:
     """Cut to a few lines, the diff still shows the kernels that did the work."""
-    from abdiff.records import ConfigResult, LatencyResult
+    from abdiff.store.records import ConfigResult, LatencyResult
 
     cfg = ConfigResult(
         "GEN-TRTLLM-bs8-q4-kv64", {}, "ok", "ok", "same", None, None, {},
@@ -668,7 +668,7 @@ def test_the_result_is_valid_against_its_documented_schema() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     from pathlib import Path
 
-    from abdiff.records import RESULT_SCHEMA
+    from abdiff.store.records import RESULT_SCHEMA
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     schema = json.loads((docs / "schemas" / "result.json").read_text())

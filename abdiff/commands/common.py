@@ -11,17 +11,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from abdiff import stats
 from abdiff.errors import InputError, did_you_mean
-from abdiff.exposure import refuse_secrets
-from abdiff.files import write_atomic
+from abdiff.host.exposure import refuse_secrets
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
-from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
-from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
 from abdiff.reports.common import clip, final_line, next_step
-from abdiff.schedule import Plan
+from abdiff.run.schedule import Plan
+from abdiff.store.files import write_atomic
+from abdiff.store.records import Result
+from abdiff.verdict import stats
+from abdiff.verdict.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
 
 MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -287,7 +287,7 @@ def finish(result: Result, output: Output) -> int:
 def expect_scope(given: tuple[str, ...], suite_expect: dict[str, list[str]],
                  keys: list[str], params: list[dict]) -> dict[str, list[str]]:
     """--expect (checked against the configs' own values), else the suite's scope."""
-    from abdiff.policy import parse_expect
+    from abdiff.verdict.policy import parse_expect
 
     if not given:
         return suite_expect

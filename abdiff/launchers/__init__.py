@@ -37,7 +37,7 @@ def make_launcher(name: str, np: int | None = None, nodes: int | None = None,
 
 
 # Each rank leaves a file (launchers may drop the stdout of ranks that exit at once).
-HELLO = ("import pathlib, sys; from abdiff.protocol import rank_from_env; "
+HELLO = ("import pathlib, sys; from abdiff.run.protocol import rank_from_env; "
          "pathlib.Path(sys.argv[1], f'hello.rank{rank_from_env()[0]}').touch()")
 
 
@@ -53,7 +53,7 @@ def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
 
     from abdiff.errors import InfrastructureError
     from abdiff.launchers.process import last_meaningful_line, run_process
-    from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+    from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 
     launcher = make_launcher(name, np)
     with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.process import ProcessOutcome, run_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 
 class Launcher(ABC):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from abdiff.launchers.base import Launcher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 
 class LocalLauncher(Launcher):

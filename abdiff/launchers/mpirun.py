@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from abdiff.errors import InputError
 from abdiff.launchers.ranked import RankLauncher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 # upstream: unset $(env | awk -F= '{print $1}' | grep -E "SLURM_|SLURMD_|slurm_|MPI_|PMIX_")
 CLEARED = re.compile(r"SLURM_|SLURMD_|slurm_|MPI_|PMIX_")

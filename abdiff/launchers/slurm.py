@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from abdiff.errors import InputError
 from abdiff.launchers.ranked import RankLauncher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 MPI_ENV = "ABDIFF_SRUN_MPI"
 NO_CONTAINER = "none"  # ABDIFF_SRUN_CONTAINER=none: no container even where a target has one

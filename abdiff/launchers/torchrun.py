@@ -16,7 +16,7 @@ from typing import ClassVar
 from abdiff.errors import InputError
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.signals import LAUNCHER_LINES, rank_signal
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 # torchrun's own lines that mean no rank ever ran.
 LAUNCH_FAILURES = re.compile(r"No module named '?torch|RendezvousError|"

@@ -15,8 +15,16 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from abdiff import policy
-from abdiff.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
+from abdiff.store.records import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
+    MOST_ROUNDS_ADVISED,
+    ConfigResult,
+    LatencyResult,
+    Result,
+    Side,
+)
+from abdiff.verdict import policy
 
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
 # sides) leads: it hides whatever else the change did to that config.
@@ -25,8 +33,6 @@ VERDICT_ORDER: tuple[str, ...] = (
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
 SUMMARY_ORDER: tuple[str, ...] = (
     "unintended", "expected", "small-change", "unchanged", "inconclusive", "still-failing")
-DEFAULT_MIN_EFFECT = 0.02
-DEFAULT_ALPHA = 0.01
 TEXT_LIMIT = 200
 # our own sentences (notes, a latency's explanation): long enough never to be cut; the cap
 # is for text a benchmark made huge
@@ -428,8 +434,8 @@ def latency_cell(latency: LatencyResult, max_rounds: int | None = None) -> str:
 
 
 def latency_details(latency: LatencyResult, max_rounds: int | None = None) -> list[str]:
-    """Detectable effect, set-aside rounds and note, where the result has them (absolute
-    times have their own cell, `times_cell`): ["detects ≥ 2.2%", "set aside B r1 67.58 µs"].
+    """Detectable effect and note, where the result has them (absolute times have their own
+    cell, `times_cell`): ["detects ≥ 2.2%", ...].
 
     A detectable change of 100% or more is no latency statement (a step cannot get more
     than 100% faster): "undecidable at this noise" instead. An undecided config that
@@ -440,11 +446,6 @@ def latency_details(latency: LatencyResult, max_rounds: int | None = None) -> li
     if latency.detectable is not None:
         parts.append(f"detects ≥ {latency.detectable:.1%}" if latency.detectable < 1 else
                      "undecidable at this noise (detects only changes over 100%)")
-    aside = [f"{side} r{r['round']} {us_text(r['median_us'])}"
-             for side, rounds in (("A", latency.set_aside_a), ("B", latency.set_aside_b))
-             for r in rounds]
-    if aside:
-        parts.append("set aside " + ", ".join(aside))
     if latency.note:
         parts.append(clip(latency.note, NOTE_LIMIT))
     rounds = min(latency.rounds_a, latency.rounds_b)

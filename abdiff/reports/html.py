@@ -21,8 +21,8 @@ import statistics
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from abdiff.records import ConfigResult, LatencyResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, LatencyResult, Result
 
 # Direction colours (forest plot, legend) and side colours (strip plots).
 DIRECTION_COLOURS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#607d8b",
@@ -137,19 +137,13 @@ def _strip(lat: LatencyResult) -> dict | None:
 
 
 def _extras(lat: LatencyResult) -> list[tuple[str, str]]:
-    """Statistics worth a line when present: detectable change, rounds set aside."""
+    """Statistics worth a line when present: the detectable change, the rounds."""
     out = []
     detectable = lat.detectable
     if detectable is not None and _finite(detectable):
         out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"
                     if detectable < 1 else "undecidable at this noise (only changes over "
                     "100%, 80% power)"))
-    for side in ("a", "b"):
-        aside = getattr(lat, f"set_aside_{side}", None) or []
-        rounds = [f"round {r.get('round')} ({common.us_text(r['median_us'])})" for r in aside
-                  if isinstance(r, dict) and _finite(r.get("median_us"))]
-        if rounds:
-            out.append((f"set aside ({side.upper()})", ", ".join(rounds)))
     out.append(("rounds", f"A {lat.rounds_a}, B {lat.rounds_b}"))
     return out
 

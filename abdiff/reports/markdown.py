@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, Result
 
 MARKER = "<!-- abdiff -->"
 # GitHub rejects comment bodies over 65536 characters; stay well below.

@@ -22,8 +22,8 @@ import sys
 import textwrap
 from typing import TextIO
 
-from abdiff.records import ConfigResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, Result
 
 WIDE = 120  # below this many columns, the per-config block layout
 DEFAULT_WIDTH = 160  # off a terminal without COLUMNS

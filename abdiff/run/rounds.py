@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
-from abdiff.files import read_worker_file, remove_path
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
-from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
-from abdiff.ranks import merge_rank_logs, read_rank_logs
-from abdiff.records import RoundRecord
+from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
+from abdiff.run.ranks import merge_rank_logs, read_rank_logs
+from abdiff.store.files import read_worker_file, remove_path
+from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
@@ -118,7 +118,7 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
 
 
 def read_launch(record_path: Path, ranks: int) -> RoundLog:
-    """The record logs of every rank of one launch, merged (abdiff/ranks.py)."""
+    """The record logs of every rank of one launch, merged (abdiff/run/ranks.py)."""
     return merge_rank_logs(read_rank_logs(record_path, ranks))
 
 

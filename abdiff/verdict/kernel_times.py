@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from abdiff.records import KernelDelta, RoundRecord
+from abdiff.store.records import KernelDelta, RoundRecord
 
 ROOT_CAUSE_SHARE = 0.8  # name the kernels that together account for this much of |B - A|
 ROOT_CAUSE_LIMIT = 5

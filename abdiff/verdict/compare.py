@@ -13,14 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from abdiff import stats
-from abdiff.baselines import interleaved, kernel_env_differences
-from abdiff.clocks import clock_notes
-from abdiff.kernel_times import module_cause, profiled_total, root_cause
-from abdiff.machine_state import recorded_noise
-from abdiff.policy import apply_policy
-from abdiff.ranks import rank_notes
-from abdiff.records import (
+from abdiff.host.clocks import clock_notes
+from abdiff.host.machine_state import recorded_noise
+from abdiff.run.ranks import rank_notes
+from abdiff.store.baselines import interleaved, kernel_env_differences
+from abdiff.store.records import (
     ConfigResult,
     ConfigRuns,
     LatencyResult,
@@ -31,7 +28,10 @@ from abdiff.records import (
     Status,
     StatusChange,
 )
-from abdiff.sequential import Looks
+from abdiff.verdict import stats
+from abdiff.verdict.kernel_times import module_cause, profiled_total, root_cause
+from abdiff.verdict.policy import apply_policy
+from abdiff.verdict.sequential import Looks
 
 
 def side_status(rounds: list[RoundRecord]) -> tuple[Status, str | None]:
@@ -212,6 +212,16 @@ def run_timing(run_a: RunFile, run_b: RunFile) -> str:
     return a if a == b else f"A: {a}, B: {b}"
 
 
+def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
+    """What the benchmark itself said about its timings (its `warnings` in env: the command
+    target's Google Benchmark context), once per warning, naming the sides."""
+    said = {str(w): [n for n, run in (("A", run_a), ("B", run_b))
+                     if str(w) in map(str, run.env.get("warnings") or [])]
+            for run in (run_a, run_b) for w in run.env.get("warnings") or []}
+    return [f"the benchmark warns ({' and '.join(sides)}): {warning}"
+            for warning, sides in said.items()]
+
+
 def compare_runs(
     run_a: RunFile,
     run_b: RunFile,
@@ -298,6 +308,7 @@ def compare_runs(
                             "only where the noise let it be decided" if undecided else ""))
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
+    all_notes += benchmark_warnings(run_a, run_b)
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
     return Result(
         a=Side(run_a.rev, run_a.sha),
