@@ -38,11 +38,12 @@ def run(args: argparse.Namespace) -> int:
         exit_code,
         hooks_table,
         machine_checks,
-        machine_table,
+        machine_rows,
         missing_for,
         sandbox_check,
     )
     from abdiff.repo.revs import open_repo
+    from abdiff.reports.table import fit, grid, terminal_width
     from abdiff.suites import load_suite
     from abdiff.targets import detect_target, target_class, target_names
 
@@ -68,29 +69,34 @@ def run(args: argparse.Namespace) -> int:
         why = (f"no benchmark in {repo_root}" if repo_root else "no repository here") + \
             "; pass --target trtllm or --repo PATH to check another"
     target = target_cls()
+    width = terminal_width()
+
+    def say(text: str = "") -> None:  # every line of doctor within the terminal's width
+        print(fit(text, width) if text else "")
     # a typo in the suite is refused before the machine table, not after it
     suite = load_suite(args.configs) if args.configs else None
 
     if args.launcher:
         from abdiff.launchers import launcher_hello
 
-        print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
-        print()
-    print(f"abdiff doctor: checking target {target_cls.name} ({why})\n")
+        say(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
+        say()
+    say(f"abdiff doctor: checking target {target_cls.name} ({why})")
+    say()
     checks = [*machine_checks(classes), sandbox_check(classes)]
-    print(machine_table(checks, sorted(names)))
-    print()
+    say(grid(*machine_rows(checks, sorted(names)), width, lead=3))
+    say()
     for name in sorted(names):
         missing = missing_for(checks, name)
         chosen = " (chosen)" if name == target_cls.name else ""
         state = f"cannot run here: needs {', '.join(missing)}" if missing else "can run here"
-        print(f"target {name}{chosen}: {state}")
+        say(f"target {name}{chosen}: {state}")
 
     suite_failed = False
     # a suite's models and GPU generation are the trtllm target's; with no benchmark to
     # tell the target, a suite is checked as trtllm would run it
     if args.configs and "GPU" not in target_cls.requires and (args.target or detected):
-        print(f"\nsuite {args.configs}: target {target_cls.name} runs it on this machine's "
+        say(f"\nsuite {args.configs}: target {target_cls.name} runs it on this machine's "
               "device (no model files, no GPU generation to check)")
     elif suite is not None:
         # no target chosen: every target that has something to say about the suite
@@ -98,14 +104,14 @@ def run(args: argparse.Namespace) -> int:
         for each in asked:
             findings = each.suite_findings(suite)
             if findings:
-                print(f"\nsuite {args.configs} ({each.name}):")
+                say(f"\nsuite {args.configs} ({each.name}):")
             for finding in findings:
-                print(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
+                say(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
                 suite_failed = suite_failed or not finding.ok
 
     reports: list[HookReport] = []
     if not target.hooks:  # its worker relies on nothing inside the benchmark's code
-        print(f"\ntarget {target_cls.name} has no hooks: nothing to check in the code")
+        say(f"\ntarget {target_cls.name} has no hooks: nothing to check in the code")
     elif repo_root is not None and args.range:
         from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
         from abdiff.repo.revs import resolve_range
@@ -119,23 +125,23 @@ def run(args: argparse.Namespace) -> int:
     elif repo_root is not None and (args.target or detected):
         reports.append(HookReport("working tree", repo_root, target.hook_problems(repo_root)))
     if reports:
-        print()
-        print(f"probe hooks of target {target_cls.name}:")
-        print(hooks_table(reports, len(target.hooks)))
+        say()
+        say(f"probe hooks of target {target_cls.name}:")
+        say(hooks_table(reports, len(target.hooks)))
         behaviours = getattr(target, "behaviours_table", None)
         if behaviours is not None:  # what of the benchmark's own flow the probe relies on
-            print("\nrun.py behaviours the probe relies on:")
-            print(behaviours([(r.label, r.path) for r in reports]))
+            say("\nrun.py behaviours the probe relies on:")
+            say(behaviours([(r.label, r.path) for r in reports]))
         story = getattr(target, "seed_story_line", None)
         if story is not None and repo_root is not None:  # the real upstream commits
-            print(f"\n{story(repo_root)}")
+            say(f"\n{story(repo_root)}")
     elif repo_root is None and target.hooks:
-        print("\nno repository here: hooks not checked (give --repo PATH or a range)")
+        say("\nno repository here: hooks not checked (give --repo PATH or a range)")
     code = exit_code(checks, target_cls.name, reports)
     code = 3 if code == 0 and suite_failed else code
     meaning = DOCTOR_EXITS[code] if reports or code else \
         "this machine can run it (no hooks checked: give a benchmark repository and a range)"
-    print(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
+    say(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
     return code
 
 
