@@ -102,6 +102,9 @@ class RunFile:
 DEFAULT_MIN_EFFECT = 0.02
 """Practical threshold (fraction): a real change within +-2% is `small-change`; a result
 without `summary.min_effect` was computed at it."""
+DEFAULT_ALPHA = 0.01
+"""Family-wise false-alarm rate: the chance that a run with no change flags any config
+slower or faster, over all configs and looks (calibrated: docs/statistics.md)."""
 MOST_ROUNDS_ADVISED = 100  # beyond this many rounds per side: advise a quieter machine
 
 
@@ -165,6 +168,10 @@ class ConfigResult:
     kernel_deltas: list[KernelDelta] = field(default_factory=list)
     # the same for module ranges (RoundRecord.module_us; `kernel` holds the module's name)
     module_deltas: list[KernelDelta] = field(default_factory=list)
+    # each side's total kernel (CPU: operator) time in the profiled call, us: what the
+    # kernel_deltas are shares of (the profiled call is not the timed step)
+    profiled_a_us: float | None = None
+    profiled_b_us: float | None = None
 
 
 @dataclass
