@@ -52,6 +52,10 @@ class FakeLauncher(Launcher):
     workers: list[tuple[str, int, list[str]]] = field(default_factory=list)  # side, round, ids
     name: ClassVar[str] = "in-process"
 
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> FakeLauncher:
+        return cls(lambda side, config_id, round_number: 100.0)  # every round 100 us
+
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         return spec
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from abdiff.errors import InputError, did_you_mean
 from abdiff.host.exposure import refuse_secrets
+from abdiff.launchers import LAUNCHERS
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.reports import FORMATS, markdown, table
@@ -99,7 +100,7 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         "package registers (docs/targets.md; default: detected)")
     parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                         help="extra argument passed to the target's benchmark (repeatable)")
-    parser.add_argument("--launcher", choices=["local", "mpirun", "srun", "torchrun"],
+    parser.add_argument("--launcher", choices=list(LAUNCHERS),
                         default=None, help="how workers start (default: local; mpirun for trtllm)")
     parser.add_argument("--np", type=positive_int, default=None,
                         help="ranks for mpirun/srun/torchrun")

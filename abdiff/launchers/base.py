@@ -29,6 +29,11 @@ class Launcher(ABC):
     ranks_start_elsewhere: ClassVar[str | None] = None
     standby: WorkerPool | None = None  # set for a measurement by warm.standing_by
 
+    @classmethod
+    @abstractmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> Launcher:
+        """This launcher for `--np RANKS --nodes NODES` (InputError where it cannot)."""
+
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         """The command to start for `spec` (argv as a list, never a shell string)."""

@@ -34,6 +34,12 @@ class MpirunLauncher(RankLauncher):
 
     name: ClassVar[str] = "mpirun"
 
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> MpirunLauncher:
+        if nodes > 1:
+            raise InputError("--nodes needs --launcher srun (mpirun here runs on one node)")
+        return cls(ranks)
+
     def __init__(self, np: int, extra_args: list[str] | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         if np < 1:

@@ -58,6 +58,10 @@ class SrunLauncher(RankLauncher):
     name: ClassVar[str] = "srun"
     ranks_start_elsewhere: ClassVar[str | None] = "srun starts the ranks under slurmd"
 
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> SrunLauncher:
+        return cls(ranks, nodes, container_default=srun_container)
+
     def __init__(self, np: int, nodes: int = 1, container_name: str | None = None,
                  container_mounts: list[str] | None = None, extra_args: list[str] | None = None,
                  environ: Mapping[str, str] | None = None,

@@ -29,6 +29,12 @@ class TorchrunLauncher(Launcher):
     name: ClassVar[str] = "torchrun"
     own_lines = LAUNCHER_LINES
 
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> TorchrunLauncher:
+        if nodes > 1:
+            raise InputError("--nodes needs --launcher srun (torchrun here runs on one node)")
+        return cls(ranks)
+
     def __init__(self, np: int) -> None:
         if np < 1:
             raise InputError(f"--np must be at least 1, got {np}")
