@@ -9,6 +9,7 @@ so an abort costs one process start, never another config's data.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +20,10 @@ from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
 from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
 from abdiff.ranks import merge_rank_logs, read_rank_logs
-from abdiff.records import RoundRecord
+from abdiff.records import RoundRecord, SideTime
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
+from abdiff.time_split import added, worker_time
 
 # Kernels are captured in each side's first round only: the selection is a property
 # of the code and the shape, and every capture costs a profiled call per config (and
@@ -56,6 +58,7 @@ class RoundOutput:
     processes: int
     # per worker process: {"round", "worker", "seed", "ids"}, the order it timed its configs in
     orders: list[dict] = field(default_factory=list)
+    time: SideTime = field(default_factory=SideTime)  # where its workers' time went
 
 
 def order_seed(run_seed: int, side: str, round_index: int, worker: int) -> int:
@@ -189,6 +192,7 @@ def run_round(
     profile = settings.profile_kernels and round_index < KERNEL_ROUNDS
     uncaptured: list[Config] = []
     captured: set[str] = set()
+    spent = SideTime()
     while remaining or uncaptured:
         attempt = work_dir / f"worker{processes}"
         # made here, empty: the worker before could have planted links in it
@@ -215,6 +219,7 @@ def run_round(
         job_path = attempt / "job.json"
         job.write(job_path)
         spec = launcher.wrap(target.round_command(checkout, job_path, job))
+        handed_at = time.time()
         try:
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
                                    settings.pass_env, settings.max_memory_bytes)
@@ -226,6 +231,7 @@ def run_round(
                 on_record(config.id, records[config.id])
             raise
         processes += 1
+        spent = added(spent, worker_time(record_path, handed_at, time.time()))
         if not record_path.exists():
             raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
                                                        launcher))
@@ -267,4 +273,4 @@ def run_round(
         for cid in [c.id for c in configs if c.id in records and c.id not in handed | waiting]:
             on_record(cid, records[cid])
             handed.add(cid)
-    return RoundOutput(env, processes, orders)
+    return RoundOutput(env, processes, orders, spent)

@@ -47,6 +47,7 @@ from abdiff.records import (
     ConfigRuns,
     RoundRecord,
     RunFile,
+    SideTime,
     load_run_file,
     write_run_file,
 )
@@ -54,6 +55,7 @@ from abdiff.rounds import RoundSettings, order_seed, run_round
 from abdiff.sequential import DEFAULT_STEP, Looks
 from abdiff.suites import Config
 from abdiff.targets.base import Target
+from abdiff.time_split import added
 
 FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
 # What a session records of the benchmark's machine, from the worker's env event: enough to
@@ -112,6 +114,7 @@ class Measurement:
         self.processes = 0
         self.warm_starts = 0  # of those, started ahead or forked (--prestart)
         self.warm_words = ""  # what the pool calls them (launchers/warm.py)
+        self.time: dict[str, SideTime] = {}  # where each side's workers' time went this run
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
         # were measured at another time than the ones it found (baselines.drift_margin).
         self.session = uuid.uuid4().hex[:12]
@@ -306,6 +309,12 @@ def run_slots(
         side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
             + output.orders
         measurement.processes += output.processes
+        measurement.time[side] = added(measurement.time.get(side, SideTime()), output.time)
+        preimported = launcher.standby.preimported(side_run.checkout) \
+            if launcher.standby is not None else None
+        if preimported and side_run.run.env.get("preimport") != preimported:
+            side_run.run.env["preimport"] = preimported
+            measurement.save(complete=False)
         if output.env and not side_run.run.env.get("device"):
             side_run.run.env.update(output.env)
             measurement.save(complete=False)
@@ -351,6 +360,12 @@ def measure(
     try:
         with standing_by(launcher, settings.worker_start, measurement.state_dir / "standby",
                          settings.pass_env, settings.max_memory_bytes) as pool:
+            env = target.worker_env()
+            if pool is not None and env is not None:
+                # both sides' servers ready (and the target's preimport done) before the
+                # first worker: no import runs beside a timed one
+                pool.prepare([side.checkout for side in measurement.sides.values()], env,
+                             target.preimport)
             first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
             run_slots(measurement, first, configs, target, launcher, settings, progress)
             if after_first_round is not None:

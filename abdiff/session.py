@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff import __version__
@@ -63,6 +64,7 @@ from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
+from abdiff.time_split import time_split
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Bench:
     cache: CheckoutCache
     cache_dir: Path
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
+    started: float = field(default_factory=time.monotonic)  # the wall time's start
 
 
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
@@ -91,6 +94,7 @@ def worker_start(choice: str) -> str:
 def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git."""
+    started = time.monotonic()
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
@@ -134,7 +138,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
     )
-    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in)
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started)
 
 
 def side_run(bench: Bench, side: SideSpec) -> SideRun:
@@ -290,8 +294,12 @@ def measure_and_compare(
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
-        return compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha, notes,
-                            statistics.require_all, statistics.small_changes, statistics.gates)
+        result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
+                              notes, statistics.require_all, statistics.small_changes,
+                              statistics.gates)
+        if measurement.processes:
+            result.time = time_split(time.monotonic() - bench.started, measurement.time)
+        return result
 
 
 def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,

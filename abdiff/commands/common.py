@@ -19,7 +19,7 @@ from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
 from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line, next_step
+from abdiff.reports.common import clip, final_line, next_step, time_line
 from abdiff.schedule import Plan
 
 MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -245,6 +245,9 @@ def emit_reports(result: Result, output: Output) -> None:
         step = next_step(result)
         if step:
             print(step, file=stream)
+        spent = time_line(result)
+        if spent:
+            print(spent, file=stream)
         print(final_line(result), file=stream, flush=True)
 
 

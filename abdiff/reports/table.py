@@ -203,7 +203,9 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
                  for n, (line, ids) in enumerate(errors.items(), start=1)]
         lines += ["", *_wrap(notes, width, "    ")]
     step = common.next_step(result)
+    spent = common.time_line(result)
     lines += ["", *(_wrap([step], width, "      ") if step else []),
+              *(_wrap([spent], width, "      ") if spent else []),
               _paint(common.final_line(result), _final_tone(result), colour)]
     return "\n".join(lines) + "\n"
 

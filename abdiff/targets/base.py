@@ -45,6 +45,7 @@ class LaunchSpec:
     argv: list[str]
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+    cpus: tuple[int, ...] = ()  # --devices on a CPU host: the CPU set it runs on (all: empty)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class Target(ABC):
     capture_pass: ClassVar[bool] = False
     # what `detect` looks for, as a user reads it ("no benchmark found ... looked for ...")
     layout: ClassVar[str] = ""
+    # modules safe to import ahead of the benchmark, from each checkout, in that side's
+    # fork server (the package under test; nothing that starts CUDA, MPI or threads a fork
+    # cannot carry): its workers then find them imported (launchers/forkserver_process.py
+    # checks, after the import, that forking is still safe, else that side starts cold)
+    preimport: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abstractmethod
