@@ -61,6 +61,8 @@ class RoundRecord:
     # timed beside the undecided configs of an adaptive round only so that the round's
     # process speed is known (stats.process_offsets); not in this config's latency test
     companion: bool = False
+    # --devices: the device it ran on ("GPU 1", "CPUs 0-3"); its paired round ran there too
+    device: str | None = None
 
 
 @dataclass

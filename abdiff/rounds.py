@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from abdiff.devices import Device
 from abdiff.errors import InfrastructureError
 from abdiff.files import read_worker_file, remove_path
 from abdiff.launchers.base import Launcher
@@ -170,10 +171,12 @@ def run_round(
     work_dir: Path,
     on_record: Callable[[str, RoundRecord], None],
     seed: Callable[[int], int | None] = lambda worker: None,
+    device: Device | None = None,
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
-    `seed(worker)` is the seed of that worker's config order (`order_seed`).
+    `seed(worker)` is the seed of that worker's config order (`order_seed`); `device`
+    (--devices) the GPUs it sees or the CPUs it is pinned to.
     If abdiff itself is interrupted, the records the running worker already
     wrote are handed over before the interrupt propagates. Configs a worker timed
     but could not capture kernels of (it died first) are captured by the next
@@ -219,6 +222,9 @@ def run_round(
         job_path = attempt / "job.json"
         job.write(job_path)
         spec = launcher.wrap(target.round_command(checkout, job_path, job))
+        if device is not None:
+            spec.env.update(device.env)
+            spec.cpus = device.cpus
         handed_at = time.time()
         try:
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,

@@ -27,6 +27,7 @@ from abdiff.baselines import (
 )
 from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
+from abdiff.devices import Device, parse_devices
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.exposure import private_dir
@@ -79,6 +80,7 @@ class Bench:
     cache_dir: Path
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
     started: float = field(default_factory=time.monotonic)  # the wall time's start
+    devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
@@ -95,6 +97,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git."""
     started = time.monotonic()
+    devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
+        if schedule.devices else None
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
@@ -138,7 +142,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
     )
-    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started)
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
+                 devices)
 
 
 def side_run(bench: Bench, side: SideSpec) -> SideRun:
@@ -216,7 +221,7 @@ def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: s
         check_machine(schedule, [sides["A"].run])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
+                stop_when_nothing_ran(measurement, {"A": sides["A"].run}), bench.devices)
     return sides["A"].run
 
 
@@ -282,7 +287,7 @@ def measure_and_compare(
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
                 schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
+                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
@@ -298,7 +303,8 @@ def measure_and_compare(
                               notes, statistics.require_all, statistics.small_changes,
                               statistics.gates)
         if measurement.processes:
-            result.time = time_split(time.monotonic() - bench.started, measurement.time)
+            result.time = time_split(time.monotonic() - bench.started, measurement.time,
+                                     len(bench.devices or [None]))
         return result
 
 
