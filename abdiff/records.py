@@ -178,7 +178,7 @@ class SideTime:
     (time_split.py computes it from their record logs)."""
 
     workers: Count = 0
-    start_s: Seconds = 0.0  # started (or forked) to its first record: Python, torch, the package
+    start_s: Seconds = 0.0  # started (or forked) to its first config: Python, torch, the package
     setup_s: Seconds = 0.0  # each config's set-up: run pack, facts, graph capture
     warmup_s: Seconds = 0.0
     timed_s: Seconds = 0.0  # the timed iterations

@@ -31,10 +31,12 @@ def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
     env = next((e for e in events if e.get("event") == "env"), None)
     if env is None:
         return SideTime(workers=1, start_s=life)
-    start_s = min(life, max(0.0, env["t"] - handed))
     starts = {e.get("id"): e["t"] for e in events if e.get("event") == "start"}
+    # to its first config: Python, torch, the package under test (what a fork skips)
+    begun = min(starts.values(), default=env["t"])
+    start_s = min(life, max(0.0, begun - handed))
     setup = warmup = timed = 0.0
-    last_done = env["t"]
+    last_done = begun
     for event in events:
         record = event.get("record")
         if event.get("event") != "done" or event.get("id") not in starts \

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from abdiff import stats
+from abdiff.devices import parse_devices
 from abdiff.errors import InputError, did_you_mean
 from abdiff.exposure import refuse_secrets
 from abdiff.files import write_atomic
@@ -167,6 +168,8 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
     elif ceiling < args.rounds:
         raise InputError(f"--max-rounds {ceiling} is below --rounds {args.rounds}: the first "
                          f"look is after --rounds; give --max-rounds {args.rounds} or more")
+    if args.devices:
+        parse_devices(args.devices, gpu=True)  # the syntax, before any git (the CPUs later)
     return Schedule(
         rounds=args.rounds, max_rounds=ceiling,
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
