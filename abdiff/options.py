@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from abdiff.schedule import Plan
-from abdiff.stats import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
+from abdiff.run.schedule import Plan
+from abdiff.verdict.stats import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.devices import Device
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome
-from abdiff.protocol import KernelProfile, RecordWriter, RoundJob
-from abdiff.records import RoundRecord
-from abdiff.rounds import RoundSettings
-from abdiff.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.devices import Device
+from abdiff.run.protocol import KernelProfile, RecordWriter, RoundJob
+from abdiff.run.rounds import RoundSettings
+from abdiff.run.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
-from abdiff.targets.base import LaunchSpec, Target
+from abdiff.targets.base import Target
 
 Behaviour = Callable[[str, str, int], "float | str"]
 SIGABRT_EXIT = -6
@@ -55,6 +56,10 @@ class FakeLauncher(Launcher):
     pinned: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     slower_on: dict[tuple[int, ...], float] = field(default_factory=dict)
     name: ClassVar[str] = "in-process"
+
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> FakeLauncher:
+        return cls(lambda side, config_id, round_number: 100.0)  # every round 100 us
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         return spec

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
-from abdiff.compare import compare_runs
-from abdiff.devices import Device, compact, parse_devices
 from abdiff.errors import InputError
 from abdiff.launchers.process import run_process
-from abdiff.schedule import Plan, blocks_of, schedule
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.devices import Device, compact, parse_devices
+from abdiff.run.schedule import Plan, blocks_of, schedule
+from abdiff.verdict.compare import compare_runs
 
 
 def test_gpu_indices_and_cpu_sets() -> None:

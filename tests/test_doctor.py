@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.doctor import (
+from abdiff.host.doctor import (
     Machine,
     machine_checks,
     machine_table,
@@ -17,8 +17,9 @@ from abdiff.doctor import (
     preflight,
     sandbox_check,
 )
+from abdiff.launchers.spec import LaunchSpec
 from abdiff.targets import target_class, target_names
-from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.base import RoundJob, Target
 from abdiff.targets.hooks import Hook
 
 BARE = Machine(which=lambda name: "/usr/bin/mpirun" if name == "mpirun" else None,

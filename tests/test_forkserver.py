@@ -23,8 +23,8 @@ from abdiff.launchers import forkserver
 from abdiff.launchers.forkserver import ForkServer, ForkServers
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.launchers.warm import prime, standing_by
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
 
 REPORT = """
 import json, os, sys, time

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from fake_target import FakeLauncher, fake_measurement
 
-from abdiff.compare import compare_runs
-from abdiff.protocol import KernelProfile, RecordWriter
-from abdiff.records import RoundRecord, SideTime, parse_result
 from abdiff.reports import common, table
-from abdiff.schedule import Plan
-from abdiff.time_split import time_split, worker_time
+from abdiff.run.protocol import KernelProfile, RecordWriter
+from abdiff.run.schedule import Plan
+from abdiff.run.time_split import time_split, worker_time
+from abdiff.store.records import RoundRecord, SideTime, parse_result
+from abdiff.verdict.compare import compare_runs
 
 
 def test_a_workers_life_is_split_by_its_events(tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from abdiff.baselines import (
+from abdiff.commands.common import add_measure_options, measuring
+from abdiff.repo.revs import open_repo
+from abdiff.reports.common import clip
+from abdiff.run.session import measure_one_side
+from abdiff.store.baselines import (
     append_rounds,
     baseline_path,
     baselines_dir,
@@ -23,12 +27,8 @@ from abdiff.baselines import (
     load_baseline,
     session_drift,
 )
-from abdiff.commands.common import add_measure_options, measuring
-from abdiff.records import write_run_file
-from abdiff.reports.common import clip
-from abdiff.revs import open_repo
-from abdiff.session import measure_one_side
-from abdiff.stats import DEFAULT_MIN_EFFECT
+from abdiff.store.records import write_run_file
+from abdiff.verdict.stats import DEFAULT_MIN_EFFECT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,9 +79,9 @@ def show_list(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     """The baseline's provenance, then a block per config (time per step with its spread,
     facts, kernels), wrapped to the terminal's width."""
-    from abdiff.history import machine_of, measured_at, snapshot
     from abdiff.reports.history import facts_text, kernels_text, latency_text
     from abdiff.reports.table import terminal_width
+    from abdiff.store.history import machine_of, measured_at, snapshot
 
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     run = load_baseline(folder, args.name)

@@ -2,7 +2,7 @@
 
 Measures A..B, takes the change of each config to find (the given ones, or
 every unintended one), and binary-searches the first-parent path from A to B
-(abdiff/bisection.py). Each step is an ordinary interleaved comparison kept in
+(abdiff/verdict/bisection.py). Each step is an ordinary interleaved comparison kept in
 the state cache, so an interrupted bisect re-run with the same arguments
 reuses every comparison already finished and continues.
 """
@@ -14,17 +14,6 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from abdiff.bisection import (
-    BisectResult,
-    Commit,
-    Outcome,
-    classify,
-    culprits_of,
-    last_unchanged,
-    outcome_at,
-    result_signatures,
-    search,
-)
 from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
@@ -35,13 +24,24 @@ from abdiff.commands.common import (
     statistics_of,
 )
 from abdiff.errors import InputError, did_you_mean
-from abdiff.files import write_atomic
 from abdiff.options import Schedule, Statistics
-from abdiff.records import Result
+from abdiff.repo.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.reports import bisect as bisect_report
-from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
-from abdiff.schedule import Plan
-from abdiff.session import Bench, measure_and_compare, prepare_bench, side_run
+from abdiff.run.schedule import Plan
+from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_runs
+from abdiff.store.files import write_atomic
+from abdiff.store.records import Result
+from abdiff.verdict.bisection import (
+    BisectResult,
+    Commit,
+    Outcome,
+    classify,
+    culprits_of,
+    last_unchanged,
+    outcome_at,
+    result_signatures,
+    search,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,8 +97,8 @@ class StepRunner:
         if ids is not None:
             suite = dataclasses.replace(suite, configs=[c for c in suite.configs if c.id in ids])
         bench = dataclasses.replace(self.bench, suite=suite)
-        sides = {"A": side_run(bench, SideSpec(older.sha[:12], older.sha)),
-                 "B": side_run(bench, SideSpec(newer.sha[:12], newer.sha))}
+        bench, sides = side_runs(bench, {"A": SideSpec(older.sha[:12], older.sha),
+                                         "B": SideSpec(newer.sha[:12], newer.sha)})
         return measure_and_compare(self.schedule, self.statistics, bench, sides,
                                    sides["A"].run, self.expect, [])
 
@@ -111,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     bench = prepare_bench(selection, schedule, repo_root)
+    if not bench.suite.configs:
+        raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
+                         "measures; list them in the suite's target.benchmarks")
     expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     known = {c.id for c in bench.suite.configs}

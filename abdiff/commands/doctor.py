@@ -3,7 +3,7 @@
 Without a range it checks the machine and, when the repository has a
 target's layout (or --target names one), the hooks in its working tree. With
 a range it materializes both sides as cached checkouts (the same ones a run
-uses) and checks the hooks in each. See abdiff/doctor.py for the exit codes.
+uses) and checks the hooks in each. See abdiff/host/doctor.py for the exit codes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from abdiff.doctor import (
+    from abdiff.host.doctor import (
         HookReport,
         exit_code,
         hooks_table,
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         missing_for,
         sandbox_check,
     )
-    from abdiff.revs import open_repo
+    from abdiff.repo.revs import open_repo
     from abdiff.suites import load_suite
     from abdiff.targets import detect_target, target_class, target_names
 
@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
     if not target.hooks:  # its worker relies on nothing inside the benchmark's code
         print(f"\ntarget {target_cls.name} has no hooks: nothing to check in the code")
     elif repo_root is not None and args.range:
-        from abdiff.checkouts import CheckoutCache, default_cache_dir
-        from abdiff.revs import resolve_range
+        from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
+        from abdiff.repo.revs import resolve_range
 
         side_a, side_b = resolve_range(repo_root, args.range)
         cache = CheckoutCache(repo_root, args.cache_dir or default_cache_dir())

@@ -1,5 +1,5 @@
 """`abdiff history CONFIG... [--html FILE]`: configs across release baselines and recorded
-runs (latency, facts, kernels), as a table and as a plot in an HTML page (abdiff/history.py
+runs (latency, facts, kernels), as a table and as a plot in an HTML page (abdiff/store/history.py
 collects, reports/history.py renders)."""
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from abdiff.baselines import baselines_dir
-    from abdiff.checkouts import default_cache_dir
-    from abdiff.files import write_atomic
-    from abdiff.history import collect
+    from abdiff.repo.checkouts import default_cache_dir
+    from abdiff.repo.revs import open_repo
     from abdiff.reports.history import render_html, render_table
     from abdiff.reports.table import terminal_width
-    from abdiff.revs import open_repo
+    from abdiff.store.baselines import baselines_dir
+    from abdiff.store.files import write_atomic
+    from abdiff.store.history import collect
 
     repo_root = open_repo(args.repo)
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"

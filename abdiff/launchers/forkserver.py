@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from abdiff import procfs
 from abdiff.errors import InfrastructureError
+from abdiff.host import procfs
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
 # for the first job the server may still be importing torch and the target's preimport

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 
 class WorkerProcess(Protocol):

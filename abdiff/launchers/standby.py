@@ -20,7 +20,7 @@ from pathlib import Path
 
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 STANDBY_MODULE = "abdiff.launchers.standby_worker"
 

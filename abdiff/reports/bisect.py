@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import html as html_lib
 
-from abdiff.bisection import BisectResult, Commit, Culprit
 from abdiff.errors import InputError
-from abdiff.records import Result, dump_json
 from abdiff.reports import FORMATS
 from abdiff.reports.markdown import escape
+from abdiff.store.records import Result, dump_json
+from abdiff.verdict.bisection import BisectResult, Commit, Culprit
 
 
 def commit_line(commit: Commit) -> str:

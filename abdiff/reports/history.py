@@ -13,9 +13,9 @@ from typing import Any
 
 from jinja2 import Environment
 
-from abdiff.history import History, Point, Snapshot
 from abdiff.reports import common
 from abdiff.reports.html import PLOT_LEFT, PLOT_RIGHT, ticks
+from abdiff.store.history import History, Point, Snapshot
 
 _PAGE = Environment(autoescape=True).from_string(
     resources.files("abdiff.reports").joinpath("history.html.j2").read_text(encoding="utf-8"))

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+from abdiff.targets.base import RoundJob, Target
 from abdiff.targets.hooks import Hook, run_pack_hooks
 
 HARNESS_PACKAGE = "tinyllm"

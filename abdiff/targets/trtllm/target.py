@@ -52,10 +52,11 @@ from typing import Any, ClassVar
 import yaml
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.files import path_under_root
-from abdiff.revs import run_git
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+from abdiff.repo.revs import run_git
+from abdiff.store.files import path_under_root
 from abdiff.suites import Suite
-from abdiff.targets.base import ABDIFF_ROOT, Finding, LaunchSpec, RoundJob, Target
+from abdiff.targets.base import Finding, RoundJob, Target
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES

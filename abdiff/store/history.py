@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from abdiff.compare import latency_samples, side_facts, side_kernels, side_status
 from abdiff.errors import InputError, did_you_mean
-from abdiff.records import ConfigRuns, RunFile, load_run_file
-from abdiff.stats import robust_spread
+from abdiff.store.records import ConfigRuns, RunFile, load_run_file
+from abdiff.verdict.compare import latency_samples, side_facts, side_kernels, side_status
+from abdiff.verdict.stats import robust_spread
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _sources(baselines: Path, runs: Path) -> list[tuple[Literal["baseline", "run
 
 def commits_in(repo_root: Path, shas: set[str]) -> set[str]:
     """The shas that are commits of this repository (one git call)."""
-    from abdiff.revs import run_git
+    from abdiff.repo.revs import run_git
 
     if not shas:
         return set()

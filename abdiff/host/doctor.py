@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from abdiff.clocks import all_pinning
+from abdiff.host.clocks import all_pinning
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import Confinement
 from abdiff.targets import target_class

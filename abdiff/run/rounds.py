@@ -14,17 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from abdiff.devices import Device
 from abdiff.errors import InfrastructureError
-from abdiff.files import read_worker_file, remove_path
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
-from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
-from abdiff.ranks import merge_rank_logs, read_rank_logs
-from abdiff.records import RoundRecord, SideTime
+from abdiff.run.devices import Device
+from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
+from abdiff.run.ranks import merge_rank_logs, read_rank_logs
+from abdiff.run.time_split import added, worker_time
+from abdiff.store.files import read_worker_file, remove_path
+from abdiff.store.records import RoundRecord, SideTime
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
-from abdiff.time_split import added, worker_time
 
 # Kernels are captured in each side's first round only: the selection is a property
 # of the code and the shape, and every capture costs a profiled call per config (and
@@ -122,7 +122,7 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
 
 
 def read_launch(record_path: Path, ranks: int) -> RoundLog:
-    """The record logs of every rank of one launch, merged (abdiff/ranks.py)."""
+    """The record logs of every rank of one launch, merged (abdiff/run/ranks.py)."""
     return merge_rank_logs(read_rank_logs(record_path, ranks))
 
 

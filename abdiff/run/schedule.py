@@ -39,15 +39,17 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from abdiff.devices import Device
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.exposure import authentic, authenticate, warn_if_root
-from abdiff.files import remove_path, write_atomic
+from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
-from abdiff.progress import Progress
-from abdiff.records import (
+from abdiff.run.devices import Device
+from abdiff.run.progress import Progress
+from abdiff.run.rounds import RoundSettings, order_seed, run_round
+from abdiff.run.time_split import added
+from abdiff.store.files import remove_path, write_atomic
+from abdiff.store.records import (
     ConfigRuns,
     RoundRecord,
     RunFile,
@@ -55,11 +57,9 @@ from abdiff.records import (
     load_run_file,
     write_run_file,
 )
-from abdiff.rounds import RoundSettings, order_seed, run_round
-from abdiff.sequential import DEFAULT_STEP, Looks
 from abdiff.suites import Config
 from abdiff.targets.base import Target
-from abdiff.time_split import added
+from abdiff.verdict.sequential import DEFAULT_STEP, Looks
 
 FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
 # What a session records of the benchmark's machine, from the worker's env event: enough to

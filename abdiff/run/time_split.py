@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from abdiff.files import read_worker_file
-from abdiff.records import SideTime, TimeSplit
+from abdiff.store.files import read_worker_file
+from abdiff.store.records import SideTime, TimeSplit
 
 
 def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
