@@ -196,7 +196,7 @@ def _launcher_imports(path: Path) -> set[str]:
 
 def test_launcher_modules_import_one_way() -> None:
     """No circle among the launcher modules (type-only imports included): implementations
-    know the interfaces (base.py, ranked.py, pool.py, process.py), never each other;
+    know the interfaces (spec.py, base.py, ranked.py, pool.py, process.py), never each other;
     warm.py alone picks between the pools."""
     import abdiff.launchers
 
