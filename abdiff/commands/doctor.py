@@ -42,10 +42,11 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.host.doctor import (
         exit_code,
         machine_checks,
-        machine_table,
+        machine_rows,
         missing_for,
         sandbox_check,
     )
+    from abdiff.reports.table import grid, terminal_width
     from abdiff.suites import load_suite
     from abdiff.targets import target_class, target_names
 
@@ -60,17 +61,18 @@ def run(args: argparse.Namespace) -> int:
     if args.launcher:
         from abdiff.launchers import launcher_hello
 
-        print(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
-        print()
-    print(f"abdiff doctor: checking target {target_cls.name} ({why})\n")
+        _say(launcher_hello(args.launcher))  # InfrastructureError (exit 3) says what is missing
+        _say()
+    _say(f"abdiff doctor: checking target {target_cls.name} ({why})")
+    _say()
     checks = [*machine_checks(classes), sandbox_check(classes)]
-    print(machine_table(checks, sorted(names)))
-    print()
+    _say(grid(*machine_rows(checks, sorted(names)), terminal_width(), lead=3))
+    _say()
     for name in sorted(names):
         missing = missing_for(checks, name)
         chosen = " (chosen)" if name == target_cls.name else ""
         state = f"cannot run here: needs {', '.join(missing)}" if missing else "can run here"
-        print(f"target {name}{chosen}: {state}")
+        _say(f"target {name}{chosen}: {state}")
 
     explicit = bool(args.target or detected)
     suite_failed = _suite_findings(args.configs, suite, target, explicit, classes)
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     code = 3 if code == 0 and suite_failed else code
     meaning = DOCTOR_EXITS[code] if reports or code else \
         "this machine can run it (no hooks checked: give a benchmark repository and a range)"
-    print(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
+    _say(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
     return code
 
 
@@ -119,7 +121,7 @@ def _suite_findings(configs: str | None, suite: Suite | None, target: Target, ex
     # a suite's models and GPU generation are the trtllm target's; with no benchmark to
     # tell the target, a suite is checked as trtllm would run it
     if configs and "GPU" not in target.requires and explicit:
-        print(f"\nsuite {configs}: target {target.name} runs it on this machine's "
+        _say(f"\nsuite {configs}: target {target.name} runs it on this machine's "
               "device (no model files, no GPU generation to check)")
         return False
     failed = False
@@ -129,9 +131,9 @@ def _suite_findings(configs: str | None, suite: Suite | None, target: Target, ex
         for each in asked:
             findings = each.suite_findings(suite)
             if findings:
-                print(f"\nsuite {configs} ({each.name}):")
+                _say(f"\nsuite {configs} ({each.name}):")
             for finding in findings:
-                print(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
+                _say(f"  {'ok' if finding.ok else 'PROBLEM'}  {finding.text}")
                 failed = failed or not finding.ok
     return failed
 
@@ -144,7 +146,7 @@ def _hook_reports(args: argparse.Namespace, repo_root: Path | None, target: Targ
 
     reports: list[HookReport] = []
     if not target.hooks:  # its worker relies on nothing inside the benchmark's code
-        print(f"\ntarget {target.name} has no hooks: nothing to check in the code")
+        _say(f"\ntarget {target.name} has no hooks: nothing to check in the code")
     elif repo_root is not None and args.range:
         from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
         from abdiff.repo.revs import resolve_range
@@ -158,18 +160,18 @@ def _hook_reports(args: argparse.Namespace, repo_root: Path | None, target: Targ
     elif repo_root is not None and explicit:
         reports.append(HookReport("working tree", repo_root, target.hook_problems(repo_root)))
     if reports:
-        print()
-        print(f"probe hooks of target {target.name}:")
-        print(hooks_table(reports, len(target.hooks)))
+        _say()
+        _say(f"probe hooks of target {target.name}:")
+        _say(hooks_table(reports, len(target.hooks)))
         behaviours = getattr(target, "behaviours_table", None)
         if behaviours is not None:  # what of the benchmark's own flow the probe relies on
-            print("\nrun.py behaviours the probe relies on:")
-            print(behaviours([(r.label, r.path) for r in reports]))
+            _say("\nrun.py behaviours the probe relies on:")
+            _say(behaviours([(r.label, r.path) for r in reports]))
         story = getattr(target, "seed_story_line", None)
         if story is not None and repo_root is not None:  # the real upstream commits
-            print(f"\n{story(repo_root)}")
+            _say(f"\n{story(repo_root)}")
     elif repo_root is None and target.hooks:
-        print("\nno repository here: hooks not checked (give --repo PATH or a range)")
+        _say("\nno repository here: hooks not checked (give --repo PATH or a range)")
     return reports
 
 
@@ -181,3 +183,10 @@ DOCTOR_EXITS = {
     3: "this machine lacks what it needs (MISSING or PROBLEM above); install it, or measure "
        "elsewhere",
 }
+
+
+def _say(text: str = "") -> None:
+    """A paragraph of doctor's output, every line within the terminal's width."""
+    from abdiff.reports.table import fit, terminal_width
+
+    print(fit(text, terminal_width()) if text else "")

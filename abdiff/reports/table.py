@@ -92,6 +92,50 @@ def wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
     return out
 
 
+def fit(text: str, width: int) -> str:
+    """Every line of `text` wrapped to `width` at spaces, a continuation indented four
+    more than its line: how a command's own lines (doctor, bisect, baseline show, history)
+    stay within the terminal."""
+    out: list[str] = []
+    for line in text.splitlines():
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        out += wrap([line], width, lead + "    ")
+    return "\n".join(out)
+
+
+MIN_CELL = 20  # a column narrower than this reads worse than one block per row
+
+
+def grid(headers: list[str], rows: list[list[str]], width: int, lead: int = 1) -> str:
+    """A plain table of text cells within `width` (`tabulate`'s "simple" look): columns at
+    their natural width when they fit; else the widest give way (their cells wrap at spaces
+    inside the column) down to MIN_CELL; when even that does not fit, one block per row:
+    its first `lead` cells on a line, then a `header: cell` line for each other cell that
+    holds something (not empty, not `-`)."""
+    natural = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    least = [min(w, MIN_CELL) for w in natural]
+    widths = list(natural)
+    budget = width - len(SEP) * (len(headers) - 1)
+    while sum(widths) > budget and any(w > m for w, m in zip(widths, least, strict=True)):
+        widest = max(range(len(widths)), key=lambda i: widths[i] - least[i])
+        widths[widest] -= 1
+    if sum(widths) > budget:
+        out: list[str] = []
+        for row in rows:
+            out += wrap([SEP.join(cell for cell in row[:lead] if cell)], width, "    ")
+            out += [line for h, cell in zip(headers[lead:], row[lead:], strict=True)
+                    if cell not in ("", "-")  # nothing to say in this column
+                    for line in wrap([f"    {h}: {cell}"], width, "        ")]
+        return "\n".join(out)
+    lines = []
+    for row in [headers, ["-" * w for w in widths], *rows]:
+        cells = [wrap([cell], w) for cell, w in zip(row, widths, strict=True)]
+        for n in range(max(len(c) for c in cells)):
+            lines.append(SEP.join((c[n] if n < len(c) else "").ljust(w)
+                                  for c, w in zip(cells, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
 def _wrap_cell(lines: list[str], width: int, indent: str = "") -> list[str]:
     wrapper = _NameWrapper(width, subsequent_indent=indent)
     out: list[str] = []

@@ -193,8 +193,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
 def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
     checkout = checkout or bench.cache.checkout(side)
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
+    # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
+    # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
-           "sandbox": bench.sandbox,
+           "sandbox": bench.sandbox, "launcher": launcher_text(bench),
+           "repository": str(bench.cache.repo_root.resolve()),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -207,6 +210,12 @@ def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> Side
     return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
 
 
+def launcher_text(bench: Bench) -> str:
+    """"local", or "mpirun x2" with more than one rank."""
+    launcher = bench.launcher
+    return launcher.name if launcher.ranks == 1 else f"{launcher.name} x{launcher.ranks}"
+
+
 def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
     """Where a measurement's rounds are kept, keyed by everything that shapes them."""
     parts = {
@@ -216,8 +225,7 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         "suite": bench.suite.source,
         "configs": [c.id for c in bench.suite.configs],
         "settings": settings_fingerprint(bench.settings),
-        "launcher": bench.launcher.name if bench.launcher.ranks == 1
-        else f"{bench.launcher.name} x{bench.launcher.ranks}",
+        "launcher": launcher_text(bench),
         # what else changes what a worker does: a failed round stored under another sandbox
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
