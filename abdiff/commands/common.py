@@ -17,7 +17,8 @@ from abdiff.launchers import LAUNCHERS
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line, next_step
+from abdiff.reports.common import clip, final_line, next_step, time_line
+from abdiff.run.devices import parse_devices
 from abdiff.run.schedule import Plan
 from abdiff.store.files import write_atomic
 from abdiff.store.records import Result
@@ -113,6 +114,12 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="accepted and ignored: graph replays are the default on CUDA")
     parser.add_argument("--cpu-threads", type=positive_int, default=1,
                         help="torch threads per worker on the CPU (default 1)")
+    parser.add_argument("--devices", metavar="LIST",
+                        help="run rounds on several devices at once, pairs within a device: "
+                             "devices separated by ':', each a comma list of numbers or "
+                             "ranges: GPU indices on a GPU host (0:1:2:3, each worker sees its "
+                             "own), CPU sets on a CPU host (0-3:4-7, each worker pinned to "
+                             "its set) (docs/commands.md)")
     parser.add_argument("--prestart", choices=["auto", "fork", "on", "off"], default="auto",
                         help="how local workers skip Python's start and the torch import: "
                              "fork (each a fork of one process that imported torch once), on "
@@ -187,11 +194,14 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
     elif ceiling < args.rounds:
         raise InputError(f"--max-rounds {ceiling} is below --rounds {args.rounds}: the first "
                          f"look is after --rounds; give --max-rounds {args.rounds} or more")
+    if args.devices:
+        parse_devices(args.devices, gpu=True)  # the syntax, before any git (the CPUs later)
     return Schedule(
         rounds=args.rounds, max_rounds=ceiling,
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
         device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
-        prestart=args.prestart, sandbox=args.sandbox, cache_dir=args.cache_dir,
+        devices=args.devices, prestart=args.prestart, sandbox=args.sandbox,
+        cache_dir=args.cache_dir,
         pass_env=tuple(args.pass_env),
         unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
         resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
@@ -268,6 +278,9 @@ def emit_reports(result: Result, output: Output) -> None:
         step = next_step(result)
         if step:
             print(step, file=stream)
+        spent = time_line(result)
+        if spent:
+            print(spent, file=stream)
         print(final_line(result), file=stream, flush=True)
 
 

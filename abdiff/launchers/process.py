@@ -243,13 +243,15 @@ def _kill_group(proc: WorkerProcess) -> int:
     return proc.wait()
 
 
-def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
+def guarded(argv: list[str], max_memory_bytes: int | None, cpus: tuple[int, ...] = ()
+            ) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
-    limit inside the new process, and enters the sandbox in force (launchers/sandbox.py),
-    before it execs `argv` (no preexec_fn: see guard.py)."""
+    limit inside the new process, pins it to `cpus` (where given), and enters the sandbox
+    in force (launchers/sandbox.py), before it execs `argv` (no preexec_fn: see guard.py)."""
     # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
+    pinned = ["--cpus", ",".join(map(str, cpus))] if cpus else []
     return [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), str(max_memory_bytes or 0),
-            *sandbox.guard_options(), "--", *argv]
+            *pinned, *sandbox.guard_options(), "--", *argv]
 
 
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
@@ -271,7 +273,7 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 os.fdopen(open_for_worker(stdout), "ab"))
             err = files.enter_context(os.fdopen(open_for_worker(stderr), "ab"))
             proc = subprocess.Popen(
-                guarded(spec.argv, max_memory_bytes),
+                guarded(spec.argv, max_memory_bytes, spec.cpus),
                 cwd=spec.cwd,
                 env=worker_environment(spec.env, pass_env, Path(home.name)),
                 stdin=stdin,

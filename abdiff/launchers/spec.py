@@ -18,3 +18,4 @@ class LaunchSpec:
     argv: list[str]
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+    cpus: tuple[int, ...] = ()  # --devices on a CPU host: the CPU set it runs on (all: empty)

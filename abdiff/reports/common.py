@@ -264,6 +264,24 @@ EXIT_MEANINGS = {
 }
 
 
+def time_line(result: Result) -> str | None:
+    """Where the run's wall time went (Result.time), in one line; None when this run
+    measured nothing (a re-print of kept rounds, an older result)."""
+    split = result.time
+    if split is None:
+        return None
+    parts = []
+    for name, side in split.sides.items():
+        parts.append(
+            f"{name} {side.workers} worker{'' if side.workers == 1 else 's'}: start "
+            f"{side.start_s:.1f}, set-up {side.setup_s:.1f}, warm-up {side.warmup_s:.1f}, "
+            f"timed {side.timed_s:.1f}, kernel capture {side.capture_s:.1f}, ending "
+            f"{side.exit_s:.1f}")
+    devices = f" on {split.devices} devices at once" if split.devices > 1 else ""
+    return (f"time: {split.wall_s:.1f} s{devices}; " + "; ".join(parts)
+            + f"; abdiff itself {split.abdiff_s:.1f} (seconds)")
+
+
 def final_line(result: Result) -> str:
     """The one line every command ends with, whatever went to files: the verdict, each
     count said once, and what the exit status means."""

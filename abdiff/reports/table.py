@@ -266,11 +266,13 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
 
 
 def ending(result: Result, width: int, colour: bool = False) -> list[str]:
-    """The `next:` line, if any, and the verdict line, wrapped to `width` at spaces: what
-    every compared run ends with, after the table or alone (the verdict's first words, its
-    exit status, stay on the first line)."""
+    """The `next:` line, if any, the time line (a run that measured), and the verdict line,
+    wrapped to `width` at spaces: what every compared run ends with, after the table or
+    alone (the verdict's first words, its exit status, stay on the first line)."""
     step = common.next_step(result)
+    spent = common.time_line(result)  # where the run's wall time went
     lines = wrap([step], width, "      ") if step else []
+    lines += wrap([spent], width, "      ") if spent else []
     return lines + [_paint(line, _final_tone(result), colour)
                     for line in wrap([common.final_line(result)], width, "        ")]
 

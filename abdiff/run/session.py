@@ -12,8 +12,9 @@ import hashlib
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff import __version__
@@ -37,6 +38,7 @@ from abdiff.repo.revs import (
     resolve_rev,
     resolve_side_b,
 )
+from abdiff.run.devices import Device, parse_devices
 from abdiff.run.rounds import RoundSettings, worker_stderr
 from abdiff.run.schedule import (
     Measurement,
@@ -48,6 +50,7 @@ from abdiff.run.schedule import (
     settings_fingerprint,
     state_key,
 )
+from abdiff.run.time_split import time_split
 from abdiff.store.baselines import (
     baselines_dir,
     drift_margin,
@@ -78,6 +81,8 @@ class Bench:
     cache: CheckoutCache
     cache_dir: Path
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
+    started: float = field(default_factory=time.monotonic)  # the wall time's start
+    devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
@@ -93,6 +98,9 @@ def worker_start(choice: str) -> str:
 def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git."""
+    started = time.monotonic()
+    devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
+        if schedule.devices else None
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
@@ -137,7 +145,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
     )
-    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in)
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
+                 devices)
 
 
 def side_folder(bench: Bench, checkout: Path) -> Path:
@@ -270,7 +279,7 @@ def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: s
         check_machine(schedule, [sides["A"].run])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
+                stop_when_nothing_ran(measurement, {"A": sides["A"].run}), bench.devices)
     return sides["A"].run
 
 
@@ -336,7 +345,7 @@ def measure_and_compare(
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
                 schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
+                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
@@ -348,8 +357,13 @@ def measure_and_compare(
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
-        return compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha, notes,
-                            statistics.require_all, statistics.small_changes, statistics.gates)
+        result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
+                              notes, statistics.require_all, statistics.small_changes,
+                              statistics.gates)
+        if measurement.processes:
+            result.time = time_split(time.monotonic() - bench.started, measurement.time,
+                                     len(bench.devices or [None]))
+        return result
 
 
 def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,

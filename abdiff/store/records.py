@@ -30,6 +30,7 @@ Verdict = Literal["unchanged", "expected", "unintended", "inconclusive", "still-
                   "small-change"]
 Microseconds = Annotated[float, Min(0, exclusive=True)]
 Count = Annotated[int, Min(0)]
+Seconds = Annotated[float, Min(0)]
 
 
 @dataclass
@@ -60,6 +61,8 @@ class RoundRecord:
     # timed beside the undecided configs of an adaptive round only so that the round's
     # process speed is known (stats.process_offsets); not in this config's latency test
     companion: bool = False
+    # --devices: the device it ran on ("GPU 1", "CPUs 0-3"); its paired round ran there too
+    device: str | None = None
 
 
 @dataclass
@@ -175,6 +178,36 @@ class ConfigResult:
 
 
 @dataclass
+class SideTime:
+    """Where one side's worker processes spent their time, seconds summed over them
+    (time_split.py computes it from their record logs)."""
+
+    workers: Count = 0
+    start_s: Seconds = 0.0  # started (or forked) to its first config: Python, torch, the package
+    setup_s: Seconds = 0.0  # each config's set-up: run pack, facts, graph capture
+    warmup_s: Seconds = 0.0
+    timed_s: Seconds = 0.0  # the timed iterations
+    capture_s: Seconds = 0.0  # the kernel capture pass
+    exit_s: Seconds = 0.0  # its last record to abdiff seeing it end
+
+    @property
+    def total_s(self) -> float:
+        return (self.start_s + self.setup_s + self.warmup_s + self.timed_s + self.capture_s
+                + self.exit_s)
+
+
+@dataclass
+class TimeSplit:
+    """Where a run's wall time went: each measured side's workers, and abdiff itself (the
+    rest: checkouts, the fork servers' imports, scheduling, statistics, reports)."""
+
+    wall_s: Seconds
+    sides: dict[str, SideTime] = field(default_factory=dict)  # "A", "B" (measured sides)
+    abdiff_s: Seconds = 0.0
+    devices: Count = 1  # --devices: how many ran rounds at once
+
+
+@dataclass
 class Side:
     rev: str
     sha: str
@@ -195,6 +228,8 @@ class Result:
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # where this run's wall time went (None: nothing measured now, or an older abdiff)
+    time: TimeSplit | None = None
     schema: Literal["abdiff.result/1", "abdiff.result/2"] = RESULT_SCHEMA
 
     def to_json(self) -> dict[str, Any]:

@@ -66,6 +66,11 @@ class Target(ABC):
     capture_pass: ClassVar[bool] = False
     # what `detect` looks for, as a user reads it ("no benchmark found ... looked for ...")
     layout: ClassVar[str] = ""
+    # modules safe to import ahead of the benchmark, from each checkout, in that side's
+    # fork server (the package under test; nothing that starts CUDA, MPI or threads a fork
+    # cannot carry): its workers then find them imported (launchers/forkserver_process.py
+    # checks, after the import, that forking is still safe, else that side starts cold)
+    preimport: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abstractmethod

@@ -655,6 +655,11 @@ class TrtllmTarget(Target):
     cuda_on_ranks: ClassVar[bool] = True
     # upstream's slurm_launch.sh: CONTAINER_NAME=${CONTAINER_NAME:-layer_wise_benchmarks}
     srun_container: ClassVar[str] = "layer_wise_benchmarks"
+    # what a fork server may import ahead from each checkout (tensorrt_llm imports its
+    # CUDA and MPI parts lazily); it applies where a worker is a fork server's `python -m`
+    # job, which upstream's run.py under mpirun/srun is not: those ranks still import it
+    # themselves (docs/trtllm.md)
+    preimport: ClassVar[tuple[str, ...]] = ("tensorrt_llm",)
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
