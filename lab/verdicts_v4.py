@@ -1,5 +1,6 @@
-"""Calibration of verdicts v4 (issues 47 and 42, item 3): the rule as shipped (abdiff.stats)
-beside verdicts v3 (loaded from git, commit V3_COMMIT, not copied) on the same rounds.
+"""Calibration of verdicts v4 (issues 47 and 42, item 3): the rule as shipped
+(abdiff.verdict.stats) beside verdicts v3 (loaded from git, commit V3_COMMIT, not copied)
+on the same rounds.
 
 Suites: 12 configs x 15 interleaved rounds (A and B of round r in one ABBA block), every
 config with the per-config round noise of the recorded 60+60-round H200 A/A (SD 0.1-2.3%,
@@ -17,7 +18,8 @@ switching), as `h200-like` of lab/verdicts.py, and:
 - `odd-process`: `h200-like` (configs 0 and 7 on two levels 4% apart) where 8% of the
   worker processes (one per side and round, all its configs) run 25% slow: issue 42's
   suites; its shifts move config 6 (0.82% noise, the median H200 config).
-- `h200-like`: lab/verdicts.py's profile (the shift moves config 0, a two-level config).
+- `h200-like`: lab/verdicts.py's profile (the shift moves config 0, a two-level config);
+  `h200-replay` and `cpu-2core`: its other two (verdicts v3's held-out suites).
 
 Scenarios: A/A (`aa`), or the profile's change, or `+N%` (the shifted config's B rounds
 N% slower). Rules: `v4` (adaptive, looks at 5/10/15), `v4 fixed N` (one look at N rounds),
@@ -37,6 +39,7 @@ Usage: python lab/verdicts_v4.py [--runs 400] [--jobs 2] [--cells two-level:aa:v
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -53,8 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from abdiff import stats
-from abdiff.sequential import Looks
+from abdiff.verdict import stats
+from abdiff.verdict.sequential import Looks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import verdicts  # noqa: E402  (lab/verdicts.py: its held-out profiles)
 
 V3_COMMIT = "cf9b747"
 HERE = Path(__file__).resolve().parent
@@ -83,6 +89,9 @@ def load_v3() -> ModuleType:
     folder = Path(tempfile.mkdtemp(prefix="abdiff-v3-"))
     text = subprocess.run(["git", "show", f"{V3_COMMIT}:abdiff/stats.py"], cwd=root, text=True,
                           capture_output=True, check=True).stdout
+    # the package layout moved since (abdiff.records -> abdiff.store.records, ...)
+    text = text.replace("from abdiff.records import", "from abdiff.store.records import")
+    text = text.replace("from abdiff.sequential import", "from abdiff.verdict.sequential import")
     (folder / "v3_stats.py").write_text(text)
     spec = importlib.util.spec_from_file_location("v3_stats", folder / "v3_stats.py")
     assert spec and spec.loader
@@ -92,9 +101,23 @@ def load_v3() -> ModuleType:
     return module
 
 
+@functools.cache
+def replay_data() -> dict[str, Any]:
+    """The recorded 60+60-round H200 A/A (lab/verdicts.py's `h200-replay`)."""
+    data: dict[str, Any] = json.loads((HERE / "data" / "h200-aa60-medians.json").read_text())
+    return data["configs"]
+
+
 def suite(profile: str, scenario: str, rng: np.random.Generator) -> tuple[np.ndarray,
                                                                           np.ndarray]:
     """(A, B) log round medians, (configs, rounds), of one suite run."""
+    if profile in ("h200-replay", "cpu-2core"):  # lab/verdicts.py's held-out profiles
+        log_a, log_b = (verdicts.replay(replay_data(), rng) if profile == "h200-replay"
+                        else verdicts.synthetic(profile, rng))
+        if scenario.startswith("+"):
+            log_b = log_b.copy()
+            log_b[0] += math.log1p(float(scenario[1:-1]) / 100)
+        return log_a, log_b
     sd = np.array(H200_SD)
     two_level = {"two-level": [0, 3, 6, 9], "h200-like": [0, 7], "odd-process": [0, 7]}.get(
         profile, [3, 6, 9])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from abdiff import stats
-from abdiff.sequential import Looks, spent
+from abdiff.verdict import stats
+from abdiff.verdict.sequential import Looks, spent
 
 
 def test_looks_follow_the_schedule() -> None:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from abdiff import stats
-from abdiff.records import MOST_ROUNDS_ADVISED, LatencyResult
+from abdiff.store.records import MOST_ROUNDS_ADVISED, LatencyResult
+from abdiff.verdict import stats
 
 
 def below_threshold_note(min_effect: float) -> str:
