@@ -59,14 +59,16 @@ H200_SD = (0.0206, 0.0032, 0.0020, 0.0016, 0.0013, 0.0010, 0.0082, 0.0099, 0.023
 
 
 def load_old_rule() -> ModuleType:
-    """abdiff.verdict.stats and abdiff.verdict.sequential of OLD_COMMIT as one module (git show)."""
+    """abdiff/stats.py and abdiff/sequential.py of OLD_COMMIT as one module (git show)."""
     root = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE, text=True,
                           capture_output=True, check=True).stdout.strip()
     folder = Path(tempfile.mkdtemp(prefix="abdiff-v2-"))
     for name in ("sequential", "stats"):
         text = subprocess.run(["git", "show", f"{OLD_COMMIT}:abdiff/{name}.py"], cwd=root,
                               text=True, capture_output=True, check=True).stdout
-        text = text.replace("from abdiff.verdict.sequential import", "from v2_sequential import")
+        text = text.replace("from abdiff.sequential import", "from v2_sequential import")
+        # the package layout moved since (abdiff.records -> abdiff.store.records)
+        text = text.replace("from abdiff.records import", "from abdiff.store.records import")
         (folder / f"v2_{name}.py").write_text(text)
     sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("v2_stats", folder / "v2_stats.py")

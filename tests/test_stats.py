@@ -207,13 +207,14 @@ def test_futility_stops_only_what_max_rounds_cannot_decide() -> None:
 
 
 def test_futility_is_judged_at_the_threshold_not_at_the_estimate() -> None:
-    """+0.8% with se 0.6% after 10 of 15 rounds: the projected 15-round half-width (1.6%) is
-    below the 2% threshold, so 15 rounds can still decide; the rule that judged the point
-    estimate (0.8% inside the half-width, and 0.8 + 1.6 beyond 2%) stopped it."""
+    """+0.8% with se 0.6% after 10 of 15 rounds: 15 rounds would flag a change of exactly 2%
+    in most runs, so they can still decide; the rule that judged the point estimate (0.8%
+    inside the projected half-width 1.6%, and 0.8 + 1.6 beyond 2%) stopped it. With se 2%
+    15 rounds would flag a 2% change in under 10% of runs: futile."""
     middling = LatencyResult("inconclusive", ratio=1.008, rounds_a=10, rounds_b=10, se=0.006)
     assert not stats.futile(middling, 15, configs=12)
     assert stats.futile(LatencyResult("inconclusive", ratio=1.0, rounds_a=10, rounds_b=10,
-                                      se=0.008), 15, configs=12)
+                                      se=0.02), 15, configs=12)
 
 
 def test_round_summary_and_variation() -> None:

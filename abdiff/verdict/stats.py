@@ -89,6 +89,10 @@ EARLY_EQUIVALENCE = 0.5
 """Before the plan's last look, `unchanged` needs the intervals inside this share of
 +-min_effect (a config a little off zero gets the rounds that can show it)."""
 
+FUTILITY_POWER = 0.1
+"""More rounds are futile when they would flag a change of exactly the threshold with less
+than this chance (`futile`)."""
+
 DETECTABLE_POWER = 0.8
 """Power at which `detectable` (the smallest change a run flags) is computed."""
 
@@ -877,16 +881,17 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
     """True when `max_rounds` per side could not plausibly decide.
 
     Judged at the threshold, not at the estimate: the standard error is projected to
-    `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold approximated by the
-    normal quantile with Bonferroni over `configs`; more rounds are futile when the
-    projected half-width reaches min_effect (no interval could fit inside +-min_effect,
-    and a change of min_effect would be flagged at most half the time). Before half of
-    `max_rounds` nothing is futile (a few rounds' spread says little).
+    `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q approximated by the
+    normal quantile with Bonferroni over `configs`; more rounds are futile when a change
+    of exactly min_effect would then be flagged with chance below FUTILITY_POWER (and so
+    no interval could fit inside +-min_effect either). Before half of `max_rounds`
+    nothing is futile (a few rounds' spread says little).
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
     if result.se is None or 2 * rounds < max_rounds:
         return False
-    half = final_threshold(alpha, configs) * result.se * math.sqrt(rounds / max_rounds)
-    return half >= math.log1p(min_effect)
+    se = result.se * math.sqrt(rounds / max_rounds)
+    q = final_threshold(alpha, configs)
+    return float(sps.norm.sf(q - math.log1p(min_effect) / se)) < FUTILITY_POWER
