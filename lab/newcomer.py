@@ -87,6 +87,9 @@ def normal(text: str) -> str:
 def stated_counts(text: str) -> dict[str, set[str]]:
     """Each count the text states, by what it counts."""
     said: dict[str, set[str]] = {}
+    # a wrapped sentence continues on an indented line; a line at column 0 starts anew (a
+    # table row "expected   GEN-DSA-..." after a cell that ended in "-> 3" is no "3 expected")
+    text = re.sub(r"\n(?=\S)", " \u00b6 ", text)
     flat = normal(re.sub(r"<[^>]+>", " ", html.unescape(text)))
     for match in re.finditer(r"\b(\d+) of (\d+) configs? measured", flat):
         said.setdefault("measured", set()).add(f"{match[1]} of {match[2]}")

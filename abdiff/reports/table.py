@@ -94,6 +94,13 @@ def wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
     return out
 
 
+def say(text: str, stream: TextIO | None = None) -> None:
+    """One of abdiff's own messages (a note, what it wrote, where the run files are) on
+    stderr, or `stream`, wrapped to the terminal's width (`fit`). Error lines are not
+    wrapped: they are one line, whatever their length."""
+    print(fit(text, terminal_width()), file=stream or sys.stderr, flush=True)
+
+
 def fit(text: str, width: int) -> str:
     """Every line of `text` wrapped to `width` at spaces, a continuation indented four
     more than its line: how a command's own lines (doctor, bisect, baseline show, history)
