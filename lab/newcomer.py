@@ -298,7 +298,8 @@ def command_target(run: Pass, honour: bool) -> None:
         return
     a, b, _, _ = next(r for r in runs_of(run.cache)
                       if json.loads(r[0].read_text()).get("target") == "command")
-    result = render_everywhere(run, "command", repo, a, b, [])
+    # the suite is a file: `compare` of its run files is told its scope
+    result = render_everywhere(run, "command", repo, a, b, ["--expect", "family=BM_spin"])
     step = re.search(r"re-run with --max-rounds (\d+)", normal(done.stdout))
     print(f"  command target: exit {done.returncode}; next: "
           f"{step[0] if step else 'no --max-rounds suggested'}", flush=True)
