@@ -461,14 +461,17 @@ def latency_details(latency: LatencyResult, max_rounds: int | None = None) -> li
     cell, `times_cell`): ["detects ≥ 2.2%", ...].
 
     A detectable change of 100% or more is no latency statement (a step cannot get more
-    than 100% faster): "undecidable at this noise" instead. An undecided config that
+    than 100% faster): an undecided config says "undecidable at this noise" instead, a
+    decided one (its interval excludes 1: a change that large was seen) says nothing of
+    it. An undecided config that
     stopped below the run's --max-rounds says so: the adaptive plan found more rounds
     futile at the spread it had by then (stats.futile).
     """
     parts = []
-    if latency.detectable is not None:
-        parts.append(f"detects ≥ {latency.detectable:.1%}" if latency.detectable < 1 else
-                     "undecidable at this noise (detects only changes over 100%)")
+    if latency.detectable is not None and latency.detectable < 1:
+        parts.append(f"detects ≥ {latency.detectable:.1%}")
+    elif latency.detectable is not None and latency.verdict == "inconclusive":
+        parts.append("undecidable at this noise (detects only changes over 100%)")
     if latency.note:
         parts.append(clip(latency.note, NOTE_LIMIT))
     rounds = min(latency.rounds_a, latency.rounds_b)
