@@ -8,6 +8,7 @@ so an abort costs one process start, never another config's data.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
 from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
 from abdiff.ranks import merge_rank_logs, read_rank_logs
 from abdiff.records import RoundRecord
+from abdiff.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
@@ -167,6 +169,7 @@ def run_round(
     work_dir: Path,
     on_record: Callable[[str, RoundRecord], None],
     seed: Callable[[int], int | None] = lambda worker: None,
+    side: SideFolders | None = None,
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
@@ -175,7 +178,8 @@ def run_round(
     wrote are handed over before the interrupt propagates. Configs a worker timed
     but could not capture kernels of (it died first) are captured by the next
     worker of the round after its own timed configs, or by a worker that only
-    captures them when none is left to time.
+    captures them when none is left to time. With `side`, the workers keep that side's
+    HOME and caches, and in a sandbox write only there and in `work_dir`.
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
     work_dir = Path(work_dir).absolute()
@@ -215,6 +219,8 @@ def run_round(
         job_path = attempt / "job.json"
         job.write(job_path)
         spec = launcher.wrap(target.round_command(checkout, job_path, job))
+        if side is not None:
+            spec = dataclasses.replace(spec, folders=WorkerFolders(side, work_dir))
         try:
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
                                    settings.pass_env, settings.max_memory_bytes)

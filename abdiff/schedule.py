@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import platform
 import random
 import shutil
@@ -34,11 +35,9 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.exposure import authentic, authenticate, warn_if_root
-from abdiff.files import remove_path, write_atomic
+from abdiff.files import lock_exclusively, own_folder, remove_path, write_atomic
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
@@ -52,6 +51,7 @@ from abdiff.records import (
 )
 from abdiff.rounds import RoundSettings, order_seed, run_round
 from abdiff.sequential import DEFAULT_STEP, Looks
+from abdiff.sides import SideFolders
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 
@@ -96,6 +96,7 @@ class SideRun:
     run: RunFile
     # makes the checkout exactly its commit again before a round starts (None: nothing to do)
     refresh: Callable[[], Path] | None = None
+    folders: SideFolders | None = None  # its workers' kept HOME, TMPDIR and tool caches
 
 
 def state_key(parts: dict) -> str:
@@ -214,51 +215,60 @@ def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | 
     return hashes
 
 
-def state_lock(state_dir: Path) -> FileLock:
-    """Held while measuring: a second identical command must not redo the same rounds."""
-    locks = state_dir.parent.with_name("locks")  # beside runs/, so runs/ holds only states
-    locks.mkdir(parents=True, exist_ok=True)
-    return FileLock(locks / f"{state_dir.name}.lock", timeout=0)
+def state_lock_path(state_dir: Path) -> Path:
+    """The lock held while a state folder is measured (a second identical command must not
+    redo the same rounds): in `locks/`, beside runs/, so that runs/ holds only states."""
+    return own_folder(state_dir.parent.with_name("locks")) / f"{state_dir.name}.lock"
+
+
+def runs_folder(cache_dir: Path) -> Path:
+    """The cache's runs/ (made if missing), refused when it is a link or no folder."""
+    return own_folder(Path(cache_dir) / "runs")
 
 
 def clean_runs(runs_dir: Path, older_than_days: float | None) -> tuple[int, int]:
     """Remove the run folders under `runs_dir` last written more than `older_than_days`
-    ago (all when None); returns (removed, kept because a running abdiff measures them)."""
-    if not runs_dir.is_dir():
+    ago (all when None); returns (removed, kept because a running abdiff measures them).
+    runs/ and locks/ themselves are refused when links, and a link inside runs/ is
+    removed, never followed."""
+    if not os.path.lexists(runs_dir):
         return 0, 0
+    runs_dir = own_folder(runs_dir)
     cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     removed = kept = 0
-    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.is_symlink()):
-        written = max([folder.stat().st_mtime] + [p.stat().st_mtime for p in folder.iterdir()])
+    for entry in sorted(runs_dir.iterdir()):
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink()  # nothing abdiff made: the benchmark planted it
+            continue
+        written = max([entry.stat().st_mtime] + [p.lstat().st_mtime for p in entry.iterdir()])
         if cutoff is not None and written >= cutoff:
             continue
-        lock = state_lock(folder)
-        try:
-            lock.acquire()
-        except Timeout:
+        lock = lock_exclusively(state_lock_path(entry))
+        if lock is None:
             kept += 1
             continue
         try:
-            shutil.rmtree(folder)
+            shutil.rmtree(entry)
             removed += 1
         finally:
-            lock.release()
+            os.close(lock)
     return removed, kept
 
 
 @contextmanager
 def exclusive(state_dir: Path) -> Iterator[None]:
-    """The state folder's lock, or one clear error when another abdiff holds it."""
-    lock = state_lock(state_dir)
-    try:
-        lock.acquire()
-    except Timeout:
+    """The state folder's lock, or one clear error when another abdiff holds it; runs/,
+    locks/, the lock and the state folder refused when they are links (own_folder)."""
+    runs_folder(state_dir.parent.parent)
+    lock = lock_exclusively(state_lock_path(state_dir))
+    if lock is None:
         raise InfrastructureError(f"another abdiff is measuring the same runs ({state_dir}); "
-                                  "wait for it to end, then re-run to reuse its rounds") from None
+                                  "wait for it to end, then re-run to reuse its rounds")
     try:
+        own_folder(state_dir)
         yield
     finally:
-        lock.release()
+        os.close(lock)
 
 
 def run_slots(
@@ -290,11 +300,15 @@ def run_slots(
         remove_path(work_dir)
         if side_run.refresh is not None:
             side_run.checkout = side_run.refresh()
+        if side_run.folders is not None:  # what a worker may write must exist: it is bound
+            side_run.folders.make()
+        own_folder(work_dir.parent)
         progress.watch(work_dir, side)
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir, partial(measurement.add, side),
-                               partial(order_seed, measurement.seed, side, round_index))
+                               partial(order_seed, measurement.seed, side, round_index),
+                               side_run.folders)
         finally:
             progress.watch(None)
             # nothing the benchmark left running may rewrite what is saved, or run beside

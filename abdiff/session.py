@@ -8,6 +8,7 @@ prints reports.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.exposure import private_dir
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import adopt_leftovers
+from abdiff.launchers.process import adopt_leftovers, kernel_selecting_environment
 from abdiff.launchers.warm import prime
 from abdiff.machine_state import read_machine, summary_line
 from abdiff.machine_state import to_json as machine_json
@@ -58,6 +59,7 @@ from abdiff.schedule import (
     settings_fingerprint,
     state_key,
 )
+from abdiff.sides import SideFolders
 from abdiff.stats import futile, needs_more_rounds
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
@@ -139,9 +141,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
 
 def side_run(bench: Bench, side: SideSpec) -> SideRun:
     checkout = bench.cache.checkout(side)
+    # the side's kept HOME, TMPDIR and tool caches: its commit and kernel-selecting variables
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
-           "sandbox": bench.sandbox,
+           "sandbox": bench.sandbox, "side_folders": folders.to_json(),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -150,8 +155,8 @@ def side_run(bench: Bench, side: SideSpec) -> SideRun:
     # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
     # of the working tree is not made again mid-run: the user may be editing the original.
     if side.sha == WORKTREE:
-        return SideRun(checkout, run)
-    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
+        return SideRun(checkout, run, folders=folders)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side), folders=folders)
 
 
 def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:

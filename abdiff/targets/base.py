@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from abdiff.errors import InputError
 from abdiff.protocol import RoundJob
+from abdiff.sides import WorkerFolders
 from abdiff.targets.hooks import Hook, missing_hooks
 
 if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no import at run time
@@ -45,6 +46,9 @@ class LaunchSpec:
     argv: list[str]
     cwd: Path
     env: dict[str, str] = field(default_factory=dict)
+    # the folders its processes may write and keep (a round's worker; None: a process of
+    # abdiff's own, which gets a fresh HOME and writes nothing of the cache)
+    folders: WorkerFolders | None = None
 
 
 @dataclass(frozen=True)
