@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TextIO
 
 from abdiff.files import read_worker_file
+from abdiff.printable import printable
 
 WATCH_INTERVAL_S = 0.5
 TAIL_BYTES = 16384  # the end of a record log holds its latest start event
@@ -59,7 +60,7 @@ def latest_started(folder: Path) -> str | None:
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("event") == "start":
-            return str(event.get("id"))
+            return printable(event.get("id"), lines=False)
     return None
 
 

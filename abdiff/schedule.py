@@ -37,7 +37,13 @@ from pathlib import Path
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.exposure import authentic, authenticate, warn_if_root
-from abdiff.files import lock_exclusively, own_folder, remove_path, write_atomic
+from abdiff.files import (
+    lock_exclusively,
+    own_folder,
+    read_worker_file,
+    remove_path,
+    write_atomic,
+)
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
@@ -168,10 +174,8 @@ class Measurement:
     def save(self, complete: bool) -> None:
         for name, side in self.sides.items():
             write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
-        state: dict = {"seed": self.seed, "complete": complete,
-                       "files": _file_hashes(self.state_dir, self.sides)}
-        state["mac"] = authenticate(_signed(self.state_dir, state))
-        write_atomic(self.state_dir / "state.json", json.dumps(state) + "\n")
+        write_state(self.state_dir, self.seed, complete,
+                    _file_hashes(self.state_dir, self.sides))
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
@@ -196,11 +200,47 @@ class Measurement:
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
 
 
+def write_state(state_dir: Path, seed: int, complete: bool, files: dict[str, str | None]
+                ) -> None:
+    """state.json: the seed, whether the measurement is complete, the SHA-256 of each run
+    file as abdiff wrote it, and their MAC under the key the benchmark never gets."""
+    state: dict = {"seed": seed, "complete": complete, "files": files}
+    state["mac"] = authenticate(_signed(state_dir, state))
+    write_atomic(state_dir / "state.json", json.dumps(state) + "\n")
+
+
 def _signed(state_dir: Path, state: dict) -> bytes:
     """What state.json's MAC covers: its fields, and the state folder's name (the key of
     what was measured), so a valid state cannot be copied to another measurement."""
     fields = {k: state.get(k) for k in ("seed", "complete", "files")}
     return json.dumps([state_dir.name, fields], sort_keys=True).encode()
+
+
+def authenticated_run_files(state_dir: Path) -> list[Path] | str:
+    """The run files (a.json, b.json) of a state folder that abdiff wrote, as it wrote them:
+    its state.json's MAC holds (under the key the benchmark never gets) and each file's
+    SHA-256 is the one recorded; else why not. Read without following links. What
+    `history` and `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    text = read_worker_file(state_dir / "state.json")
+    try:
+        state = json.loads(text)
+        files = state["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files")
+    except (ValueError, KeyError, TypeError):
+        return "no readable state.json" if text else "no state.json"
+    if not authentic(_signed(state_dir, state), state.get("mac")):
+        return "its state.json fails authentication (not written by this abdiff, or changed)"
+    found = []
+    for name in ("a.json", "b.json"):
+        path = state_dir / name
+        data = read_worker_file(path).encode()
+        if files.get(name) is None and not data:
+            continue
+        if files.get(name) != hashlib.sha256(data).hexdigest():
+            return f"{name} is not the file abdiff wrote (changed since)"
+        found.append(path)
+    return found
 
 
 def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:

@@ -30,6 +30,7 @@ from abdiff.compare import compare_runs
 from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.exposure import private_dir
+from abdiff.files import hold_in_use
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import adopt_leftovers, kernel_selecting_environment
@@ -38,6 +39,7 @@ from abdiff.machine_state import read_machine, summary_line
 from abdiff.machine_state import to_json as machine_json
 from abdiff.measure import resolve_device, timing_kind
 from abdiff.options import Schedule, Selection, Statistics
+from abdiff.printable import printable
 from abdiff.records import Result, RunFile
 from abdiff.revs import (
     WORKTREE,
@@ -59,7 +61,7 @@ from abdiff.schedule import (
     settings_fingerprint,
     state_key,
 )
-from abdiff.sides import SideFolders
+from abdiff.sides import SideFolders, in_use_lock
 from abdiff.stats import futile, needs_more_rounds
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
@@ -104,6 +106,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
         problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
@@ -232,7 +235,7 @@ def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> lis
     note = (f"the repository's refs changed while the benchmark ran ({shown}): a later run "
             "resolves names to where they point now; check them before trusting it")
     if not quiet:
-        print(f"abdiff: warning: {note}", file=sys.stderr)
+        print(f"abdiff: warning: {printable(note)}", file=sys.stderr)
     return [note]
 
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from abdiff.files import own_folder
+from abdiff.files import own_folder, remove_path, unless_in_use
 
 # variable -> its folder under caches/ (what upstream reads; a user's own value of these is
 # replaced for workers: one folder of the user's would be shared by both sides)
@@ -42,6 +42,25 @@ TOOL_CACHES = {
 # TensorRT-LLM's autotuner keeps its picks in a file (per rank: <name>.rank<N>.json)
 AUTOTUNER_VARIABLE, AUTOTUNER_FILE = "TLLM_AUTOTUNER_CACHE_PATH", "trtllm_autotuner/cache.json"
 CACHE_VARIABLES = (*TOOL_CACHES, AUTOTUNER_VARIABLE)
+
+
+def in_use_lock(cache_dir: Path) -> Path:
+    """Held (files.hold_in_use) by every running measurement: `cache clean --caches` waits
+    for none of them and refuses instead."""
+    return own_folder(Path(cache_dir) / "locks") / "sides.in-use"
+
+
+def clean_sides(cache_dir: Path) -> int:
+    """Remove every side's folders (a link there is removed, never followed); returns how
+    many. InfrastructureError while a running measurement uses them."""
+    sides = Path(cache_dir) / "sides"
+    if not sides.is_dir() or sides.is_symlink():
+        return 0
+    with unless_in_use(in_use_lock(cache_dir), f"the side caches in {sides}"):
+        entries = sorted(sides.iterdir())
+        for entry in entries:
+            remove_path(entry)
+    return len(entries)
 
 
 def side_key(sha: str, kernel_env: dict[str, str]) -> str:

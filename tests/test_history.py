@@ -8,6 +8,7 @@ commits), each given the session it was measured in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from conftest import git, h200_with_kernels, run_abdiff
 
 from abdiff.demo import build_demo_repo
+from abdiff.schedule import write_state
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "data" / "h200"  # extracts of H200 run files (tests/data/README.md)
@@ -50,11 +52,13 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         a, b = (json.loads(runs_with_kernels[name].read_text())["rev"] for name in files)
         _copy(runs_with_kernels[files[0]], runs / key / "a.json", sha[a], started + "+00:00")
         _copy(runs_with_kernels[files[1]], runs / key / "b.json", sha[b], started + "+00:01")
-        (runs / key / "state.json").write_text(json.dumps({"seed": 1, "complete": True}))
+        write_state(runs / key, 1, True, {name: hashlib.sha256(
+            (runs / key / name).read_bytes()).hexdigest() for name in ("a.json", "b.json")})
     # another repository's run in the same cache: not this history's
     _copy(H200 / "graph-pr..pr-a.json", runs / "3333cccc" / "a.json", "f" * 40,
           "2026-12-02T13:00:00+00:00")
-    (runs / "3333cccc" / "state.json").write_text("{}")
+    write_state(runs / "3333cccc", 1, True, {"a.json": hashlib.sha256(
+        (runs / "3333cccc" / "a.json").read_bytes()).hexdigest(), "b.json": None})
     return {"repo": repo, "baselines": baselines, "cache": base / "cache", "base": base}
 
 

@@ -37,6 +37,7 @@ from abdiff.commands.common import (
 from abdiff.errors import InputError, did_you_mean
 from abdiff.files import write_atomic
 from abdiff.options import Schedule, Statistics
+from abdiff.printable import no_ci_commands
 from abdiff.records import Result
 from abdiff.reports import bisect as bisect_report
 from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
@@ -161,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
                     (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
                     key=path.index)
     text = bisect_report.render(result, ends, output.format)
+    if output.format in ("table", "markdown"):  # a line a CI runner would obey
+        text = no_ci_commands(text)
     if output.output:
         write_atomic(output.output, text)
     else:

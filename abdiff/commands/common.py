@@ -17,6 +17,7 @@ from abdiff.files import write_atomic
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
+from abdiff.printable import no_ci_commands
 from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
 from abdiff.reports.common import clip, final_line, next_step
@@ -228,6 +229,8 @@ def emit_reports(result: Result, output: Output) -> None:
         text = table.render(result, colour=False if output.output else None)
     else:
         text = FORMATS[output.format].render(result)
+    if output.format in ("table", "markdown", "csv"):  # a line a CI runner would obey
+        text = no_ci_commands(text)
     written = []
     for path, fmt in ((output.output, output.format), (output.json, "json"), (output.html, "html")):
         if path:

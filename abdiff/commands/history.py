@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.checkouts import default_cache_dir
     from abdiff.files import write_atomic
     from abdiff.history import collect
+    from abdiff.printable import printable
     from abdiff.reports.history import render_html, render_table
     from abdiff.reports.table import terminal_width
     from abdiff.revs import open_repo
@@ -39,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,
                       list(dict.fromkeys(args.config)))
-    sys.stdout.write(render_table(history, terminal_width()))
+    if history.skipped:
+        shown = "; ".join(history.skipped[:3]) + (
+            f"; {len(history.skipped) - 3} more" if len(history.skipped) > 3 else "")
+        print(printable(f"abdiff: note: {len(history.skipped)} run folders in {runs} left out: "
+                        f"{shown}"), file=sys.stderr)
+    sys.stdout.write(printable(render_table(history, terminal_width())))
     if args.html:
         write_atomic(args.html, render_html(history))
         print(f"abdiff: wrote {args.html} (html)", file=sys.stderr)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 from abdiff import policy
+from abdiff.printable import printable
 from abdiff.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
 
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
@@ -36,21 +36,11 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
     Text from benchmarks (error lines, fact values, kernel and config names)
     may hold newlines, ANSI escapes, bidirectional overrides or megabytes of
     traceback; no report should inherit any of that. Newlines become " / ",
-    other control and format characters (Unicode Cc, Cf) are dropped.
+    other control and format characters are dropped (printable.py, which also breaks up
+    what a CI runner would read as a workflow command).
     """
-    text = str(text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    parts: list[str] = []
-    for ch in text:
-        if ch == "\n":
-            parts.append(" / ")
-        elif ch == "\t":
-            parts.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs"):
-            continue
-        else:
-            parts.append(ch)
-    line = "".join(parts).strip()
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\n", " / ")
+    line = printable(text, lines=False).strip()
     if len(line) > limit:
         line = line[: max(limit - 1, 0)].rstrip() + ELLIPSIS
     return line
@@ -96,10 +86,11 @@ def _count_field(result: Result, key: str, default: int) -> int:
 def measured_counts(result: Result) -> tuple[int, int]:
     """(configs measured on both sides, configs the suite planned).
 
-    From the summary's `measured` and `configs` when present; a result without
-    them counts every config it holds as measured.
+    Measured is counted from the configs the result holds (policy.measured), never read
+    from its summary: a result of 0 configs measured none, whatever `measured` says.
+    Planned is the summary's `configs` when present, at least the configs held.
     """
-    measured = _count_field(result, "measured", len(result.configs))
+    measured = sum(map(policy.measured, result.configs))
     planned = max(_count_field(result, "configs", len(result.configs)), measured)
     return measured, planned
 
