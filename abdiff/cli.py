@@ -40,7 +40,7 @@ from abdiff.errors import (
     one_line,
     save_traceback,
 )
-from abdiff.printable import printable
+from abdiff.reports.printable import printable
 
 
 class _Parser(argparse.ArgumentParser):

@@ -20,7 +20,7 @@ from abdiff.errors import InfrastructureError
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import Confinement
 from abdiff.launchers.slurm import SrunLauncher
-from abdiff.targets.base import ABDIFF_ROOT
+from abdiff.launchers.spec import ABDIFF_ROOT
 
 AVAILABLE = sys.platform.startswith("linux") and sandbox.trial(Confinement()) is None
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason="no user namespaces here")
@@ -311,8 +311,8 @@ LEAVER = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process, sandbox
-from abdiff.sides import SideFolders, WorkerFolders
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import SideFolders, WorkerFolders
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state"):
     (folder / name).mkdir()
@@ -406,8 +406,8 @@ from pathlib import Path
 from abdiff.launchers import sandbox
 from abdiff.launchers.forkserver import ForkServer
 from abdiff.launchers.process import run_process
-from abdiff.sides import SideFolders, WorkerFolders
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+from abdiff.store.sides import SideFolders, WorkerFolders
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state", "job"):
     (folder / name).mkdir()

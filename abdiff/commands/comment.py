@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abdiff.errors import InputError
-from abdiff.files import read_text
-from abdiff.github import (
+from abdiff.reports.github import (
     DEFAULT_API_URL,
     MARKER,
     GitHubClient,
@@ -39,10 +38,11 @@ from abdiff.github import (
     upsert_comment,
     validate_target,
 )
-from abdiff.printable import printable
+from abdiff.reports.printable import printable
+from abdiff.store.files import read_text
 
 if TYPE_CHECKING:  # imported when rendering, like the rest of that path
-    from abdiff.records import Result
+    from abdiff.store.records import Result
 
 # A real result of a thousand configs is about 2 MB; a forged artifact may be anything.
 MAX_RESULT_BYTES = 16 * 2**20
@@ -98,7 +98,7 @@ def _read_body(path: Path) -> str:
 
 def _load_result(path: Path) -> Result:
     """The validated result file; too large, unreadable or invalid is an InputError."""
-    from abdiff.records import load_result
+    from abdiff.store.records import load_result
 
     try:
         size = path.stat().st_size
@@ -120,8 +120,8 @@ def measurement_failed(result: Result, measured_exit: int | None) -> str | None:
     did not exit 0 or 1 (a result there is not what it measured: its benchmark could have
     written it), exited otherwise than the result says, or the result's summary disagrees
     with its own configs (forged or damaged)."""
-    from abdiff.policy import summary_disagreements
     from abdiff.reports.common import exit_code
+    from abdiff.verdict.policy import summary_disagreements
 
     said = exit_code(result)
     if measured_exit is not None and measured_exit not in (0, 1):

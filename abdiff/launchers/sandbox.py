@@ -26,9 +26,9 @@ import sysconfig
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
-from abdiff.files import own_folder
 from abdiff.launchers.guard import CANNOT_CONFINE_LINE, NOBODY, Confinement
-from abdiff.targets.base import ABDIFF_ROOT
+from abdiff.launchers.spec import ABDIFF_ROOT
+from abdiff.store.files import own_folder
 
 MODES = ("auto", "on", "off")
 PROBE_TIMEOUT_S = 30.0

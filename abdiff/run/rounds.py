@@ -1,0 +1,287 @@
+"""One round of one side: every config in fresh worker processes, crashes isolated.
+
+A round starts one worker for all its configs (process start and torch import
+are the expensive part). When that worker dies in the middle of a config, the
+config gets the death as its status and a new worker takes the configs left,
+so an abort costs one process start, never another config's data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError
+from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
+from abdiff.run.devices import Device
+from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
+from abdiff.run.ranks import merge_rank_logs, read_rank_logs
+from abdiff.run.time_split import added, worker_time
+from abdiff.store.files import read_worker_file, remove_path
+from abdiff.store.records import RoundRecord, SideTime
+from abdiff.store.sides import SideFolders, WorkerFolders
+from abdiff.suites import Config
+from abdiff.targets.base import RoundJob, Target
+
+# Kernels are captured in each side's first round only: the selection is a property
+# of the code and the shape, and every capture costs a profiled call per config (and
+# a process's first capture CUPTI's start, 4.4 s on an H200). A second round never
+# outvoted the first (two rounds that disagree have no majority). Workers capture
+# them in a pass after every config was timed, never before a timed iteration.
+KERNEL_ROUNDS = 1
+
+
+@dataclass
+class RoundSettings:
+    """How every worker of a run is started; the same for both sides."""
+
+    facts: list[str]
+    warmup_times: int
+    run_times: int
+    timeout_s: float | None = 600.0
+    device: str = "auto"
+    cuda_graph: bool = True  # graph replays where the device has them; False: --eager
+    cpu_threads: int = 1
+    worker_start: str = "cold"  # cold | ahead | fork (--prestart; launchers/warm.py)
+    profile_kernels: bool = True
+    target_options: dict = field(default_factory=dict)
+    target_args: list[str] = field(default_factory=list)
+    pass_env: list[str] = field(default_factory=list)
+    max_memory_bytes: int | None = None
+
+
+@dataclass
+class RoundOutput:
+    env: dict
+    processes: int
+    # per worker process: {"round", "worker", "seed", "ids"}, the order it timed its configs in
+    orders: list[dict] = field(default_factory=list)
+    time: SideTime = field(default_factory=SideTime)  # where its workers' time went
+
+
+def order_seed(run_seed: int, side: str, round_index: int, worker: int) -> int:
+    """The seed of one worker's config order: fixed by the run's seed (`--seed`), so a run
+    can be replayed, and different for every side, round and restarted worker."""
+    digest = hashlib.sha256(f"{run_seed}:{side}:{round_index}:{worker}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def death_record(outcome: ProcessOutcome, round_index: int, config_started: bool,
+                 timeout_s: float | None = None, phase: str | None = None,
+                 launcher: Launcher | None = None) -> RoundRecord:
+    """The status of the config a worker was running when it ended abnormally.
+
+    With `config_started`, the reason comes from what the worker wrote to stderr
+    after that config's start mark only; otherwise (it died before starting
+    any config) from all of its stderr.
+    """
+    line = last_meaningful_line(outcome.stderr_path, since=STDERR_MARK if config_started else None,
+                                ignore=launcher.own_lines if launcher else None)
+    if outcome.timed_out:
+        limit = f"{timeout_s:g} s" if timeout_s else "the per-config timeout"
+        during = f" in phase {phase}" if phase else ""
+        return RoundRecord("timeout", f"no progress within {limit} (--timeout){during}; "
+                           "process group killed", round=round_index)
+    if outcome.signal_name:
+        who = outcome.signal_name if outcome.rank is None else \
+            f"rank {outcome.rank}, {outcome.signal_name}"
+        reason = f"{who}: {line}" if line else who
+        return RoundRecord("aborted", reason, round=round_index)
+    if outcome.returncode == 0:  # a clean exit is no reason by itself: say what went missing
+        why = ("worker exited with code 0 before writing this config's record" if config_started
+               else "worker exited without writing a record")
+        return RoundRecord("failed", f"{why}: {line}" if line else why, round=round_index)
+    return RoundRecord("failed", line or f"exit code {outcome.returncode}", round=round_index)
+
+
+def _size_text(size: int) -> str:
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g}{unit}"
+    return str(size)
+
+
+def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_index: int,
+                     attempt: Path, launcher: Launcher) -> str:
+    """A worker that never created its record log did not get as far as abdiff's code in
+    it (python, the job file, torch, the device): nothing of the benchmark ran, so this is
+    the tool failing to run, not a status of the configs."""
+    stderr = read_worker_file(outcome.stderr_path)
+    reason = launcher.launch_failure(stderr)
+    if reason:
+        return (f"{launcher.name} could not launch the worker: {reason}; `abdiff doctor "
+                f"--launcher {launcher.name}` tries a 2-rank hello")
+    why = death_record(outcome, round_index, False, settings.timeout_s).error
+    hint = "; `abdiff doctor` checks python, torch and the device"
+    if settings.max_memory_bytes is not None:
+        hint = f"; is --max-memory {_size_text(settings.max_memory_bytes)} too small?"
+    return f"a worker could not start: {why}{hint} (its output is in {attempt})"
+
+
+def read_launch(record_path: Path, ranks: int) -> RoundLog:
+    """The record logs of every rank of one launch, merged (abdiff/run/ranks.py)."""
+    return merge_rank_logs(read_rank_logs(record_path, ranks))
+
+
+def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher, record_path: Path) -> None:
+    """Fill in which rank died of which signal, from the launcher's exit code and stderr."""
+    if outcome.returncode <= 0 or outcome.timed_out:
+        return
+    stderr = read_worker_file(outcome.stderr_path)
+    death = launcher.rank_death(outcome.returncode, stderr)
+    if death is not None:
+        outcome.rank, outcome.rank_signal = death
+        own = rank_stderr_path(record_path, outcome.rank) if outcome.rank is not None else None
+        if own is not None and own.exists():
+            outcome.stderr_path = own  # the reason is that rank's last line
+
+
+def finished(log: RoundLog, configs: list[Config], round_index: int) -> dict[str, RoundRecord]:
+    """The records a worker's log holds for `configs`; a malformed one fails its config."""
+    ids = {c.id for c in configs}
+    records = {cid: record for cid, record in log.done.items() if cid in ids}
+    for cid, why in log.malformed.items():
+        if cid in ids:
+            records[cid] = RoundRecord("failed", f"malformed record: {why}", round=round_index)
+    return records
+
+
+def worker_stderr(work_dir: Path, config_id: str) -> Path:
+    """The stderr file holding the full text of `config_id`'s failure in a round's folder:
+    the worker that started or recorded it, else the last one (which died before
+    starting any config, failing all that were left)."""
+    workers = sorted(work_dir.glob("worker*"), key=lambda p: int(p.name.removeprefix("worker")))
+    for worker in workers:
+        log = read_round_log(worker / "records.jsonl")
+        if config_id in log.done or config_id in log.started:
+            return worker / "stderr.txt"
+    return (workers[-1] if workers else work_dir) / "stderr.txt"
+
+
+def run_round(
+    target: Target,
+    launcher: Launcher,
+    checkout: Path,
+    configs: list[Config],
+    settings: RoundSettings,
+    round_index: int,
+    work_dir: Path,
+    on_record: Callable[[str, RoundRecord], None],
+    seed: Callable[[int], int | None] = lambda worker: None,
+    device: Device | None = None,
+    side: SideFolders | None = None,
+) -> RoundOutput:
+    """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
+
+    `seed(worker)` is the seed of that worker's config order (`order_seed`); `device`
+    (--devices) the GPUs it sees or the CPUs it is pinned to.
+    If abdiff itself is interrupted, the records the running worker already
+    wrote are handed over before the interrupt propagates. Configs a worker timed
+    but could not capture kernels of (it died first) are captured by the next
+    worker of the round after its own timed configs, or by a worker that only
+    captures them when none is left to time. With `side`, the workers keep that side's
+    HOME and caches, and in a sandbox write only there and in `work_dir`.
+    """
+    # the worker runs in the checkout, not here: every path it is given must be absolute
+    work_dir = Path(work_dir).absolute()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    records: dict[str, RoundRecord] = {}
+    env: dict = {}
+    remaining = list(configs)
+    handed: set[str] = set()
+    processes = 0
+    orders: list[dict] = []
+    profile = settings.profile_kernels and round_index < KERNEL_ROUNDS
+    uncaptured: list[Config] = []
+    captured: set[str] = set()
+    spent = SideTime()
+    while remaining or uncaptured:
+        attempt = work_dir / f"worker{processes}"
+        # made here, empty: the worker before could have planted links in it
+        remove_path(attempt)
+        attempt.mkdir()
+        record_path = attempt / "records.jsonl"
+        job = RoundJob(
+            configs=[{"id": c.id, "params": c.params} for c in remaining],
+            facts=settings.facts,
+            record_path=str(record_path),
+            round=round_index,
+            warmup_times=settings.warmup_times,
+            run_times=settings.run_times,
+            device=settings.device,
+            cuda_graph=settings.cuda_graph,
+            cpu_threads=settings.cpu_threads,
+            profile_kernels=profile,
+            order_seed=seed(processes),
+            capture_only=[{"id": c.id, "params": c.params} for c in uncaptured],
+            target_options=settings.target_options,
+            target_args=settings.target_args,
+            ranks=launcher.ranks,
+        )
+        job_path = attempt / "job.json"
+        job.write(job_path)
+        spec = launcher.wrap(target.round_command(checkout, job_path, job))
+        if device is not None:
+            spec.env.update(device.env)
+            spec.cpus = device.cpus
+        handed_at = time.time()
+        if side is not None:
+            spec.folders = WorkerFolders(side, work_dir)
+        try:
+            outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
+                                   settings.pass_env, settings.max_memory_bytes)
+        except BaseException:
+            for cid, record in finished(read_launch(record_path, job.ranks), remaining,
+                                        round_index).items():
+                on_record(cid, record)
+            for config in uncaptured:  # timed by an earlier worker: kept without kernels
+                on_record(config.id, records[config.id])
+            raise
+        processes += 1
+        spent = added(spent, worker_time(record_path, handed_at, time.time()))
+        if not record_path.exists():
+            raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
+                                                       launcher))
+        name_dead_rank(outcome, launcher, record_path)
+        log = read_launch(record_path, job.ranks)
+        env = env or log.env
+        if log.order.get("ids"):
+            orders.append({"round": round_index, "worker": processes - 1, **log.order})
+        records.update(finished(log, remaining, round_index))
+        for cid, kernel_profile in log.kernels.items():
+            if cid in records:
+                records[cid].kernels = kernel_profile.counts
+                records[cid].kernel_us = kernel_profile.us
+                captured.add(cid)
+        # a worker given only captures gets no second try: a capture that kills its
+        # process would kill every retry too
+        # only a target whose worker captures in a pass of its own gets capture-only workers
+        # (the trtllm probe captures right after each config's timed calls, in run.py's flow)
+        uncaptured = [c for c in configs if profile and target.capture_pass and remaining
+                      and c.id in records
+                      and records[c.id].status == "ok" and c.id not in captured]
+        culprit = log.in_progress
+        if culprit is not None and culprit not in records:
+            records[culprit] = death_record(outcome, round_index, True, settings.timeout_s,
+                                            log.phase, launcher)
+            records[culprit].facts = log.facts.get(culprit, {})
+        unfinished = [c for c in remaining if c.id not in records]
+        if unfinished and culprit is None and not log.done:
+            # the worker ended without finishing or starting a config: it cannot run
+            # here at all, and retrying would fail the same way. (One that finished
+            # some and died between configs made progress: a new worker takes the rest.)
+            why = death_record(outcome, round_index, False, settings.timeout_s, log.phase,
+                               launcher)
+            for config in unfinished:
+                records[config.id] = RoundRecord(why.status, why.error, round=round_index)
+            unfinished = []
+        remaining = unfinished
+        waiting = {c.id for c in uncaptured}  # kept for the next worker's capture pass
+        for cid in [c.id for c in configs if c.id in records and c.id not in handed | waiting]:
+            on_record(cid, records[cid])
+            handed.add(cid)
+    return RoundOutput(env, processes, orders, spent)

@@ -1,0 +1,611 @@
+"""Interleave A and B rounds, extend inconclusive configs, and keep every round on disk.
+
+Rounds run in randomized ABBA blocks (ABBA or BAAB per block), so slow drift
+on the machine (thermal, clocks, a neighbour's job) lands on both sides alike
+instead of on whichever side ran later. After the first rounds, configs whose
+latency verdict is still inconclusive get more blocks, up to `max_rounds`.
+
+Both run files are rewritten atomically after every round in a state folder
+keyed by what was measured; re-running the same command (or `--resume`)
+continues from the rounds already there. The state folder lies in the cache,
+where the benchmark (same user) can write: a hash next to the files would be
+recomputed by whoever rewrites them. So state.json records the SHA-256 of each
+run file as abdiff wrote it, and an HMAC of that record under a key the
+benchmark is not given (exposure.resume_key: abdiff's state folder, outside the
+cache, mode 0600). A side whose file no longer matches is measured again; a
+state.json that fails authentication is discarded whole. Either is said on
+stderr, `--resume` or not: stored rounds are never trusted unverified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+from abdiff.errors import InfrastructureError, InputError
+from abdiff.host.exposure import authentic, authenticate, warn_if_root
+from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import end_orphans
+from abdiff.launchers.warm import standing_by
+from abdiff.run.devices import Device
+from abdiff.run.progress import Progress
+from abdiff.run.rounds import RoundSettings, order_seed, run_round
+from abdiff.run.time_split import added
+from abdiff.store.files import (
+    lock_exclusively,
+    own_folder,
+    read_worker_file,
+    remove_path,
+    write_atomic,
+)
+from abdiff.store.records import (
+    ConfigRuns,
+    RoundRecord,
+    RunFile,
+    SideTime,
+    load_run_file,
+    write_run_file,
+)
+from abdiff.store.sides import SideFolders
+from abdiff.suites import Config
+from abdiff.targets.base import Target
+from abdiff.verdict.sequential import DEFAULT_STEP, Looks
+
+FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
+# What a session records of the benchmark's machine, from the worker's env event: enough to
+# tell later whether two sessions ran on the same host, GPU, driver and clock policy.
+SESSION_ENV_KEYS = ("host", "device_name", "gpu_uuid", "driver", "clock_policy")
+
+
+@dataclass
+class Plan:
+    rounds: int = 5  # first rounds per side
+    max_rounds: int = 15  # adaptive ceiling per side
+    step: int = DEFAULT_STEP  # rounds per side of each adaptive block
+
+    def looks(self) -> Looks:
+        """When configs are looked at: the levels their tests spend (sequential.py)."""
+        return Looks(self.rounds, max(self.rounds, self.max_rounds), self.step)
+
+
+def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
+    """(side, round) slots for rounds start..start+count-1 of both sides.
+
+    Rounds go in blocks of two per side, each block ABBA or BAAB at random; an
+    odd count ends with a half block (AB or BA).
+    """
+    slots: list[tuple[str, int]] = []
+    end = start + count
+    for r in range(start, end, 2):
+        first, second = ("A", "B") if rng.random() < 0.5 else ("B", "A")
+        slots += [(first, r), (second, r)]
+        if r + 1 < end:
+            slots += [(second, r + 1), (first, r + 1)]
+    return slots
+
+
+@dataclass
+class SideRun:
+    """One side as the scheduler sees it: where it runs and what it measured so far."""
+
+    checkout: Path
+    run: RunFile
+    # makes the checkout exactly its commit again before a round starts (None: nothing to do)
+    refresh: Callable[[], Path] | None = None
+    folders: SideFolders | None = None  # its workers' kept HOME, TMPDIR and tool caches
+
+
+def state_key(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Measurement:
+    """Both sides' run files and the state folder that keeps them between runs."""
+
+    def __init__(self, state_dir: Path, sides: dict[str, SideRun], seed: int) -> None:
+        self.state_dir = state_dir
+        self.sides = sides
+        self.seed = seed
+        self.processes = 0
+        self.warm_starts = 0  # of those, started ahead or forked (--prestart)
+        self.warm_words = ""  # what the pool calls them (launchers/warm.py)
+        self.time: dict[str, SideTime] = {}  # where each side's workers' time went this run
+        # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
+        # were measured at another time than the ones it found (baselines.drift_margin).
+        self.session = uuid.uuid4().hex[:12]
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        for side in sides.values():
+            side.run.sessions[self.session] = {"started": started, "host": platform.node()}
+
+    @classmethod
+    def open(cls, state_dir: Path, sides: dict[str, SideRun], resume: bool,
+             seed: int | None) -> Measurement:
+        """Continue an unfinished measurement in `state_dir`, else start a new one.
+
+        A finished one is reused only with `resume` (to re-report without measuring).
+        The caller holds `exclusive(state_dir)` while measuring.
+        """
+        state_file = state_dir / "state.json"
+        if state_file.exists():
+            try:
+                state = json.loads(state_file.read_text(encoding="utf-8"))
+                saved_seed = int(state["seed"])
+            except (ValueError, KeyError, TypeError, OSError) as exc:
+                raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
+                                 f"{state_dir} to measure again") from None
+            if not authentic(_signed(state_dir, state), state.get("mac")):
+                print(f"abdiff: {state_dir}: its stored rounds fail authentication (not "
+                      "written by this abdiff, or changed since); measuring anew",
+                      file=sys.stderr)
+            elif resume or not state.get("complete"):
+                hashes = _file_hashes(state_dir, sides)
+                for name, side in sides.items():
+                    saved = state_dir / f"{name.lower()}.json"
+                    if not saved.exists():
+                        continue
+                    if state["files"].get(saved.name) != hashes[saved.name]:
+                        print(f"abdiff: {saved}: not the file abdiff wrote (changed since); "
+                              f"measuring side {name} again", file=sys.stderr)
+                        continue
+                    old = load_run_file(saved)
+                    for config in side.run.configs:
+                        kept = old.config(config.id)
+                        if kept is not None:
+                            config.rounds = kept.rounds
+                    side.run.env = old.env or side.run.env
+                    side.run.orders = old.orders
+                    side.run.sessions = {**old.sessions, **side.run.sessions}
+                return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
+            shutil.rmtree(state_dir)
+        seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        measurement = cls(state_dir, sides, seed)
+        measurement.save(complete=False)
+        return measurement
+
+    def save(self, complete: bool) -> None:
+        for name, side in self.sides.items():
+            write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
+        write_state(self.state_dir, self.seed, complete,
+                    _file_hashes(self.state_dir, self.sides))
+
+    def round_dir(self, side: str, round_index: int) -> Path:
+        """Where a side's round keeps its workers' job, record log, stdout and stderr."""
+        return self.state_dir / "logs" / f"{side}-r{round_index}"
+
+    def has_round(self, side: str, config_id: str, round_index: int) -> bool:
+        config = self.sides[side].run.config(config_id)
+        return config is not None and any(r.round == round_index for r in config.rounds)
+
+    def settled_failure(self, side: str, config_id: str) -> bool:
+        """Failed in FAILURE_REPEATS rounds already: its status is known, and every
+        further abort would cost a process start for no new information."""
+        config = self.sides[side].run.config(config_id)
+        return config is not None and sum(r.status != "ok" for r in config.rounds) >= \
+            FAILURE_REPEATS
+
+    def add(self, side: str, config_id: str, record: RoundRecord) -> None:
+        config = self.sides[side].run.config(config_id)
+        assert config is not None, config_id
+        record.session = self.session
+        config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
+        config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
+
+
+def write_state(state_dir: Path, seed: int, complete: bool, files: dict[str, str | None]
+                ) -> None:
+    """state.json: the seed, whether the measurement is complete, the SHA-256 of each run
+    file as abdiff wrote it, and their MAC under the key the benchmark never gets."""
+    state: dict = {"seed": seed, "complete": complete, "files": files}
+    state["mac"] = authenticate(_signed(state_dir, state))
+    write_atomic(state_dir / "state.json", json.dumps(state) + "\n")
+
+
+def _signed(state_dir: Path, state: dict) -> bytes:
+    """What state.json's MAC covers: its fields, and the state folder's name (the key of
+    what was measured), so a valid state cannot be copied to another measurement."""
+    fields = {k: state.get(k) for k in ("seed", "complete", "files")}
+    return json.dumps([state_dir.name, fields], sort_keys=True).encode()
+
+
+def authenticated_run_files(state_dir: Path) -> list[Path] | str:
+    """The run files (a.json, b.json) of a state folder that abdiff wrote, as it wrote them:
+    its state.json's MAC holds (under the key the benchmark never gets) and each file's
+    SHA-256 is the one recorded; else why not. Read without following links. What
+    `history` and `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    text = read_worker_file(state_dir / "state.json")
+    try:
+        state = json.loads(text)
+        files = state["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files")
+    except (ValueError, KeyError, TypeError):
+        return "no readable state.json" if text else "no state.json"
+    if not authentic(_signed(state_dir, state), state.get("mac")):
+        return "its state.json fails authentication (not written by this abdiff, or changed)"
+    found = []
+    for name in ("a.json", "b.json"):
+        path = state_dir / name
+        data = read_worker_file(path).encode()
+        if files.get(name) is None and not data:
+            continue
+        if files.get(name) != hashlib.sha256(data).hexdigest():
+            return f"{name} is not the file abdiff wrote (changed since)"
+        found.append(path)
+    return found
+
+
+def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:
+    """SHA-256 of each side's run file in the state folder (None: not there)."""
+    hashes: dict[str, str | None] = {}
+    for name in sorted(sides):
+        path = state_dir / f"{name.lower()}.json"
+        try:
+            hashes[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            hashes[path.name] = None
+    return hashes
+
+
+def state_lock_path(state_dir: Path) -> Path:
+    """The lock held while a state folder is measured (a second identical command must not
+    redo the same rounds): in `locks/`, beside runs/, so that runs/ holds only states."""
+    return own_folder(state_dir.parent.with_name("locks")) / f"{state_dir.name}.lock"
+
+
+def runs_folder(cache_dir: Path) -> Path:
+    """The cache's runs/ (made if missing), refused when it is a link or no folder."""
+    return own_folder(Path(cache_dir) / "runs")
+
+
+def clean_runs(runs_dir: Path, older_than_days: float | None) -> tuple[int, int]:
+    """Remove the run folders under `runs_dir` last written more than `older_than_days`
+    ago (all when None); returns (removed, kept because a running abdiff measures them).
+    runs/ and locks/ themselves are refused when links, and a link inside runs/ is
+    removed, never followed."""
+    if not os.path.lexists(runs_dir):
+        return 0, 0
+    runs_dir = own_folder(runs_dir)
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    removed = kept = 0
+    for entry in sorted(runs_dir.iterdir()):
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink()  # nothing abdiff made: the benchmark planted it
+            continue
+        written = max([entry.stat().st_mtime] + [p.lstat().st_mtime for p in entry.iterdir()])
+        if cutoff is not None and written >= cutoff:
+            continue
+        lock = lock_exclusively(state_lock_path(entry))
+        if lock is None:
+            kept += 1
+            continue
+        try:
+            shutil.rmtree(entry)
+            removed += 1
+        finally:
+            os.close(lock)
+    return removed, kept
+
+
+@contextmanager
+def exclusive(state_dir: Path) -> Iterator[None]:
+    """The state folder's lock, or one clear error when another abdiff holds it; runs/,
+    locks/, the lock and the state folder refused when they are links (own_folder)."""
+    runs_folder(state_dir.parent.parent)
+    lock = lock_exclusively(state_lock_path(state_dir))
+    if lock is None:
+        raise InfrastructureError(f"another abdiff is measuring the same runs ({state_dir}); "
+                                  "wait for it to end, then re-run to reuse its rounds")
+    try:
+        own_folder(state_dir)
+        yield
+    finally:
+        os.close(lock)
+
+
+@dataclass
+class Lane:
+    """Where one stream of rounds runs: a launcher (with its own warm pool) and, with
+    `--devices`, the device its workers are given (devices.py)."""
+
+    launcher: Launcher
+    device: Device | None = None
+
+
+@dataclass
+class Spread:
+    """What lanes running at once share: the lock over the measurement, and the stop that
+    keeps rounds ended by abdiff's own interruption out of it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+def run_slots(
+    measurement: Measurement,
+    slots: list[tuple[str, int]],
+    configs: list[Config],
+    target: Target,
+    launcher: Launcher,
+    settings: RoundSettings,
+    progress: Progress,
+    device: Device | None = None,
+    spread: Spread | None = None,
+) -> None:
+    """Run each (side, round) slot for the configs that lack that round; save after each.
+    With `spread`, other lanes run beside this one: the measurement is changed under its
+    lock, and what only one lane may do at a time (refresh a checkout, end the orphans)
+    is left to run_wave."""
+    guard = spread.lock if spread is not None else contextlib.nullcontext()
+    for side, round_index in slots:
+        if spread is not None and spread.stop.is_set():
+            return
+        with guard:
+            todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
+                    and not measurement.settled_failure(side, c.id)]
+            if not todo:
+                progress.step(len(configs), None)
+                continue
+        started = time.monotonic()
+        side_run = measurement.sides[side]
+        work_dir = measurement.round_dir(side, round_index)
+        # a half-run round from an interrupted run, or what the other side's benchmark
+        # planted where this round's records go (runs/ is writable to it)
+        for folder in (measurement.state_dir, work_dir.parent):
+            if folder.is_symlink():
+                raise InfrastructureError(f"{folder} was replaced by a link while the "
+                                          "benchmark ran; the measurement stops (run it again "
+                                          "with a fresh --cache-dir)")
+        remove_path(work_dir)
+        if side_run.refresh is not None and spread is None:
+            side_run.checkout = side_run.refresh()
+        if side_run.folders is not None:  # what a worker may write must exist: it is bound
+            side_run.folders.make()
+        own_folder(work_dir.parent)
+        if spread is None:
+            progress.watch(work_dir, side)
+
+        def keep(cid: str, record: RoundRecord, side: str = side) -> None:
+            if spread is not None and spread.stop.is_set():
+                return  # ended by abdiff's own stop, not by the benchmark
+            if device is not None:
+                record.device = device.name
+            with guard:
+                measurement.add(side, cid, record)
+
+        try:
+            output = run_round(target, launcher, side_run.checkout, todo, settings,
+                               round_index, work_dir, keep,
+                               partial(order_seed, measurement.seed, side, round_index),
+                               device, side_run.folders)
+        finally:
+            if spread is None:
+                progress.watch(None)
+            # nothing the benchmark left running may rewrite what is saved, or run beside
+            # the other side's workers (a lane's pool sweeps only its own sandbox; the
+            # orphans of all lanes are ended after each wave, run_wave)
+            if launcher.standby is not None:
+                launcher.standby.sweep()
+            if spread is None:
+                end_orphans()
+                measurement.save(complete=False)
+        with guard:
+            side_run.run.orders = [o for o in side_run.run.orders
+                                   if o["round"] != round_index] + output.orders
+            measurement.processes += output.processes
+            measurement.time[side] = added(measurement.time.get(side, SideTime()),
+                                           output.time)
+            preimported = launcher.standby.preimported(side_run.checkout) \
+                if launcher.standby is not None else None
+            if preimported and side_run.run.env.get("preimport") != preimported:
+                side_run.run.env["preimport"] = preimported
+            if output.env and not side_run.run.env.get("device"):
+                side_run.run.env.update(output.env)
+            session = side_run.run.sessions[measurement.session]
+            machine = {k: output.env[k] for k in SESSION_ENV_KEYS if output.env.get(k)}
+            if any(session.get(k) != v for k, v in machine.items()):
+                session.update(machine)
+            if spread is None or not spread.stop.is_set():
+                measurement.save(complete=False)
+            progress.step(len(configs), time.monotonic() - started)
+
+
+def blocks_of(slots: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """`slots` (schedule's order) cut into their ABBA blocks: the slots of two consecutive
+    rounds (one at the end of an odd count). A block's A and B rounds are paired, so a
+    block runs on one device."""
+    blocks: list[list[tuple[str, int]]] = []
+    for slot in slots:
+        if blocks and slot[1] in (blocks[-1][0][1], blocks[-1][0][1] + 1):
+            blocks[-1].append(slot)
+        else:
+            blocks.append([slot])
+    return blocks
+
+
+def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, int]]]],
+             configs: list[Config], target: Target, settings: RoundSettings,
+             progress: Progress, spread: Spread) -> None:
+    """Each lane's slots at once, one thread a lane; then, with every lane idle, the
+    orphans ended and the measurement saved. The checkouts are refreshed before (a lane's
+    workers may be running in one while another lane would rewrite it)."""
+    for side in {side for _, slots in work for side, _ in slots}:
+        refresh = measurement.sides[side].refresh
+        if refresh is not None:
+            measurement.sides[side].checkout = refresh()
+    failures: list[BaseException] = []
+
+    def lane_work(lane: Lane, slots: list[tuple[str, int]]) -> None:
+        try:
+            run_slots(measurement, slots, configs, target, lane.launcher, settings, progress,
+                      lane.device, spread)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the measuring thread
+            failures.append(exc)
+            spread.stop.set()
+
+    threads = [threading.Thread(target=lane_work, args=(lane, slots), daemon=True)
+               for lane, slots in work if slots]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        spread.stop.set()  # abdiff is stopping: what the lanes record now is not kept
+        raise
+    end_orphans()
+    if failures:
+        raise failures[0]
+    measurement.save(complete=False)
+
+
+def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: list[Config],
+               target: Target, lanes: list[Lane], settings: RoundSettings, progress: Progress,
+               after_first_half: Callable[[], None] | None = None) -> None:
+    """`slots` on every lane at once: block k of them on lane k mod len(lanes), in waves of
+    one block a lane. `after_first_half` runs once the first wave's first rounds are in
+    (the first-round check); the rest of that wave after it."""
+    blocks = blocks_of(slots)
+    spread = Spread()
+    for start in range(0, len(blocks), len(lanes)):
+        wave = list(zip(lanes, blocks[start:start + len(lanes)], strict=False))
+        if start == 0 and after_first_half is not None:
+            run_wave(measurement, [(lane, block[:2]) for lane, block in wave], configs,
+                     target, settings, progress, spread)
+            after_first_half()
+            wave = [(lane, block[2:]) for lane, block in wave]
+        run_wave(measurement, wave, configs, target, settings, progress, spread)
+
+
+def measure(
+    measurement: Measurement,
+    configs: list[Config],
+    target: Target,
+    launcher: Launcher,
+    settings: RoundSettings,
+    plan: Plan,
+    undecided: Callable[[], set[str]] | None,
+    quiet: bool = False,
+    after_first_round: Callable[[], None] | None = None,
+    devices: list[Device] | None = None,
+) -> Measurement:
+    """The first `plan.rounds` per side for all configs, then adaptive blocks.
+
+    `undecided` names the configs that need more rounds (None: no extension); a block
+    runs only them, on both sides, so their rounds stay paired.
+    `after_first_round` runs once every side has its first round; it raises to stop
+    there (nothing could run: no more worker processes are spent), the rounds kept.
+    One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
+    baseline) use the same schedule, keeping the slots of the sides present.
+    With several `devices` (--devices), the ABBA blocks run on all of them at once
+    (run_spread), each device with its own launcher and warm pool.
+    """
+    warn_if_root()
+    rng = random.Random(measurement.seed)
+    for side in measurement.sides.values():
+        side.run.looks = plan.looks().to_json()
+        if devices:
+            side.run.env["devices"] = [device.name for device in devices]
+    slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
+    progress = Progress(quiet)
+    sides = len(measurement.sides)
+    extra_rounds = plan.max_rounds - plan.rounds if undecided is not None else 0
+    # the most the adaptive blocks may add: every config, up to max-rounds (the ETA's bound)
+    progress.plan("first rounds", len(slots), len(slots) * len(configs),
+                  sides * extra_rounds * len(configs))
+    try:
+        with contextlib.ExitStack() as stack:
+            lanes = [Lane(launcher, device) for device in devices] if devices \
+                else [Lane(launcher)]
+            for lane in lanes[1:]:
+                lane.launcher = copy.copy(launcher)  # a warm pool of its own (standing_by)
+                lane.launcher.standby = None
+            pools = [stack.enter_context(standing_by(
+                lane.launcher, settings.worker_start,
+                measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
+                settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
+            env = target.worker_env()
+            for lane, pool in zip(lanes, pools, strict=True):
+                if pool is not None and env is not None:
+                    # both sides' servers ready (and the target's preimport done) before
+                    # the first worker: no import runs beside a timed one
+                    pool.prepare([side.checkout for side in measurement.sides.values()],
+                                 {**env, **(lane.device.env if lane.device else {})},
+                                 target.preimport)
+
+            def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
+                    ) -> None:
+                if len(lanes) > 1:
+                    run_spread(measurement, some, configs, target, lanes, settings, progress,
+                               check)
+                    return
+                first = [s for s in some if s[1] == some[0][1]] if check else []
+                run_slots(measurement, first, configs, target, launcher, settings, progress,
+                          lanes[0].device)
+                if check is not None:
+                    check()
+                run_slots(measurement, some[len(first):], configs, target, launcher, settings,
+                          progress, lanes[0].device)
+
+            # a schedule starts with both sides' round 0: the first-round check after it
+            run(slots, after_first_round)
+            done = plan.rounds
+            while undecided is not None and done < plan.max_rounds:
+                ids = undecided()
+                if not ids:
+                    break
+                extra = min(plan.step, plan.max_rounds - done)
+                block_slots = [s for s in schedule(extra, rng, start=done)
+                               if s[0] in measurement.sides]
+                block = [c for c in configs if c.id in ids]
+                progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
+                              "configs", len(block_slots), len(block_slots) * len(block),
+                              sides * (plan.max_rounds - done - extra) * len(block))
+                if len(lanes) > 1:
+                    run_spread(measurement, block_slots, block, target, lanes, settings,
+                               progress)
+                else:
+                    run_slots(measurement, block_slots, block, target, launcher, settings,
+                              progress, lanes[0].device)
+                done += extra
+            for pool in pools:
+                if pool is not None:
+                    measurement.warm_starts += pool.taken
+                    measurement.warm_words = pool.words
+                    if pool.failure:  # said once the rounds are in: it cost time, not data
+                        print(f"abdiff: {pool.failure}; the workers after it started cold",
+                              file=sys.stderr, flush=True)
+    finally:
+        progress.close()
+    end_orphans()
+    measurement.save(complete=True)
+    return measurement
+
+
+def empty_run(rev: str, sha: str, target: str, suite: str, configs: list[Config],
+              env: dict) -> RunFile:
+    return RunFile(rev=rev, sha=sha, target=target, suite=suite, env=dict(env),
+                   configs=[ConfigRuns(c.id, dict(c.params)) for c in configs])
+
+
+def settings_fingerprint(settings: RoundSettings) -> dict:
+    """What about the settings changes the measurement (and so the state key)."""
+    data = asdict(settings)
+    for volatile in ("timeout_s", "pass_env"):
+        data.pop(volatile)
+    return data

@@ -1,0 +1,440 @@
+"""One measured run, wired from the stages: sides, checkouts, schedule, compare.
+
+The commands (commands/) parse their options into the typed objects of
+options.py and call into here; nothing in this module parses arguments or
+prints reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abdiff import __version__
+from abdiff.errors import InfrastructureError, InputError, internal_errors
+from abdiff.host.doctor import preflight
+from abdiff.host.exposure import private_dir
+from abdiff.host.machine_state import read_machine, summary_line
+from abdiff.host.machine_state import to_json as machine_json
+from abdiff.launchers import make_launcher, sandbox
+from abdiff.launchers.base import Launcher
+from abdiff.launchers.process import (
+    adopt_leftovers,
+    kernel_selecting_environment,
+    worker_environment,
+)
+from abdiff.launchers.warm import prime
+from abdiff.options import Schedule, Selection, Statistics
+from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
+from abdiff.repo.revs import (
+    WORKTREE,
+    SideSpec,
+    moved_refs,
+    open_repo,
+    refs_of,
+    resolve_rev,
+    resolve_side_b,
+)
+from abdiff.reports.printable import printable
+from abdiff.run.devices import Device, parse_devices
+from abdiff.run.rounds import RoundSettings, worker_stderr
+from abdiff.run.schedule import (
+    Measurement,
+    Plan,
+    SideRun,
+    empty_run,
+    exclusive,
+    measure,
+    settings_fingerprint,
+    state_key,
+)
+from abdiff.run.time_split import time_split
+from abdiff.store.baselines import (
+    baselines_dir,
+    drift_margin,
+    fingerprint,
+    fingerprint_differences,
+    fingerprint_notes,
+    load_baseline,
+    note_margin_effects,
+)
+from abdiff.store.files import hold_in_use
+from abdiff.store.records import Result, RunFile
+from abdiff.store.sides import SideFolders, in_use_lock
+from abdiff.suites import Suite, load_suite
+from abdiff.suites.loader import with_configs
+from abdiff.targets import detect_target, target_package
+from abdiff.targets.base import Target
+from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.stats import futile, needs_more_rounds
+from abdiff.worker.measure import resolve_device, timing_kind
+
+
+@dataclass
+class Bench:
+    """Everything needed to measure one or two sides of a repository."""
+
+    suite: Suite
+    target: Target
+    launcher: Launcher
+    settings: RoundSettings
+    cache: CheckoutCache
+    cache_dir: Path
+    sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
+    started: float = field(default_factory=time.monotonic)  # the wall time's start
+    devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
+
+
+WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
+
+
+def worker_start(choice: str) -> str:
+    """`--prestart auto|fork|on|off` as a start mode of launchers/warm.py. auto forks:
+    the fork server sleeps while workers measure, so it needs no spare core, and the A/A
+    spread was no wider with it (docs/performance.md, 2 and 16 cores)."""
+    return WORKER_STARTS[choice]
+
+
+def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
+    """The suite, target, launcher and settings of a run. The caller has refused secrets
+    in reach of the benchmark already (commands/common.measuring), before any git."""
+    started = time.monotonic()
+    devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
+        if schedule.devices else None
+    adopt_leftovers()  # what the benchmark leaves running ends with the rounds
+    suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
+    target = detect_target(repo_root, selection.target)()
+    launcher_name = schedule.launcher or target.default_launcher
+    if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
+        raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
+                         "or torchrun to start that many ranks (or --np 1 for one)")
+    launcher = make_launcher(launcher_name, schedule.ranks or suite.tp, schedule.nodes,
+                             getattr(target, "srun_container", None))
+    cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
+    cache = CheckoutCache(repo_root, cache_dir)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
+    if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
+        problem = (preflight(target.name, schedule.device, launcher_name)
+                   or target.preflight(suite, launcher_name))
+        if problem:
+            raise InfrastructureError(problem)
+    # before the first worker: a fork server keeps the namespaces it started in
+    workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
+                               private_dir(), launcher.ranks_start_elsewhere)
+    start_mode = worker_start(schedule.prestart)
+    # the first worker (the fork server) imports torch while the rest of the set-up runs
+    # and the checkouts are made; in the system's temporary folder. Not for --resume: a
+    # finished run re-reports without any worker, and ending a server still importing
+    # torch cost seconds (a resumed unfinished run starts its server when it measures)
+    if not schedule.resume:
+        prime(launcher, start_mode, Path(tempfile.gettempdir()),
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
+    # what the suite means for this target (none yet: what each side lists, side_runs)
+    configs = target.configs(suite, repo_root)
+    suite = with_configs(suite, configs) if configs else suite
+    settings = RoundSettings(
+        facts=suite.facts,
+        warmup_times=suite.warmup_times,
+        run_times=suite.run_times,
+        timeout_s=schedule.timeout_s,
+        device=schedule.device,
+        cuda_graph=not schedule.eager,
+        cpu_threads=schedule.cpu_threads,
+        worker_start=start_mode,
+        target_options=suite.target_options,
+        target_args=list(selection.target_args),
+        pass_env=list(schedule.pass_env),
+        max_memory_bytes=schedule.max_memory_bytes,
+    )
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
+                 devices)
+
+
+def side_folder(bench: Bench, checkout: Path) -> Path:
+    """The side's own writable folder (a build), kept with the cache, keyed as its checkout
+    is (the commit, or the working tree's content)."""
+    checkouts = bench.cache_dir / "checkouts"
+    key = Path(checkout).relative_to(checkouts) if checkouts in Path(checkout).parents \
+        else Path(Path(checkout).name)
+    return bench.cache_dir / "builds" / key
+
+
+def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str, SideRun]]:
+    """Each side checked out and prepared by the target (the command target builds it, once
+    per side per run); the configs both sides list, where the target takes them from the
+    sides; then each side's run."""
+    checkouts = {name: bench.cache.checkout(spec) for name, spec in specs.items()}
+    listed: dict[str, list] = {}
+    failures: dict[str, str] = {}
+    for name, spec in specs.items():
+        prepared = bench.target.prepare(bench.suite, checkouts[name],
+                                        side_folder(bench, checkouts[name]))
+        if prepared.failure is not None:
+            failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
+            print(f"abdiff: side {failures[name]}; its configs fail with this reason",
+                  file=sys.stderr, flush=True)
+        if prepared.configs is not None:
+            listed[name] = prepared.configs
+    if not bench.suite.configs:  # the target lists them per side: both sides' together
+        merged = {c.id: c for configs in listed.values() for c in configs}
+        if not merged:
+            raise InfrastructureError("nothing to measure: no side listed a benchmark ("
+                                      + "; ".join(failures.values()) + ")")
+        bench = dataclasses.replace(bench, suite=with_configs(bench.suite, list(merged.values())))
+        for name, configs in listed.items():
+            missing = [c for c in merged if c not in {d.id for d in configs}]
+            if missing:
+                print(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
+                      f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
+                      f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported",
+                      file=sys.stderr, flush=True)
+    return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
+
+
+def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
+    checkout = checkout or bench.cache.checkout(side)
+    # the side's kept HOME, TMPDIR and tool caches: its commit and kernel-selecting variables
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
+    # worker_start: how worker processes started: cold, ahead or fork (--prestart)
+    # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
+    # shared) and does not read another launcher's kernels as a change of the commit
+    env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
+           "sandbox": bench.sandbox, "launcher": launcher_text(bench),
+           "repository": str(bench.cache.repo_root.resolve()), "side_folders": folders.to_json(),
+           "target_package": target_package(bench.target.name),
+           **bench.target.env_info(checkout)}
+    run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
+                    bench.suite.configs, env)
+    # before each round: what the other side's benchmark wrote into this checkout (or into
+    # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
+    # of the working tree is not made again mid-run: the user may be editing the original.
+    if side.sha == WORKTREE:
+        return SideRun(checkout, run, folders=folders)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side), folders=folders)
+
+
+def launcher_text(bench: Bench) -> str:
+    """"local", or "mpirun x2" with more than one rank."""
+    launcher = bench.launcher
+    return launcher.name if launcher.ranks == 1 else f"{launcher.name} x{launcher.ranks}"
+
+
+def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
+    """Where a measurement's rounds are kept, keyed by everything that shapes them."""
+    parts = {
+        "kind": kind,
+        "sides": {n: [s.run.sha, str(s.checkout)] for n, s in sides.items()},
+        "target": bench.target.name,
+        "suite": bench.suite.source,
+        "configs": [c.id for c in bench.suite.configs],
+        "settings": settings_fingerprint(bench.settings),
+        "launcher": launcher_text(bench),
+        # what else changes what a worker does: a failed round stored under another sandbox
+        # or environment is not this measurement's (the values: a hash, not kept in clear)
+        "sandbox": bench.sandbox,
+        "environment": hashlib.sha256(json.dumps(
+            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            sort_keys=True).encode()).hexdigest(),
+    }
+    return bench.cache_dir / "runs" / state_key(parts)
+
+
+def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
+                          ) -> Callable[[], None]:
+    """The first-round check: when no config of `runs` (the compared sides, a stored
+    baseline included) has run, nothing can be measured and more rounds would fail the
+    same way, so stop with one line naming the first cause and the file holding its
+    full text."""
+
+    sides = "on either side " if len(runs) > 1 else ""
+
+    def check() -> None:
+        if any(r.status == "ok" for run in runs.values() for c in run.configs
+               for r in c.rounds):
+            return
+        for name, run in runs.items():
+            for config in run.configs:
+                failed = next((r for r in config.rounds if r.error), None)
+                if failed is None or name not in measurement.sides:
+                    continue
+                where = worker_stderr(measurement.round_dir(name, failed.round or 0), config.id)
+                raise InfrastructureError(
+                    f"nothing measured: no config ran {sides}in the first round; first "
+                    f"cause: {config.id} on {name} ({run.rev}): {failed.status}: {failed.error} "
+                    f"(full text in {where}); fix that, then re-run (`abdiff doctor "
+                    "A..B` checks the probe's hooks in both sides)")
+        raise InfrastructureError(f"nothing measured: no config ran {sides}in the first round "
+                                  f"(run files in {measurement.state_dir}); read the workers' "
+                                  "stderr there, fix the cause and re-run")
+
+    return check
+
+
+def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: str) -> RunFile:
+    """The rounds of one side (no interleaving partner), kept like a diff's."""
+    repo_root = open_repo(selection.repo)
+    spec = resolve_rev(repo_root, rev)  # refused before a worker starts
+    bench = prepare_bench(selection, schedule, repo_root)
+    bench, sides = side_runs(bench, {"A": spec})
+    where = state_dir(bench, sides, kind)
+    with exclusive(where), internal_errors(where):
+        measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
+        check_machine(schedule, [sides["A"].run])
+        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+                Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
+                stop_when_nothing_ran(measurement, {"A": sides["A"].run}), bench.devices)
+    return sides["A"].run
+
+
+def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> list[str]:
+    """A note (and a warning on stderr) when the repository's refs changed while the rounds
+    ran: the benchmark can write .git, and the next run resolves `main` to where it points
+    now (docs/ci.md). abdiff does not move them back: the user may have committed."""
+    moved = moved_refs(before, after)
+    if not moved:
+        return []
+    shown = "; ".join(moved[:3]) + (f"; {len(moved) - 3} more" if len(moved) > 3 else "")
+    note = (f"the repository's refs changed while the benchmark ran ({shown}): a later run "
+            "resolves names to where they point now; check them before trusting it")
+    if not quiet:
+        print(f"abdiff: warning: {printable(note)}", file=sys.stderr)
+    return [note]
+
+
+def check_machine(schedule: Schedule, runs: list[RunFile]) -> None:
+    """Read the machine before the first rounds (machine_state), say it on a terminal (as the
+    progress line; off a terminal the notes name a noisy reading) and record it in the run
+    files; a run that already holds a reading (resumed) keeps its own."""
+    if all("machine" in run.env for run in runs):
+        return
+    readings = read_machine(resolve_device(schedule.device))
+    if not schedule.quiet and sys.stderr.isatty():
+        print(f"abdiff: {summary_line(readings)}", file=sys.stderr, flush=True)
+    for run in runs:
+        run.env.setdefault("machine", machine_json(readings))
+
+
+def undecided_configs(run_a: RunFile, run_b: RunFile, expect: dict, statistics: Statistics,
+                      max_rounds: int) -> Callable[[], set[str]]:
+    """Which configs still need rounds: latency inconclusive (stats.needs_more_rounds),
+    unless `max_rounds` could not plausibly decide them (stats.futile)."""
+    min_effect, alpha = statistics.min_effect, statistics.alpha
+
+    def undecided() -> set[str]:
+        result = compare_runs(run_a, run_b, expect, min_effect, alpha)
+        return {c.id for c in result.configs
+                if needs_more_rounds(c.latency)
+                and not futile(c.latency, max_rounds, min_effect, alpha, len(result.configs))}
+
+    return undecided
+
+
+def measure_and_compare(
+    schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
+    run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
+    check_measured: Callable[[], list[str]] | None = None,
+) -> Result:
+    """Measure the sides, then compare. `check_measured` may refuse what was measured (an
+    InputError, before anything else is printed) or add notes."""
+    where = state_dir(bench, sides, "diff")
+    run_b = sides["B"].run
+    rounds = schedule.rounds
+    refs_before = refs_of(bench.cache.repo_root)
+    max_rounds = max(rounds, schedule.max_rounds) if adaptive else rounds
+    with exclusive(where), internal_errors(where):
+        measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
+        check_machine(schedule, [side.run for side in sides.values()])
+        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+                Plan(rounds, max_rounds),
+                undecided_configs(run_a, run_b, expect, statistics, max_rounds),
+                schedule.quiet,
+                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
+        if check_measured is not None:
+            notes = notes + check_measured()
+        notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
+        if not schedule.quiet and not measurement.processes:
+            print(f"abdiff: no worker started: the rounds kept in {where} are reported",
+                  file=sys.stderr)
+        elif not schedule.quiet:
+            ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
+                     if measurement.warm_starts else "")
+            print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
+                  f"in {where}", file=sys.stderr)
+        result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
+                              notes, statistics.require_all, statistics.small_changes,
+                              statistics.gates)
+        if measurement.processes:
+            result.time = time_split(time.monotonic() - bench.started, measurement.time,
+                                     len(bench.devices or [None]))
+        return result
+
+
+def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,
+                     bench: Bench, repo_root: Path, name: str, rev_b: str, rev_range: str,
+                     expect_of: Callable[[Suite], dict]) -> Result:
+    """B measured now against a stored side A; refuses another machine's baseline."""
+    run_a = load_baseline(baselines_dir(repo_root, selection.baselines_dir), name)
+    spec_b = resolve_side_b(repo_root, rev_b or None, rev_range)
+    # what the settings decide is checked before measuring; the machine after B's workers
+    # have reported it from the benchmark's own interpreter (which may have another torch)
+    timed = timing_kind(resolve_device(schedule.device), bench.settings.cuda_graph)
+    chosen = {"target": bench.target.name, "cuda_graph": timed == "graph replay"}
+    baseline_env = fingerprint(run_a)
+    env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
+                    selection.allow_env_mismatch)
+    bench, sides = side_runs(bench, {"B": spec_b})
+    expect = expect_of(bench.suite)  # the configs are known now
+    wanted = {c.id for c in bench.suite.configs}
+    run_a.configs = [c for c in run_a.configs if c.id in wanted]
+    what = f"baseline {name!r}"
+    min_effect = statistics.min_effect
+    margin = drift_margin(run_a, min_effect, what)
+    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
+    notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
+             "interleaved with B", margin.why,
+             "B gets no adaptive rounds: they would run fewer configs per process than the "
+             "baseline's rounds did, and a config's place in its process moves its latency"]
+
+    def machine_matches() -> list[str]:
+        here = {**sides["B"].run.env, **chosen}
+        if "device" not in here:  # B's workers never started: no machine reported
+            return []
+        differences = env_differences(name, baseline_env, here, selection.allow_env_mismatch,
+                                      " --resume")
+        notes = ["environment differs from the baseline's: " + "; ".join(differences)] \
+            if differences else []
+        machine = fingerprint_notes(run_a.env, sides["B"].run.env)
+        if machine:
+            notes.append("measured on another machine than the baseline (latency is "
+                         "comparable, but check): " + "; ".join(machine))
+        return notes
+
+    result = measure_and_compare(schedule, dataclasses.replace(statistics, min_effect=margin.value),
+                                 bench, sides, run_a, expect, notes, adaptive=False,
+                                 check_measured=machine_matches)
+    note_margin_effects(result, min_effect, margin.value, what)
+    result.a.baseline = name
+    return result
+
+
+def env_differences(name: str, baseline: dict, here: dict, allowed: bool,
+                    rerun: str = "") -> list[str]:
+    """The fingerprint keys that differ; InputError unless `allowed` (--allow-env-mismatch)."""
+    differences = fingerprint_differences(baseline, here)
+    if differences and not allowed:
+        raise InputError(f"baseline {name!r} was recorded on another environment ("
+                         + "; ".join(differences) + f"); pass --allow-env-mismatch{rerun} "
+                         "to compare")
+    return differences
+
+

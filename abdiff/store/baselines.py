@@ -1,0 +1,252 @@
+"""Stored baselines: run files under `baselines/NAME.json`, with an environment fingerprint.
+
+A baseline is side A measured in another session, so nothing cancels the
+drift between that session and this one the way ABBA interleaving does inside
+a run. Comparisons against a baseline therefore refuse a different machine
+(unless told otherwise) and use a wider latency margin: measured from the
+baseline's own sessions when it has two or more (`drift_margin`), else a fixed
+factor of `--min-effect` (docs/baselines.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abdiff.errors import InputError
+from abdiff.store.records import Result, RunFile, load_run_file
+
+# What must match between the baseline's machine and this one for latency to be comparable
+# (cuda_graph too: graph replays and eager calls time different things).
+FINGERPRINT_KEYS = ("target", "device", "device_name", "device_count", "driver", "cuda",
+                    "torch", "python", "cpu_model", "tensorrt_llm.version", "cuda_graph",
+                    "kernel_env")
+# env key: the kernel-selecting variables the workers ran under (launchers/process.py)
+KERNEL_ENV = "kernel_env"
+# Where the baseline's machine differs from this one in these, latency is still comparable
+# (another host with the same GPU model, driver and software): a note, never a refusal.
+NOTE_KEYS = ("host", "gpu_uuid", "clock_policy")
+DRIFT_COVERAGE = 0.95  # of the prediction bound on a new session's shift
+PREFIX = "baseline:"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def baselines_dir(repo_root: Path, override: Path | None) -> Path:
+    return Path(override) if override else Path(repo_root) / "baselines"
+
+
+def baseline_path(folder: Path, name: str) -> Path:
+    if not NAME_PATTERN.fullmatch(name):
+        raise InputError(f"baseline name {name!r}: use letters, digits, '.', '_' and '-'")
+    return Path(folder) / f"{name}.json"
+
+
+def load_baseline(folder: Path, name: str) -> RunFile:
+    path = baseline_path(folder, name)
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in Path(folder).glob("*.json"))) or "none"
+        raise InputError(f"baseline {name!r} not found in {folder} (known: {known}); create it "
+                         f"with `abdiff baseline refresh {name} --rev REV --configs SUITE`")
+    return load_run_file(path)
+
+
+def list_baselines(folder: Path) -> list[tuple[str, RunFile]]:
+    return [(p.stem, load_run_file(p)) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def fingerprint(run: RunFile) -> dict[str, Any]:
+    env = {**run.env, "target": run.target}
+    # no kernel-selecting variable set is the default path, as in runs recorded before the key
+    return {key: env[key] for key in FINGERPRINT_KEYS if env.get(key) not in (None, {})}
+
+
+def fingerprint_differences(baseline: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """`key: baseline value != value here` for every fingerprint key that differs."""
+    return [
+        *(f"{key}: {baseline.get(key)!r} in the baseline, {here.get(key)!r} here"
+          for key in FINGERPRINT_KEYS
+          if key != KERNEL_ENV and baseline.get(key) != here.get(key)
+          and (key in baseline or key in here)),
+        *kernel_env_differences(baseline, here, "in the baseline", "here"),
+    ]
+
+
+def kernel_env_differences(env_a: dict[str, Any], env_b: dict[str, Any], where_a: str,
+                           where_b: str) -> list[str]:
+    """`NAME: 'a' in A, unset in B` for each kernel-selecting variable that differs."""
+    a = env_a.get(KERNEL_ENV) or {}
+    b = env_b.get(KERNEL_ENV) or {}
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return []
+
+    def shown(values: dict[str, Any], name: str) -> str:
+        return repr(values[name]) if name in values else "unset"
+
+    return [f"{name}: {shown(a, name)} {where_a}, {shown(b, name)} {where_b}"
+            for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
+
+
+def fingerprint_notes(baseline_env: dict[str, Any], here_env: dict[str, Any]) -> list[str]:
+    """The NOTE_KEYS that differ between the baseline's rounds and this run's (host, GPU)."""
+    return [f"{key}: {baseline_env[key]!r} in the baseline, {here_env[key]!r} here"
+            for key in NOTE_KEYS
+            if baseline_env.get(key) and here_env.get(key)
+            and baseline_env[key] != here_env[key]]
+
+
+@dataclass
+class SessionDrift:
+    """How far sessions of one commit move apart, from a run file's rounds."""
+
+    sigma: float  # between-session standard deviation of log latency (robust pool over configs)
+    sessions: int  # sessions that measured the configs (the fewest over configs)
+    df: int  # degrees of freedom: sum over configs of (sessions - 1)
+    spread: dict[str, float]  # config id -> max/min - 1 of its session medians
+
+
+def session_drift(run: RunFile) -> SessionDrift | None:
+    """Between-session variation of `run`, or None with fewer than two sessions.
+
+    Model: a round's log latency = config mean + session offset + round noise,
+    with the session offset a random effect of variance sigma^2, the same for
+    every config. Per config, the one-way ANOVA (method-of-moments) estimator
+    gives sigma_c^2 = max(0, (MS_between - MS_within) / n0), n0 being the usual
+    effective group size for unequal rounds per session. The configs are pooled
+    by the median of sigma_c^2, scaled by (k - 1) / chi2_median(k - 1) so that it
+    estimates the mean: robust to one config with an odd worker process (on the
+    H200, one process 25% slow in one session gave that config alone a 1.6%
+    between-session estimate while the others stayed near 0). Rounds are
+    summarised by their median iteration (stats.round_summary), as everywhere.
+    """
+    from scipy import stats as scipy_stats
+
+    from abdiff.verdict.stats import round_summary
+
+    components: list[float] = []
+    sessions: list[int] = []
+    spread: dict[str, float] = {}
+    for config in run.configs:
+        groups: dict[str, list[float]] = defaultdict(list)
+        for record in config.rounds:
+            if record.status == "ok" and record.latency_us and record.session:
+                groups[record.session].append(math.log(round_summary(record.latency_us)))
+        values = list(groups.values())
+        k, total = len(values), sum(len(v) for v in values)
+        if k < 2 or total - k < 1:
+            continue  # one session, or one round per session: nothing to separate
+        grand = sum(map(sum, values)) / total
+        means = [sum(v) / len(v) for v in values]
+        ms_between = sum(len(v) * (m - grand) ** 2 for v, m in zip(values, means, strict=True)) \
+            / (k - 1)
+        ms_within = sum((x - m) ** 2 for v, m in zip(values, means, strict=True) for x in v) \
+            / (total - k)
+        n0 = (total - sum(len(v) ** 2 for v in values) / total) / (k - 1)
+        components.append(max(0.0, (ms_between - ms_within) / n0))
+        sessions.append(k)
+        medians = [math.exp(statistics.median(v)) for v in values]
+        spread[config.id] = max(medians) / min(medians) - 1
+    if not components:
+        return None
+    fewest = min(sessions)
+    scale = (fewest - 1) / float(scipy_stats.chi2.ppf(0.5, fewest - 1))
+    sigma = math.sqrt(statistics.median(components) * scale)
+    return SessionDrift(sigma, fewest, sum(k - 1 for k in sessions), spread)
+
+
+@dataclass
+class Margin:
+    """The latency margin of a comparison whose sides were not interleaved, and why."""
+
+    value: float
+    why: str
+
+
+def drift_margin(baseline: RunFile, min_effect: float, what: str) -> Margin:
+    """`min_effect` widened by the baseline's measured session drift, else by a fixed factor.
+
+    With two or more sessions: the shift of a new session against the mean of
+    the baseline's k sessions has variance sigma^2 (1 + 1/k); its two-sided
+    DRIFT_COVERAGE prediction bound t(df) * sigma * sqrt(1 + 1/k) widens the
+    margin multiplicatively, (1 + min_effect) * exp(bound) - 1. With one session
+    nothing is known of the drift: the margin stays `min_effect` (a guessed factor would
+    let a measured 3% change pass as noise) and the reason says the drift is missing.
+    """
+    from scipy import stats as scipy_stats
+
+    drift = session_drift(baseline)
+    if drift is None:
+        return Margin(min_effect, f"{what} has one measuring session, so the drift between "
+                                  f"sessions is not measured and not allowed for: latency uses "
+                                  f"the same-session {min_effect:.1%} threshold, and a change "
+                                  "may be drift; `abdiff baseline refresh NAME --append` in "
+                                  "another session measures it")
+    bound = float(scipy_stats.t.ppf(0.5 + DRIFT_COVERAGE / 2, drift.df)) * drift.sigma \
+        * math.sqrt(1 + 1 / drift.sessions)
+    wide = (1 + min_effect) * math.exp(bound) - 1
+    return Margin(wide, f"latency uses a {wide:.1%} margin: --min-effect {min_effect:.1%} plus "
+                        f"the session drift measured in {what} ({drift.sessions} sessions, "
+                        f"between-session SD {drift.sigma:.2%}, {DRIFT_COVERAGE:.0%} prediction "
+                        f"bound {math.expm1(bound):.2%})")
+
+
+def interleaved(run_a: RunFile, run_b: RunFile) -> bool | None:
+    """Whether A and B were measured interleaved in one session; None when a run file
+    predates session records and nobody can tell."""
+    if not run_a.sessions or not run_b.sessions:
+        return None
+    return bool(set(run_a.sessions) & set(run_b.sessions))
+
+
+def note_margin_effects(result: Result, min_effect: float, margin: float, what: str) -> None:
+    """Say where the drift-widened margin decided: a change flagged beyond +-min_effect
+    but labelled below the (widened) threshold says both numbers."""
+    for config in result.configs:
+        latency = config.latency
+        if not latency.below_threshold or not latency.ci or latency.ratio is None:
+            continue
+        if abs(math.log(latency.ratio)) > math.log1p(min_effect):
+            low, high = latency.ci
+            latency.note = (f"{latency.ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]: beyond "
+                            f"{min_effect:.0%}, within {what}'s {margin:.1%} margin of "
+                            "measured drift")
+
+
+def parse_baseline_range(text: str) -> tuple[str, str] | None:
+    """`baseline:NAME..B` -> (NAME, B); B empty means the working tree. None if not a baseline."""
+    if not text.startswith(PREFIX):
+        return None
+    name, sep, rev_b = text[len(PREFIX):].partition("..")
+    if not sep or rev_b.startswith("."):
+        raise InputError(f"{text!r}: expected baseline:NAME..B (two dots)")
+    baseline_path(Path("."), name)  # validates the name
+    return name, rev_b
+
+
+def append_rounds(old: RunFile, new: RunFile) -> RunFile:
+    """`--append`: the old baseline's rounds followed by the new ones, renumbered.
+
+    Only rounds of the same commit on the same machine may be pooled.
+    """
+    if old.sha != new.sha:
+        raise InputError(f"--append: the baseline holds {old.sha[:12]}, this run {new.sha[:12]}; "
+                         "refresh without --append to replace it")
+    differences = fingerprint_differences(fingerprint(old), fingerprint(new))
+    if differences:
+        raise InputError("--append: the environment differs from the baseline's: "
+                         + "; ".join(differences))
+    old.sessions.update(new.sessions)
+    for config in new.configs:
+        kept = old.config(config.id)
+        if kept is None:
+            old.configs.append(config)
+            continue
+        offset = 1 + max((r.round for r in kept.rounds if r.round is not None), default=-1)
+        for record in config.rounds:
+            record.round = offset + (record.round or 0)
+        kept.rounds += config.rounds
+    return old
