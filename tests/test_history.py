@@ -33,6 +33,14 @@ def _copy(source: Path, target: Path, sha: str, started: str) -> None:
     target.write_text(json.dumps(data))
 
 
+def signed(state: Path) -> None:
+    """A state.json for the run files in `state`, signed as abdiff signs its own (a run
+    folder whose MAC does not hold is left out of the history)."""
+    write_state(state, 1, True, {name: hashlib.sha256((state / name).read_bytes()).hexdigest()
+                                 if (state / name).exists() else None
+                                 for name in ("a.json", "b.json")})
+
+
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("history")
@@ -54,13 +62,11 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         a, b = (json.loads(runs_with_kernels[name].read_text())["rev"] for name in files)
         _copy(runs_with_kernels[files[0]], runs / key / "a.json", sha[a], started + "+00:00")
         _copy(runs_with_kernels[files[1]], runs / key / "b.json", sha[b], started + "+00:01")
-        write_state(runs / key, 1, True, {name: hashlib.sha256(
-            (runs / key / name).read_bytes()).hexdigest() for name in ("a.json", "b.json")})
+        signed(runs / key)
     # another repository's run in the same cache: not this history's
     _copy(H200 / "graph-pr..pr-a.json", runs / "3333cccc" / "a.json", "f" * 40,
           "2026-12-02T13:00:00+00:00")
-    write_state(runs / "3333cccc", 1, True, {"a.json": hashlib.sha256(
-        (runs / "3333cccc" / "a.json").read_bytes()).hexdigest(), "b.json": None})
+    signed(runs / "3333cccc")
     return {"repo": repo, "baselines": baselines, "cache": base / "cache", "base": base}
 
 
@@ -172,11 +178,11 @@ def test_another_launcher_another_clone_and_another_target(sources: dict[str, Pa
     other["configs"][0]["rounds"][0]["kernels"] = {"a_kernel_only_mpirun_runs": 1}
     (cache / "runs" / "4444dddd").mkdir()
     (cache / "runs" / "4444dddd" / "a.json").write_text(json.dumps(other))
-    (cache / "runs" / "4444dddd" / "state.json").write_text("{}")
+    signed(cache / "runs" / "4444dddd")
     clone = dict(other, env={**other["env"], "repository": str(tmp_path / "another-clone")})
     (cache / "runs" / "5555eeee").mkdir()
     (cache / "runs" / "5555eeee" / "a.json").write_text(json.dumps(clone))
-    (cache / "runs" / "5555eeee" / "state.json").write_text("{}")
+    signed(cache / "runs" / "5555eeee")
     env = {**__import__("conftest").git_env(), "COLUMNS": "120"}
     args = ("history", CONFIG, "--repo", sources["repo"], "--baselines-dir",
             sources["baselines"], "--cache-dir", cache)

@@ -251,16 +251,15 @@ def _kill_group(proc: WorkerProcess) -> int:
 
 
 def guarded(argv: list[str], max_memory_bytes: int | None, cpus: tuple[int, ...] = (),
-            folders: WorkerFolders | None = None, ahead: bool = False) -> list[str]:
+            writable: tuple[str, ...] | None = None, ahead: bool = False) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
     limit inside the new process, pins it to `cpus` (where given), and enters the sandbox
-    in force (launchers/sandbox.py; for a round's worker, writable only where `folders`
-    say), before it execs `argv` (no preexec_fn: see guard.py)."""
+    in force (launchers/sandbox.py; writable only in `writable`: a round's worker its
+    round's and its side's folders), before it execs `argv` (no preexec_fn: see guard.py)."""
     # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
     pinned = ["--cpus", ",".join(map(str, cpus))] if cpus else []
     return [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), str(max_memory_bytes or 0),
-            *pinned, *sandbox.guard_options(writable=folders.writable() if folders else None,
-                                            ahead=ahead), "--", *argv]
+            *pinned, *sandbox.guard_options(writable=writable, ahead=ahead), "--", *argv]
 
 
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
@@ -284,7 +283,8 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 os.fdopen(open_for_worker(stdout), "ab"))
             err = files.enter_context(os.fdopen(open_for_worker(stderr), "ab"))
             proc = subprocess.Popen(
-                guarded(spec.argv, max_memory_bytes, spec.cpus, spec.folders, ahead),
+                guarded(spec.argv, max_memory_bytes, spec.cpus,
+                        spec.folders.writable() if spec.folders else None, ahead),
                 cwd=spec.cwd,
                 env=worker_environment(spec.env, pass_env, Path(home.name) if home else None,
                                        spec.folders),

@@ -8,7 +8,8 @@ command (`::add-mask::`, `::error::`, `::stop-commands::`) and `##[` anywhere as
 one. So: C0 and C1 control characters (ESC, DEL and carriage return among them), Unicode
 format characters (bidirectional overrides) and lone surrogates are dropped, newlines and
 tabs kept only where the text may hold lines, and those command markers are broken up
-(`: :`, `# #[`), visibly.
+(`: :`, `# #[`), visibly. Zero-width joiners and spaces stay: the Markdown report puts them
+after `@` and `#` so that no name or issue is pinged or linked.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 import unicodedata
 
 _COMMAND_LINE = re.compile(r"^([^\S\n]*)::", re.MULTILINE)
+ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060")  # format characters that are kept
 
 
 def printable(text: object, lines: bool = True) -> str:
@@ -26,7 +28,7 @@ def printable(text: object, lines: bool = True) -> str:
     for ch in str(text):
         if ch in "\n\t":
             kept.append(ch if lines else " ")
-        elif unicodedata.category(ch) not in ("Cc", "Cf", "Cs"):
+        elif ch in ZERO_WIDTH or unicodedata.category(ch) not in ("Cc", "Cf", "Cs"):
             kept.append(ch)
     return no_ci_commands("".join(kept))
 
