@@ -420,7 +420,7 @@ marks.mkdir()
 folders = WorkerFolders(SideFolders.of(folder / "cache", "a" * 40, {}), marks)
 folders.side.make()
 spec = LaunchSpec([sys.executable, "-m", "hopper", str(marks)], folder / "job",
-                  {"PYTHONPATH": str(ABDIFF_ROOT)}, folders)
+                  {"PYTHONPATH": str(ABDIFF_ROOT)}, folders=folders)
 outcome = run_process(spec, marks, marks / "progress", 60, standby=server)
 server.sweep()  # what abdiff does after the side's round
 time.sleep(3.5)
