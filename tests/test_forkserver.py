@@ -164,8 +164,8 @@ def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: 
     launcher = LocalLauncher()
     prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
     pool = launcher.standby
-    assert isinstance(pool, ForkServers) and pool.waiting is not None
-    primed = pool.waiting
+    assert isinstance(pool, ForkServers) and len(pool.waiting) == 1
+    primed = pool.waiting[0]
     assert primed.server is not None
     with standing_by(launcher, "fork", tmp_path / "unused", None, None) as taken:
         assert taken is pool

@@ -95,9 +95,11 @@ def worker_start(choice: str) -> str:
     return WORKER_STARTS[choice]
 
 
-def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
+def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
+                  checkouts: int = 1) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
-    in reach of the benchmark already (commands/common.measuring), before any git."""
+    in reach of the benchmark already (commands/common.measuring), before any git.
+    `checkouts`: how many the run will measure in (a fork server is started for each)."""
     started = time.monotonic()
     devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
         if schedule.devices else None
@@ -127,7 +129,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     # torch cost seconds (a resumed unfinished run starts its server when it measures)
     if not schedule.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes,
+              checkouts)
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
