@@ -810,6 +810,19 @@ def test_units_are_in_the_header_of_every_format() -> None:
         assert "alpha: 5% family-wise (--alpha)" in flat.replace("</dt><dd>", ": ")
 
 
+def test_no_advice_the_run_already_followed() -> None:
+    """A projection within the run's own --max-rounds is not offered again."""
+    result = make_result()
+    undecided = next(c for c in result.configs if c.verdict == "inconclusive")
+    undecided.latency.rounds_needed = 12
+    assert common.next_step(result).endswith("re-run with --max-rounds 12 (a config whose "
+                                             "spread grows stops early and says so)")
+    result.summary["max_rounds"] = 15
+    assert common.next_step(result).endswith(
+        "the --max-rounds 15 of this run already allowed the 12 rounds their spread asks for: "
+        "it grew as rounds came in, measure on an idle machine")
+
+
 def test_a_config_stopped_below_max_rounds_says_why() -> None:
     """The plan found more rounds futile: the row says so, with the ceiling it was given."""
     stopped = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, None, 20, 20,

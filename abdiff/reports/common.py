@@ -320,6 +320,10 @@ def next_step(result: Result) -> str | None:
     if not projected:
         return f"{text}; more rounds would decide them: re-run with a larger --max-rounds"
     needed = max(projected)
+    if facts.max_rounds and needed <= facts.max_rounds:  # advice this run already followed
+        return (f"{text}; the --max-rounds {facts.max_rounds} of this run already allowed "
+                f"the {needed} rounds their spread asks for: it grew as rounds came in, "
+                "measure on an idle machine")
     if needed <= MOST_ROUNDS_ADVISED:
         return (f"{text}; about {needed} rounds per side would decide them at the spread "
                 f"measured: re-run with --max-rounds {needed} (a config whose spread grows "
