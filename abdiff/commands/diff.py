@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     baseline = parse_baseline_range(args.range)
     # the range before the bench: a typo is refused before a worker process starts
     specs = resolve_range(repo_root, args.range) if baseline is None else None
-    bench = prepare_bench(selection, schedule, repo_root)
+    # a fork server per checkout measured in, started now: B only against a baseline, one
+    # for an A/A (both sides in one checkout)
+    checkouts = 1 if specs is None or specs[0].sha == specs[1].sha else 2
+    bench = prepare_bench(selection, schedule, repo_root, checkouts)
     if baseline is not None:
         name, rev_b = baseline
         return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,

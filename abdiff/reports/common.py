@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from abdiff.reports.printable import printable
 from abdiff.store.records import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
@@ -46,21 +46,11 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
     Text from benchmarks (error lines, fact values, kernel and config names)
     may hold newlines, ANSI escapes, bidirectional overrides or megabytes of
     traceback; no report should inherit any of that. Newlines become " / ",
-    other control and format characters (Unicode Cc, Cf) are dropped.
+    other control and format characters are dropped (printable.py, which also breaks up
+    what a CI runner would read as a workflow command).
     """
-    text = str(text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    parts: list[str] = []
-    for ch in text:
-        if ch == "\n":
-            parts.append(" / ")
-        elif ch == "\t":
-            parts.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs"):
-            continue
-        else:
-            parts.append(ch)
-    line = "".join(parts).strip()
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\n", " / ")
+    line = printable(text, lines=False).strip()
     if len(line) > limit:
         line = line[: max(limit - 1, 0)].rstrip() + ELLIPSIS
     return line

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -25,7 +26,11 @@ from abdiff.host.machine_state import read_machine, summary_line
 from abdiff.host.machine_state import to_json as machine_json
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import adopt_leftovers, worker_environment
+from abdiff.launchers.process import (
+    adopt_leftovers,
+    kernel_selecting_environment,
+    worker_environment,
+)
 from abdiff.launchers.warm import prime
 from abdiff.options import Schedule, Selection, Statistics
 from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
@@ -61,7 +66,9 @@ from abdiff.store.baselines import (
     load_baseline,
     note_margin_effects,
 )
+from abdiff.store.files import hold_in_use
 from abdiff.store.records import Result, RunFile
+from abdiff.store.sides import SideFolders, in_use_lock
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
@@ -96,9 +103,11 @@ def worker_start(choice: str) -> str:
     return WORKER_STARTS[choice]
 
 
-def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
+def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
+                  checkouts: int = 1) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
-    in reach of the benchmark already (commands/common.measuring), before any git."""
+    in reach of the benchmark already (commands/common.measuring), before any git.
+    `checkouts`: how many the run will measure in (a fork server is started for each)."""
     started = time.monotonic()
     devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
         if schedule.devices else None
@@ -113,6 +122,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
         problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
@@ -128,7 +138,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     # torch cost seconds (a resumed unfinished run starts its server when it measures)
     if not schedule.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes,
+              checkouts)
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
@@ -191,12 +202,15 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
 
 def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
     checkout = checkout or bench.cache.checkout(side)
+    # the side's kept HOME, TMPDIR and tool caches: its commit and kernel-selecting variables
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
     # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
            "sandbox": bench.sandbox, "launcher": launcher_text(bench),
-           "repository": str(bench.cache.repo_root.resolve()),
+           "repository": str(bench.cache.repo_root.resolve()), "side_folders": folders.to_json(),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -205,8 +219,8 @@ def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> Side
     # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
     # of the working tree is not made again mid-run: the user may be editing the original.
     if side.sha == WORKTREE:
-        return SideRun(checkout, run)
-    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
+        return SideRun(checkout, run, folders=folders)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side), folders=folders)
 
 
 def launcher_text(bench: Bench) -> str:
