@@ -1,8 +1,9 @@
 """`abdiff cache clean [--cache-dir DIR] [--repo PATH | --runs [--older-than DAYS]]`.
 
-Without --runs: remove cached checkouts. Checkouts are git worktrees registered in
-the user's repository, so deleting the cache folder by hand would leave stale `git
-worktree list` entries; this command deregisters them too. It refuses (exit 3) while a
+Without --runs: remove cached checkouts (and the build folders kept beside them).
+Checkouts are git worktrees registered in the user's repository, so deleting the cache
+folder by hand would leave stale `git worktree list` entries; this command deregisters
+them too. It refuses (exit 3) while a
 running measurement uses them. Measured rounds (`runs/` in the cache) are kept.
 
 With --runs: remove the measured rounds kept for --resume instead (all, or those not
@@ -15,9 +16,10 @@ import argparse
 from pathlib import Path
 
 from abdiff.errors import InputError
-from abdiff.repo.checkouts import clean_cache, default_cache_dir
+from abdiff.repo.checkouts import CheckoutCache, clean_cache, default_cache_dir
 from abdiff.repo.revs import open_repo
 from abdiff.run.schedule import clean_runs
+from abdiff.store.files import remove_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
         return clean_runs_folder(cache_dir / "runs", args.older_than, args.repo)
     repo_root = open_repo(args.repo) if args.repo is not None else None
     count = clean_cache(cache_dir, repo_root)
+    # the build folders kept beside the checkouts (the command target's), keyed alike
+    builds = Path(cache_dir) / "builds"
+    remove_path(builds / CheckoutCache(repo_root, Path(cache_dir)).key if repo_root is not None
+                else builds)
     which = f" of {repo_root}" if repo_root is not None else ""
     print(f"abdiff: removed {count} cached checkout{'s' if count != 1 else ''}{which} "
           f"from {cache_dir}")

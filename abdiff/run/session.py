@@ -80,6 +80,10 @@ class Bench:
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
 
 
+# the workers' variables that name a job, not what it does: a run resumed in another
+# terminal or cluster job keeps its rounds
+JOB_VARIABLES = ("TERM", "TMPDIR")
+JOB_PREFIXES = ("SLURM_", "OMPI_", "PMIX_")
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
 
 
@@ -96,6 +100,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
+    if selection.metrics:  # --metric: the command target's metrics, in the suite's block
+        if target.name != "command":
+            raise InputError(f"--metric chooses what the command target compares; target "
+                             f"{target.name} measures latency only: leave it out")
+        suite = dataclasses.replace(suite, target_options={**(suite.target_options or {}),
+                                                           "metrics": list(selection.metrics)})
     launcher_name = schedule.launcher or target.default_launcher
     if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
@@ -213,7 +223,9 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
         "environment": hashlib.sha256(json.dumps(
-            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            {name: value for name, value in worker_environment(
+                bench.target.worker_env() or {}, bench.settings.pass_env).items()
+             if name not in JOB_VARIABLES and not name.startswith(JOB_PREFIXES)},
             sort_keys=True).encode()).hexdigest(),
     }
     return bench.cache_dir / "runs" / state_key(parts)

@@ -1,14 +1,19 @@
-"""One round of the command target: `python -m abdiff.targets.command.worker JOB.json`.
+"""One round of the command target: `python -m abdiff.targets.command.worker JOB.json
+[BUILD_DIR [WHY_NOT]]`.
 
 Runs the suite's command once in the checkout (the working folder) for the job's configs,
-reads the JSON it wrote and records each config (protocol.py's events). The benchmark
-process is the measured one; this process only starts it and reads its report.
+`{build}` and $ABDIFF_BUILD_DIR naming the side's build folder, reads the JSON it wrote and
+records each config (protocol.py's events). The benchmark process is the measured one;
+this process only starts it and reads its report. With WHY_NOT (the side's build failed)
+nothing runs: every config fails with that line.
 
-A benchmark that dies (a signal, or a non-zero exit before reporting everything) is
+A benchmark that dies (a signal, or a non-zero exit before reporting everything) keeps
+what it reported before (a cut Google Benchmark JSON is read to its cut), and is
 reported as abdiff's own workers' deaths are: the first config it did not report is
-started in the record log, its stderr follows the start mark, and this process ends the
-same way, so the round runner records that config's status and starts a new worker for
-the rest (gbench: only those, by --benchmark_filter).
+started in the record log, its reason (the benchmark's last stderr line that can say
+why) follows the start mark, and this process ends the same way, so the round runner
+records that config's status and starts a new worker for the rest (gbench: only those,
+by --benchmark_filter).
 """
 
 from __future__ import annotations
