@@ -42,6 +42,7 @@ class Schedule:
     device: str = "auto"
     eager: bool = False
     cpu_threads: int = 1
+    devices: str | None = None  # --devices: GPU indices or CPU sets (devices.py); None: one
     prestart: str = "auto"
     sandbox: str = "auto"  # launchers/sandbox.py: auto | on | off
     cache_dir: Path | None = None

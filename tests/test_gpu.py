@@ -47,7 +47,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def probe(checkout: Path) -> dict:
     import json
 
-    from abdiff.targets.base import ABDIFF_ROOT
+    from abdiff.launchers.spec import ABDIFF_ROOT
 
     # abdiff from this tree, however pytest was started (the demo checkout comes first)
     env = {**os.environ, "PYTHONPATH": str(ABDIFF_ROOT)}

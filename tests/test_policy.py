@@ -1,4 +1,4 @@
-"""Policy: expect scopes, verdicts and the exit code (DESIGN.md, "Result")."""
+"""Policy: expect scopes, verdicts and the exit code."""
 
 import pytest
 

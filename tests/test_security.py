@@ -238,7 +238,7 @@ PARENT = """
 import sys
 from pathlib import Path
 from abdiff.launchers.process import run_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 out = Path(sys.argv[1])
 spec = LaunchSpec([sys.executable, "-c", sys.argv[2], str(out / "seen.json")], out)
 sys.exit(run_process(spec, out / "logs", out / "progress", timeout_s=120).returncode)

@@ -17,11 +17,11 @@ from abdiff.launchers import make_launcher
 from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import kernel_selecting_environment, worker_environment
 from abdiff.launchers.slurm import srun_has_containers
+from abdiff.launchers.spec import LaunchSpec
 from abdiff.reports import common, markdown
 from abdiff.reports import json as json_report
 from abdiff.store.baselines import fingerprint, fingerprint_differences
 from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
-from abdiff.targets.base import LaunchSpec
 from abdiff.targets.trtllm.target import TrtllmTarget
 from abdiff.verdict.compare import compare_runs
 

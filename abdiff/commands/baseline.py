@@ -8,10 +8,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
-import textwrap
 from pathlib import Path
-
-from tabulate import tabulate
 
 from abdiff.commands.common import add_measure_options, measuring
 from abdiff.repo.revs import open_repo
@@ -67,12 +64,15 @@ def refresh(args: argparse.Namespace) -> int:
 
 
 def show_list(args: argparse.Namespace) -> int:
+    from abdiff.reports.table import grid, terminal_width
+
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
-    rows = [[name, run.rev, run.sha[:12], run.suite, run.target, len(run.configs),
-             run.env.get("device_name") or run.env.get("device"), run.env.get("recorded_at")]
+    rows = [[str(cell) for cell in (
+                name, run.rev, run.sha[:12], run.suite, run.target, len(run.configs),
+                run.env.get("device_name") or run.env.get("device"), run.env.get("recorded_at"))]
             for name, run in list_baselines(folder)]
-    print(tabulate(rows, headers=["name", "rev", "sha", "suite", "target", "configs", "device",
-                                  "recorded"]) if rows else f"no baselines in {folder}")
+    print(grid(["name", "rev", "sha", "suite", "target", "configs", "device", "recorded"], rows,
+               terminal_width()) if rows else f"no baselines in {folder}")
     return 0
 
 
@@ -80,7 +80,7 @@ def show(args: argparse.Namespace) -> int:
     """The baseline's provenance, then a block per config (time per step with its spread,
     facts, kernels), wrapped to the terminal's width."""
     from abdiff.reports.history import facts_text, kernels_text, latency_text
-    from abdiff.reports.table import terminal_width
+    from abdiff.reports.table import terminal_width, wrap
     from abdiff.store.history import machine_of, measured_at, snapshot
 
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
@@ -88,9 +88,7 @@ def show(args: argparse.Namespace) -> int:
     width = terminal_width()
 
     def say(text: str, indent: str = "") -> None:
-        print("\n".join(textwrap.wrap(text, width, initial_indent=indent,
-                                       subsequent_indent=indent + "    ",
-                                       break_on_hyphens=False)))
+        print("\n".join(wrap([indent + text], width, indent + "    ")))
 
     say(f"baseline {args.name}: {run.rev} at commit {run.sha[:12]}, suite {run.suite}, target "
         f"{run.target}, {len(run.configs)} configs")

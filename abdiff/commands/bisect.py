@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from abdiff.commands.common import (
@@ -33,6 +34,7 @@ from abdiff.store.files import write_atomic
 from abdiff.store.records import Result
 from abdiff.verdict.bisection import (
     BisectResult,
+    ChangeSignature,
     Commit,
     Outcome,
     classify,
@@ -125,44 +127,15 @@ def run(args: argparse.Namespace) -> int:
     path = first_parent_path(repo_root, spec_a, spec_b)
     steps = StepRunner(schedule, statistics, bench, expect)
 
-    say = (lambda text: None) if schedule.quiet else (lambda text: print(text, file=sys.stderr))
+    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else \
+        (lambda text: print(text, file=sys.stderr))
     say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
         f"measuring {spec_a.rev}..{spec_b.rev}")
     ends = steps.compare(path[0], path[-1], args.config or None)
     signatures = result_signatures(ends, args.config)
     result = BisectResult(a=path[0], b=path[-1], configs=sorted(signatures))
     if signatures:
-
-        def test(commit: Commit, ids: list[str]) -> dict[str, Outcome]:
-            say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} configs)")
-            against_a = {c.id: c for c in steps.compare(path[0], commit, ids).configs}
-            moving = [i for i in ids if signatures[i].latency]
-            against_b = {c.id: c for c in steps.compare(commit, path[-1], moving).configs} \
-                if moving else {}
-            return {i: classify(signatures[i], against_a[i], against_b.get(i)) for i in ids}
-
-        first_new, result.unresolved, result.steps, skipped = search(
-            path, list(signatures), test)
-        result.skipped = [path[i] for i in sorted(skipped)]
-        result.culprits = culprits_of(first_new, path)
-        for culprit in result.culprits:
-            index = path.index(culprit.commit)
-            say(f"abdiff bisect: sandwich check {path[index - 1].sha[:12]}.."
-                f"{culprit.commit.sha[:12]}")
-            parent = path[index - 1]
-            culprit.evidence = steps.compare(parent, culprit.commit, culprit.configs)
-            shown = {c.id: c for c in culprit.evidence.configs}
-            # the whole change in one commit: its parent had none of it (A, or tested `old`;
-            # `partial` means part of it came earlier) and parent..culprit shows all of it
-            culprit.confirmed = all(
-                (index == 1 or outcome_at(result.steps, parent, i) == "old")
-                and signatures[i].shown_by(shown[i]) for i in culprit.configs)
-            culprit.latency_undecided = [i for i in culprit.configs
-                                         if signatures[i].latency_undecided(shown[i])]
-            if not culprit.confirmed:
-                culprit.spread_from = min(
-                    (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
-                    key=path.index)
+        _search_path(result, path, steps, signatures, say)
     text = bisect_report.render(result, ends, output.format)
     if output.output:
         write_atomic(output.output, text)
@@ -173,3 +146,39 @@ def run(args: argparse.Namespace) -> int:
     if output.html:
         write_atomic(output.html, bisect_report.render(result, ends, "html"))
     return result.exit_code
+
+
+def _search_path(result: BisectResult, path: list[Commit], steps: StepRunner,
+                 signatures: dict[str, ChangeSignature], say: Callable[[str], None]) -> None:
+    """Bisect `path` for the commits that made each signature's change, then check each
+    culprit against its parent (the sandwich check); fills `result`."""
+
+    def test(commit: Commit, ids: list[str]) -> dict[str, Outcome]:
+        say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} configs)")
+        against_a = {c.id: c for c in steps.compare(path[0], commit, ids).configs}
+        moving = [i for i in ids if signatures[i].latency]
+        against_b = {c.id: c for c in steps.compare(commit, path[-1], moving).configs} \
+            if moving else {}
+        return {i: classify(signatures[i], against_a[i], against_b.get(i)) for i in ids}
+
+    first_new, result.unresolved, result.steps, skipped = search(path, list(signatures), test)
+    result.skipped = [path[i] for i in sorted(skipped)]
+    result.culprits = culprits_of(first_new, path)
+    for culprit in result.culprits:
+        index = path.index(culprit.commit)
+        say(f"abdiff bisect: sandwich check {path[index - 1].sha[:12]}.."
+            f"{culprit.commit.sha[:12]}")
+        parent = path[index - 1]
+        culprit.evidence = steps.compare(parent, culprit.commit, culprit.configs)
+        shown = {c.id: c for c in culprit.evidence.configs}
+        # the whole change in one commit: its parent had none of it (A, or tested `old`;
+        # `partial` means part of it came earlier) and parent..culprit shows all of it
+        culprit.confirmed = all(
+            (index == 1 or outcome_at(result.steps, parent, i) == "old")
+            and signatures[i].shown_by(shown[i]) for i in culprit.configs)
+        culprit.latency_undecided = [i for i in culprit.configs
+                                     if signatures[i].latency_undecided(shown[i])]
+        if not culprit.confirmed:
+            culprit.spread_from = min(
+                (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
+                key=path.index)

@@ -13,10 +13,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "history", help="configs across baselines and recorded runs: latency, facts, kernels",
         description="The time per step, facts and kernels of configs across the release "
-        "baselines (baselines/*.json) and the runs kept in the cache, oldest first.")
+        "baselines (baselines/*.json) and the runs kept in the cache, by commit (in the "
+        "order first measured), each point with what changed from the commit before.")
     parser.add_argument("config", nargs="+", metavar="CONFIG",
                         help="config id, e.g. GEN-TRTLLM-bs8-q2-kv2049")
-    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
+    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd): "
+                        "only its baselines and runs are shown (the cache is shared)")
+    parser.add_argument("--target", help="only the baselines and runs of this target")
     parser.add_argument("--baselines-dir", type=Path, metavar="DIR",
                         help="default: baselines/ in the repository")
     parser.add_argument("--cache-dir", type=Path, help="where the recorded runs are kept "
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     repo_root = open_repo(args.repo)
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,
-                      list(dict.fromkeys(args.config)))
+                      list(dict.fromkeys(args.config)), args.target)
     sys.stdout.write(render_table(history, terminal_width()))
     if args.html:
         write_atomic(args.html, render_html(history))

@@ -1,7 +1,7 @@
 """Cached checkouts: each commit materialized once as a detached git worktree, reused.
 
 Why worktrees: the user's working tree, index, HEAD and branches must never be
-touched (DESIGN.md), and `git worktree add --detach` creates a separate folder
+touched, and `git worktree add --detach` creates a separate folder
 with its own HEAD and index while sharing the object store (cheap, no clone).
 
 Layout under the cache folder (`default_cache_dir()`):

@@ -12,8 +12,9 @@ import hashlib
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff import __version__
@@ -37,6 +38,7 @@ from abdiff.repo.revs import (
     resolve_rev,
     resolve_side_b,
 )
+from abdiff.run.devices import Device, parse_devices
 from abdiff.run.rounds import RoundSettings, worker_stderr
 from abdiff.run.schedule import (
     Measurement,
@@ -48,6 +50,7 @@ from abdiff.run.schedule import (
     settings_fingerprint,
     state_key,
 )
+from abdiff.run.time_split import time_split
 from abdiff.store.baselines import (
     baselines_dir,
     drift_margin,
@@ -78,6 +81,8 @@ class Bench:
     cache: CheckoutCache
     cache_dir: Path
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
+    started: float = field(default_factory=time.monotonic)  # the wall time's start
+    devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
 # the workers' variables that name a job, not what it does: a run resumed in another
@@ -97,6 +102,9 @@ def worker_start(choice: str) -> str:
 def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git."""
+    started = time.monotonic()
+    devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
+        if schedule.devices else None
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
@@ -147,7 +155,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
     )
-    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in)
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
+                 devices)
 
 
 def side_folder(bench: Bench, checkout: Path) -> Path:
@@ -194,8 +203,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
 def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
     checkout = checkout or bench.cache.checkout(side)
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
+    # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
+    # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
-           "sandbox": bench.sandbox,
+           "sandbox": bench.sandbox, "launcher": launcher_text(bench),
+           "repository": str(bench.cache.repo_root.resolve()),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -208,6 +220,12 @@ def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> Side
     return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
 
 
+def launcher_text(bench: Bench) -> str:
+    """"local", or "mpirun x2" with more than one rank."""
+    launcher = bench.launcher
+    return launcher.name if launcher.ranks == 1 else f"{launcher.name} x{launcher.ranks}"
+
+
 def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
     """Where a measurement's rounds are kept, keyed by everything that shapes them."""
     parts = {
@@ -217,8 +235,7 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         "suite": bench.suite.source,
         "configs": [c.id for c in bench.suite.configs],
         "settings": settings_fingerprint(bench.settings),
-        "launcher": bench.launcher.name if bench.launcher.ranks == 1
-        else f"{bench.launcher.name} x{bench.launcher.ranks}",
+        "launcher": launcher_text(bench),
         # what else changes what a worker does: a failed round stored under another sandbox
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
@@ -274,7 +291,7 @@ def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: s
         check_machine(schedule, [sides["A"].run])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
+                stop_when_nothing_ran(measurement, {"A": sides["A"].run}), bench.devices)
     return sides["A"].run
 
 
@@ -340,7 +357,7 @@ def measure_and_compare(
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
                 schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
+                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
@@ -352,8 +369,13 @@ def measure_and_compare(
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
-        return compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha, notes,
-                            statistics.require_all, statistics.small_changes, statistics.gates)
+        result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
+                              notes, statistics.require_all, statistics.small_changes,
+                              statistics.gates)
+        if measurement.processes:
+            result.time = time_split(time.monotonic() - bench.started, measurement.time,
+                                     len(bench.devices or [None]))
+        return result
 
 
 def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,

@@ -20,31 +20,19 @@ name; a target is found by name through the `abdiff.targets` entry point group
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abdiff.errors import InputError
+from abdiff.launchers.spec import LaunchSpec
 from abdiff.run.protocol import RoundJob
 from abdiff.targets.hooks import Hook, missing_hooks
 
 if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no import at run time
     from abdiff.suites import Config, Suite
 
-# The folder holding the abdiff package: on a worker's PYTHONPATH, so it imports this
-# abdiff also where abdiff is not installed (run from a source tree)
-ABDIFF_ROOT = Path(__file__).resolve().parents[2]
-
-__all__ = ["ABDIFF_ROOT", "Finding", "LaunchSpec", "Prepared", "RoundJob", "Target"]
-
-
-@dataclass
-class LaunchSpec:
-    """A command for a launcher: argv (never a shell string), working folder, extra env."""
-
-    argv: list[str]
-    cwd: Path
-    env: dict[str, str] = field(default_factory=dict)
+__all__ = ["Finding", "Prepared", "RoundJob", "Target"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +66,11 @@ class Target(ABC):
     capture_pass: ClassVar[bool] = False
     # what `detect` looks for, as a user reads it ("no benchmark found ... looked for ...")
     layout: ClassVar[str] = ""
+    # modules safe to import ahead of the benchmark, from each checkout, in that side's
+    # fork server (the package under test; nothing that starts CUDA, MPI or threads a fork
+    # cannot carry): its workers then find them imported (launchers/forkserver_process.py
+    # checks, after the import, that forking is still safe, else that side starts cold)
+    preimport: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abstractmethod

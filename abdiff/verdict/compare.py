@@ -29,7 +29,7 @@ from abdiff.store.records import (
     StatusChange,
 )
 from abdiff.verdict import stats
-from abdiff.verdict.kernel_times import module_cause, root_cause
+from abdiff.verdict.kernel_times import module_cause, profiled_total, root_cause
 from abdiff.verdict.policy import apply_policy
 from abdiff.verdict.sequential import Looks
 
@@ -188,9 +188,10 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
         spreads.extend(v for v in values if v is not None)
     if not spreads or float(np.median(spreads)) <= min_effect:
         return None
-    count = sum(c.latency.verdict == "inconclusive" for c in configs)
-    note = (f"latency inconclusive for {count} config{'s' * (count != 1)}: round medians vary "
-            f"{min(spreads):.1%} to {max(spreads):.1%} between worker processes")
+    # no count here: the reports count the undecided configs once, from the configs
+    note = (f"where latency is undecided, round medians vary {min(spreads):.1%} to "
+            f"{max(spreads):.1%} between worker processes, more than the "
+            f"{min_effect * 100:g}% threshold")
     if eager_cuda:
         note += ("; eager CUDA timing of short steps is bound by kernel launches on the host, "
                  "drop --eager to time graph replays (the default)")
@@ -270,10 +271,15 @@ def compare_runs(
             latency=latency,
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
             module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
+            profiled_a_us=profiled_total(config_a.rounds) if changed else None,
+            profiled_b_us=profiled_total(config_b.rounds) if changed else None,
         ))
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
     summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes,
                            gates)
+    plan = Looks.from_json(run_b.looks)
+    if plan is not None:  # the adaptive plan's ceiling: a config stopped below it was futile
+        summary["max_rounds"] = plan.max_rounds
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])
@@ -296,10 +302,10 @@ def compare_runs(
     machine = recorded_noise(run_b.env) or recorded_noise(run_a.env)
     if machine:
         summary["machine"] = machine
-        undecided = sum(c.latency.verdict == "inconclusive" for c in configs)
+        undecided = any(c.latency.verdict == "inconclusive" for c in configs)
         all_notes.append(f"the machine was noisy while measuring ({'; '.join(machine)})"
-                         + (": latencies undecidable here; facts and kernels still checked"
-                            if undecided else ""))
+                         + ("; status, facts and kernels are checked all the same, latency "
+                            "only where the noise let it be decided" if undecided else ""))
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     all_notes += benchmark_warnings(run_a, run_b)

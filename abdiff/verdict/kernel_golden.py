@@ -24,7 +24,6 @@ import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from abdiff.errors import InputError
 from abdiff.store.files import write_atomic
@@ -149,7 +148,3 @@ def check(run: RunFile, golden: Golden) -> list[Finding]:
         findings.append(Finding(cid, not problems, text))
     return findings
 
-
-def describe(golden: Golden) -> dict[str, Any]:
-    return {"arch": golden.arch, "suite": golden.suite, "rev": golden.rev,
-            "configs": len(golden.configs)}

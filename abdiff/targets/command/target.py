@@ -35,10 +35,11 @@ from typing import Annotated, Any, ClassVar
 
 from abdiff.errors import InputError
 from abdiff.launchers.process import guarded, worker_environment
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.run.protocol import RoundJob
 from abdiff.store.validate import Len, from_json
 from abdiff.suites import Config, Suite
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, Prepared, Target
+from abdiff.targets.base import Prepared, Target
 from abdiff.targets.command.formats import (
     DEFAULT_METRICS,
     Format,
