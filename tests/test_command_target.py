@@ -832,3 +832,71 @@ def test_real_gbench_a_side_that_does_not_build(tmp_path: Path, real_gbench: Non
                          timeout=600)
     assert neither.returncode == 3, neither.stdout + neither.stderr
     assert "nothing measured" in neither.stderr and "target.build failed" in neither.stderr
+
+
+@pytest.mark.slow
+def test_two_nvbench_files_compare_directly(tmp_path: Path) -> None:
+    """nvbench --jsonbin outputs: each sample a round, unpaired; --metric is refused for
+    them, and for run files."""
+    import subprocess
+
+    script = tmp_path / "bench.py"
+    script.write_text(NVBENCH_PY.format(spin=20))
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, str(script), "--jsonbin", str(tmp_path / f"{name}.json")],
+                       check=True, cwd=tmp_path, timeout=60)
+    out = tmp_path / "result.json"
+    done = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", out)
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # timings of two runs
+    result = json.loads(out.read_text())
+    configs = {c["id"]: c for c in result["configs"]}
+    small = configs["reduce[Device=0 Elements=256]"]["latency"]
+    assert small["rounds_a"] == small["rounds_b"] == 25  # SAMPLES
+    assert configs["reduce[Device=0 Elements=1048576]"]["status_change"] == "still-failing"
+    assert any("A and B are nvbench JSON files" in n and "unpaired" in n
+               for n in result["notes"])
+    refused = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json", "--metric",
+                         "cpu_time")
+    assert refused.returncode == 2 and "--metric is Google Benchmark's" in refused.stderr
+    on_runs = run_abdiff("compare", out, out, "--metric", "cpu_time")
+    assert on_runs.returncode == 2 and "--metric chooses what a benchmark's JSON" in \
+        on_runs.stderr
+
+
+ORDERED_CRASH_PY = '''\
+import os, re, sys
+flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+wanted = re.compile(flags.get("benchmark_filter", "."))
+names = [n for n in ("BM_first", "BM_second", "BM_third") if wanted.search(n)]
+if flags.get("benchmark_list_tests") == "true":
+    print("\\n".join(names))
+    sys.exit(0)
+out = open(flags["benchmark_out"], "w")
+out.write('{"context": {}, "benchmarks": [')
+for index, name in enumerate(names):
+    if name == "BM_second":  # as the library: what was reported is flushed, the rest lost
+        print("bench.cc:7: BM_second: out of range", file=sys.stderr, flush=True)
+        os.abort()
+    out.write(("," if index else "") + '{"name": "%s", "run_type": "iteration", '
+              '"repetitions": 1, "real_time": 1000, "time_unit": "ns"}' % name)
+    out.flush()
+out.write("]}")
+'''
+
+
+def test_the_config_blamed_is_the_one_the_benchmark_ran_last(tmp_path: Path) -> None:
+    """The job lists BM_third first, the benchmark runs its registration order: the death
+    is BM_second's (the first it left unreported in its own order), BM_first keeps its
+    value from the cut JSON, BM_third is left for the next process."""
+    import subprocess
+
+    record = worker_round(tmp_path, ORDERED_CRASH_PY, ["BM_third", "BM_second", "BM_first"])
+    done = subprocess.run([sys.executable, "-m", "abdiff.targets.command.worker",
+                           str(tmp_path / "job.json")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == -6, done.stderr
+    log = read_round_log(record)
+    assert log.in_progress == "BM_second" and list(log.done) == ["BM_first"]
+    assert log.done["BM_first"].latency_us == [1.0]
+    assert done.stderr.rstrip().endswith(
+        "abdiff-worker: config BM_second\nbench.cc:7: BM_second: out of range")

@@ -322,10 +322,16 @@ def benchmark_arguments(fmt: Format, out: Path, repetitions: int,
         return ["--jsonbin", str(out), *(a for name in chosen or [] for a in ("--benchmark", name))]
     arguments = [f"--benchmark_out={out}", "--benchmark_out_format=json",
                  f"--benchmark_repetitions={repetitions}"]
-    if chosen is not None:  # POSIX extended regular expression, whole names only
-        names = "|".join(_ere_escape(c) for c in chosen)
-        arguments.append(f"--benchmark_filter=^({names})$")
+    if chosen is not None:
+        arguments.append(gbench_filter(chosen))
     return arguments
+
+
+def gbench_filter(benchmarks: list[str]) -> str:
+    """Google Benchmark's filter for these names: a POSIX extended regular expression,
+    whole names only."""
+    names = "|".join(_ere_escape(c) for c in dict.fromkeys(benchmarks))
+    return f"--benchmark_filter=^({names})$"
 
 
 # what Google Benchmark writes to stderr that never says why it died: the context header

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from abdiff.run.protocol import RecordWriter, RoundJob
 from abdiff.store.records import RoundRecord
@@ -30,6 +31,7 @@ from abdiff.targets.command.formats import (
     BenchmarkReport,
     benchmark_arguments,
     death_line,
+    gbench_filter,
     read_report,
 )
 from abdiff.targets.command.target import CommandOptions, build_environment
@@ -60,12 +62,31 @@ def run_benchmark(job: RoundJob, options: CommandOptions, work: Path, build: Pat
         return returncode, None, f"{out.name} is not {options.format} JSON: {exc}"
 
 
-def record(writer: RecordWriter, job: RoundJob, report: BenchmarkReport | None,
-           complete: bool, why: str) -> str | None:
+def run_order(job: RoundJob, options: CommandOptions, build: Path | None) -> list[dict[str, Any]]:
+    """The job's configs in the order the benchmark runs them (Google Benchmark: as it lists
+    them under the round's filter, its registration order; the job's order where it cannot
+    say), so that the first one a dead process left unreported is the one it died in."""
+    if options.format != "gbench":
+        return job.configs
+    names = [str(c["params"].get("benchmark", c["id"])) for c in job.configs]
+    argv = [*options.argv(build), gbench_filter(names), *job.target_args,
+            "--benchmark_list_tests=true"]
+    try:
+        listed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60,
+                                env=build_environment(build), stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return job.configs
+    position = {name.strip(): index for index, name in enumerate(listed.splitlines())}
+    return sorted(job.configs, key=lambda c: position.get(
+        str(c["params"].get("benchmark", c["id"])), len(position)))
+
+
+def record(writer: RecordWriter, job: RoundJob, configs: list[dict[str, Any]],
+           report: BenchmarkReport | None, complete: bool, why: str) -> str | None:
     """Write a record per config the benchmark reported (and, when it ran to the end,
-    one per config it did not); the first config left unreported, if any."""
+    one per config it did not); the first of `configs` left unreported, if any."""
     reported = report.results if report is not None else {}
-    for config in job.configs:
+    for config in configs:
         cid = config["id"]
         result = reported.get(cid)
         if result is None:
@@ -101,7 +122,9 @@ def main(argv: list[str]) -> int:
     if returncode is None:  # nothing ran: every config fails with this line (rounds.py)
         print(f"abdiff command worker: {why}", file=sys.stderr)
         return 1
-    culprit = record(writer, job, report, complete=returncode == 0, why=why)
+    complete = returncode == 0
+    configs = job.configs if complete else run_order(job, options, build)
+    culprit = record(writer, job, configs, report, complete, why)
     stderr = (work / "benchmark.stderr.txt").read_text(encoding="utf-8", errors="replace")
     sys.stderr.write(stderr)  # the benchmark's own lines, whole, before any start mark
     sys.stderr.flush()
