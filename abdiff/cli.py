@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import signal
 import sys
@@ -115,7 +116,24 @@ def check_command(word: str, commands: list[str]) -> None:
                      + hint)
 
 
+class _Stderr(logging.Handler):
+    """What library code reports (`logging.getLogger("abdiff....")`), as `abdiff: ...` lines
+    on the standard error of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"abdiff: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _report_to_stderr() -> None:
+    logger = logging.getLogger("abdiff")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
+    _report_to_stderr()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer, exit
         from abdiff.completion import complete
 

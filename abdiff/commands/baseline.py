@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 from pathlib import Path
 
 from abdiff.commands.common import add_measure_options, measuring
 from abdiff.repo.revs import open_repo
 from abdiff.reports.common import clip
+from abdiff.reports.table import say
 from abdiff.run.session import measure_one_side
 from abdiff.store.baselines import (
     append_rounds,
@@ -58,8 +58,8 @@ def refresh(args: argparse.Namespace) -> int:
         run_file = append_rounds(load_baseline(folder, args.name), run_file)
     write_run_file(path, run_file)
     rounds = max((len(c.rounds) for c in run_file.configs), default=0)
-    print(f"baseline {args.name}: {run_file.rev} ({run_file.sha[:12]}), "
-          f"{len(run_file.configs)} configs, {rounds} rounds -> {path}", file=sys.stderr)
+    say(f"baseline {args.name}: {run_file.rev} ({run_file.sha[:12]}), "
+        f"{len(run_file.configs)} configs, {rounds} rounds -> {path}")
     return 0
 
 
