@@ -41,6 +41,7 @@ from abdiff.errors import (
     one_line,
     save_traceback,
 )
+from abdiff.reports.printable import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "or `abdiff --help` for the subcommands")
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
-        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {printable(one_line(exc))}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # the reader went away (`abdiff ... | head`): nothing more to say, to anyone
@@ -165,16 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".
-        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {printable(one_line(exc))}", file=sys.stderr)
         return InfrastructureError.exit_code
     except InternalError as exc:
-        print(f"abdiff: internal error: {one_line(exc)} (traceback in {exc.traceback_path}; "
+        print(f"abdiff: internal error: {printable(one_line(exc))} (traceback in "
+              f"{exc.traceback_path}; "
               "measured rounds are kept: the same command with --resume reports them)",
               file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug outside a run: still one line and exit 3
         path = save_traceback(exc, Path(tempfile.gettempdir()))
-        print(f"abdiff: internal error: {type(exc).__name__}: {one_line(exc)} "
+        print(f"abdiff: internal error: {type(exc).__name__}: {printable(one_line(exc))} "
               f"(traceback in {path})", file=sys.stderr)
         return InternalError.exit_code
     except KeyboardInterrupt as exc:

@@ -823,6 +823,22 @@ def test_no_advice_the_run_already_followed() -> None:
         "it grew as rounds came in, measure on an idle machine")
 
 
+def test_a_detectable_change_over_100_percent_is_no_statement() -> None:
+    """Undecided: "undecidable at this noise"; decided (the interval excludes 1 on a busy
+    machine, 0.334x [0.148, 0.751]): a change that large was seen, nothing else is said."""
+    undecided = LatencyResult("inconclusive", 0.948, [0.32, 2.81], 1.0, None, 10, 10,
+                              detectable=2.488)
+    assert common.latency_details(undecided) == [
+        "undecidable at this noise (detects only changes over 100%)"]
+    faster = LatencyResult("faster", 0.334, [0.148, 0.751], 0.003, None, 10, 10,
+                           detectable=1.31)
+    assert common.latency_cell(faster) == "0.334x [0.148, 0.751] p=0.003 (faster)"
+    assert "detects" not in common.latency_cell(LatencyResult(
+        "faster", 0.334, [0.148, 0.751], 0.003, None, 10, 10, detectable=1.0))
+    assert common.latency_details(LatencyResult("slower", 1.2, [1.1, 1.3], 0.001, None, 10, 10,
+                                                detectable=0.05)) == ["detects ≥ 5.0%"]
+
+
 def test_a_config_stopped_below_max_rounds_says_why() -> None:
     """The plan found more rounds futile: the row says so, with the ceiling it was given."""
     stopped = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, None, 20, 20,

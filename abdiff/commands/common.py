@@ -18,6 +18,7 @@ from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.reports import FORMATS, markdown, table
 from abdiff.reports.common import clip
+from abdiff.reports.printable import no_ci_commands
 from abdiff.run.devices import parse_devices
 from abdiff.run.schedule import Plan
 from abdiff.store.files import write_atomic
@@ -266,6 +267,8 @@ def emit_reports(result: Result, output: Output) -> None:
         text = table.render(result, colour=False if output.output else None)
     else:
         text = FORMATS[output.format].render(result)
+    if output.format in ("table", "markdown", "csv"):  # a line a CI runner would obey
+        text = no_ci_commands(text)
     written = []
     for path, fmt in ((output.output, output.format), (output.json, "json"), (output.html, "html")):
         if path:

@@ -97,11 +97,15 @@ def build_environment(build: Path | None) -> dict[str, str]:
 def _run_repository_code(argv: list[str], folder: Path, build: Path | None, scratch: Path,
                          timeout: float) -> subprocess.CompletedProcess[str]:
     """The repository's code (a build, a listing): started as a worker is, in the sandbox in
-    force, with a worker's environment; OSError or TimeoutExpired when it cannot."""
+    force (writable: `scratch`, its HOME and TMPDIR, and the side's `build` folder), with a
+    worker's environment; OSError or TimeoutExpired when it cannot."""
     env = worker_environment({BUILD_VARIABLE: str(build)} if build is not None else {},
                              home=scratch)
-    return subprocess.run(guarded(argv, None), cwd=folder, capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env, stdin=subprocess.DEVNULL)
+    env["TMPDIR"] = str(scratch)
+    writable = (str(scratch), *([str(build)] if build is not None else []))
+    return subprocess.run(guarded(argv, None, writable=writable), cwd=folder,
+                          capture_output=True, text=True, timeout=timeout, check=False, env=env,
+                          stdin=subprocess.DEVNULL)
 
 
 def _why(done: subprocess.CompletedProcess[str]) -> str:
