@@ -481,9 +481,17 @@ def significant(value: float, digits: int, sign: bool = False) -> str:
     return f"{rounded:{plus}g}"
 
 
+def time_scale(value_us: float) -> tuple[float, str]:
+    """The unit a time of `value_us` microseconds reads best in: nanoseconds below one
+    microsecond (a CPU micro-benchmark's), else microseconds."""
+    return (1e3, "ns") if value_us < 1 else (1.0, "µs")
+
+
 def us_text(value: float) -> str:
-    """A time in microseconds with four significant digits: "512.3 µs", "18430 µs"."""
-    return f"{significant(value, 4)} µs" if value < 1e4 else f"{value:.0f} µs"
+    """A time with four significant digits: "512.3 µs", "18430 µs", "29.36 ns"."""
+    scale, unit = time_scale(value)
+    scaled = value * scale
+    return f"{significant(scaled, 4)} {unit}" if scaled < 1e4 else f"{scaled:.0f} {unit}"
 
 
 def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
@@ -509,8 +517,8 @@ def times_cell(latency: LatencyResult) -> str:
     parts = []
     for side, (median, spread) in side_times(latency).items():
         text = f"{side} {us_text(median)}"
-        if spread is not None:
-            text += f" ±{significant(spread, 2)}"
+        if spread is not None:  # in the median's unit
+            text += f" ±{significant(spread * time_scale(median)[0], 2)}"
         parts.append(text)
     return ", ".join(parts)
 

@@ -93,6 +93,10 @@ class Bench:
     devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
+# the workers' variables that name a job, not what it does: a run resumed in another
+# terminal or cluster job keeps its rounds
+JOB_VARIABLES = ("TERM", "TMPDIR")
+JOB_PREFIXES = ("SLURM_", "OMPI_", "PMIX_")
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
 
 
@@ -114,6 +118,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
+    if selection.metrics:  # --metric: the command target's metrics, in the suite's block
+        if target.name != "command":
+            raise InputError(f"--metric chooses what the command target compares; target "
+                             f"{target.name} measures latency only: leave it out")
+        suite = dataclasses.replace(suite, target_options={**(suite.target_options or {}),
+                                                           "metrics": list(selection.metrics)})
     launcher_name = schedule.launcher or target.default_launcher
     if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
@@ -161,13 +171,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                  devices)
 
 
-def side_folder(bench: Bench, checkout: Path) -> Path:
-    """The side's own writable folder (a build), kept with the cache, keyed as its checkout
-    is (the commit, or the working tree's content)."""
-    checkouts = bench.cache_dir / "checkouts"
-    key = Path(checkout).relative_to(checkouts) if checkouts in Path(checkout).parents \
-        else Path(Path(checkout).name)
-    return bench.cache_dir / "builds" / key
+def side_folders(bench: Bench, side: SideSpec) -> SideFolders:
+    """The side's kept HOME, TMPDIR, tool caches and build folder: its commit and
+    kernel-selecting variables (store/sides.py), made before its first worker."""
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
+    return folders
 
 
 def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str, SideRun]]:
@@ -175,11 +184,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
     per side per run); the configs both sides list, where the target takes them from the
     sides; then each side's run."""
     checkouts = {name: bench.cache.checkout(spec) for name, spec in specs.items()}
+    folders = {name: side_folders(bench, spec) for name, spec in specs.items()}
     listed: dict[str, list] = {}
     failures: dict[str, str] = {}
     for name, spec in specs.items():
-        prepared = bench.target.prepare(bench.suite, checkouts[name],
-                                        side_folder(bench, checkouts[name]))
+        prepared = bench.target.prepare(bench.suite, checkouts[name], folders[name].build)
         if prepared.failure is not None:
             failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
             say(f"abdiff: side {failures[name]}; its configs fail with this reason")
@@ -197,14 +206,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
                 say(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
                     f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
                     f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported")
-    return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
+    return bench, {name: side_run(bench, spec, checkouts[name], folders[name])
+                   for name, spec in specs.items()}
 
 
-def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
-    checkout = checkout or bench.cache.checkout(side)
-    # the side's kept HOME, TMPDIR and tool caches: its commit and kernel-selecting variables
-    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
-    folders.make()
+def side_run(bench: Bench, side: SideSpec, checkout: Path, folders: SideFolders) -> SideRun:
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
     # shared) and does not read another launcher's kernels as a change of the commit
@@ -243,7 +249,9 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
         "environment": hashlib.sha256(json.dumps(
-            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            {name: value for name, value in worker_environment(
+                bench.target.worker_env() or {}, bench.settings.pass_env).items()
+             if name not in JOB_VARIABLES and not name.startswith(JOB_PREFIXES)},
             sort_keys=True).encode()).hexdigest(),
     }
     return bench.cache_dir / "runs" / state_key(parts)
