@@ -714,6 +714,19 @@ def test_two_real_gbench_files_compare_directly(tmp_path: Path, real_gbench: Non
     result = json.loads(out.read_text())
     assert [c["id"] for c in result["configs"]] == ["BM_sort/1024", "BM_memcpy/4096"]
     assert any("cut short" in note for note in result["notes"])
+    # --benchmark_report_aggregates_only: the median row is each benchmark's one value
+    from abdiff.targets.command.files import import_benchmark_file
+
+    subprocess.run([str(tmp_path / "bench"), "--benchmark_min_time=0.01",
+                    "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true",
+                    f"--benchmark_out={tmp_path / 'aggregates.json'}",
+                    "--benchmark_out_format=json"], capture_output=True, timeout=300, check=True)
+    rows = json.loads((tmp_path / "aggregates.json").read_text())["benchmarks"]
+    medians = {r["run_name"]: r["real_time"] for r in rows if r["aggregate_name"] == "median"}
+    imported = import_benchmark_file(tmp_path / "aggregates.json", "gbench", ["real_time"])
+    sort = imported.config("BM_sort/1024")
+    assert sort is not None and len(sort.rounds) == 1
+    assert sort.rounds[0].latency_us == pytest.approx([medians["BM_sort/1024"] / 1e3])  # ns
     mixed = run_abdiff("compare", tmp_path / "a.json", out)
     assert mixed.returncode == 2 and len(unwrapped(mixed.stderr)) == 1, mixed.stderr
 
@@ -905,3 +918,24 @@ def test_the_config_blamed_is_the_one_the_benchmark_ran_last(tmp_path: Path) -> 
     assert log.done["BM_first"].latency_us == [1.0]
     assert done.stderr.rstrip().endswith(
         "abdiff-worker: config BM_second\nbench.cc:7: BM_second: out of range")
+
+
+@pytest.mark.slow
+def test_a_build_into_the_checkout_is_told_where_to_build(tmp_path: Path) -> None:
+    """Under the sandbox the checkout is read-only: a build that writes there fails with a
+    line saying where to build instead. Control: with --sandbox off the same build works."""
+    suite = gbench_suite().replace("target:\n", "target:\n  build: [sh, -c, 'echo > built']\n")
+    repo = bench_repo(tmp_path / "repo", GBENCH_PY, 20, 21, suite)
+    common = ("main..main", "--configs", tmp_path / "suite.yaml", "--target", "command",
+              "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "1",
+              "--max-rounds", "1", "--quiet")
+    done = run_abdiff(*common, env=git_env())
+    said = " ".join(unwrapped(done.stderr))
+    if "runs without a sandbox here" in said:
+        pytest.skip(f"no sandbox on this machine: {said}")
+    assert done.returncode == 3, said  # neither side builds: nothing to measure
+    assert "Read-only file system" in said
+    assert "the checkout is read-only to the benchmark's code: build into $ABDIFF_BUILD_DIR" \
+        in said
+    control = run_abdiff(*common, "--sandbox", "off", env=git_env())
+    assert control.returncode == 0, control.stdout + control.stderr
