@@ -804,8 +804,9 @@ def test_the_death_line_is_the_benchmarks_own() -> None:
 @pytest.mark.slow
 def test_configs_from_both_sides_and_the_sandbox_in_the_runs_key(tmp_path: Path) -> None:
     """A benchmark only B registers is measured on B and reported as not on A; the same
-    run with --sandbox off keeps its rounds apart (a failed round under one sandbox is
-    not reused under another)."""
+    run with --sandbox off, or with another OMP_NUM_THREADS, keeps its rounds apart (a
+    failed round under one sandbox or environment is not reused under another), a new
+    Slurm job id does not."""
     script = GBENCH_PY.replace('("BM_broken", None, 0)]', '("BM_broken", None, 0)]\n'
                                'BENCHMARKS += [("BM_new", spin, 4)] if SPIN > 20 else []')
     suite = gbench_suite()
@@ -824,6 +825,14 @@ def test_configs_from_both_sides_and_the_sandbox_in_the_runs_key(tmp_path: Path)
     again = run_abdiff(*common, "--sandbox", "off", env=git_env())
     assert again.returncode == 1, again.stdout + again.stderr
     assert len(list((tmp_path / "cache" / "runs").iterdir())) == 2
+    # a variable the workers get is part of the key too; one that names the job is not
+    env = {**git_env(), "OMP_NUM_THREADS": "3", "SLURM_JOB_ID": "17"}
+    threads = run_abdiff(*common, env=env)
+    assert threads.returncode == 1, threads.stdout + threads.stderr
+    job = run_abdiff(*common, "--resume", env={**env, "SLURM_JOB_ID": "18"})
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "no worker started" in job.stderr  # the same rounds, re-reported
+    assert len(list((tmp_path / "cache" / "runs").iterdir())) == 3
 
 
 @pytest.mark.slow
