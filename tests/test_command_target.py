@@ -216,8 +216,11 @@ def test_gbench_iteration_rows_are_the_latencies(tmp_path: Path) -> None:
     assert list(report.results) == ["BM_spin/8", "BM_spin/32", "BM_sleep", "BM_broken"]
     spin8, spin32, sleep = (report.results[n] for n in ("BM_spin/8", "BM_spin/32", "BM_sleep"))
     assert len(spin8.latency_us) == 4 and spin8.error is None  # aggregates dropped
-    assert min(spin32.latency_us) > max(spin8.latency_us)  # 4x the work
-    assert all(500 <= v < 50_000 for v in sleep.latency_us)  # sleep(0.5 ms), in us
+    rows = json.loads(out.read_text())["benchmarks"]
+    assert spin32.latency_us == pytest.approx([  # each repetition's real_time, ns -> us
+        r["real_time"] / 1e3 for r in rows
+        if r["name"] == "BM_spin/32" and r["run_type"] == "iteration"])
+    assert all(v >= 500 for v in sleep.latency_us)  # sleep(0.5 ms) lasts at least that, in us
     assert spin8.facts == {"threads": 1, "label": None}
     assert report.results["BM_broken"].error == "input data is missing"
     assert report.results["BM_broken"].latency_us == []
@@ -714,6 +717,19 @@ def test_two_real_gbench_files_compare_directly(tmp_path: Path, real_gbench: Non
     result = json.loads(out.read_text())
     assert [c["id"] for c in result["configs"]] == ["BM_sort/1024", "BM_memcpy/4096"]
     assert any("cut short" in note for note in result["notes"])
+    # --benchmark_report_aggregates_only: the median row is each benchmark's one value
+    from abdiff.targets.command.files import import_benchmark_file
+
+    subprocess.run([str(tmp_path / "bench"), "--benchmark_min_time=0.01",
+                    "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true",
+                    f"--benchmark_out={tmp_path / 'aggregates.json'}",
+                    "--benchmark_out_format=json"], capture_output=True, timeout=300, check=True)
+    rows = json.loads((tmp_path / "aggregates.json").read_text())["benchmarks"]
+    medians = {r["run_name"]: r["real_time"] for r in rows if r["aggregate_name"] == "median"}
+    imported = import_benchmark_file(tmp_path / "aggregates.json", "gbench", ["real_time"])
+    sort = imported.config("BM_sort/1024")
+    assert sort is not None and len(sort.rounds) == 1
+    assert sort.rounds[0].latency_us == pytest.approx([medians["BM_sort/1024"] / 1e3])  # ns
     mixed = run_abdiff("compare", tmp_path / "a.json", out)
     assert mixed.returncode == 2 and len(unwrapped(mixed.stderr)) == 1, mixed.stderr
 
@@ -788,8 +804,9 @@ def test_the_death_line_is_the_benchmarks_own() -> None:
 @pytest.mark.slow
 def test_configs_from_both_sides_and_the_sandbox_in_the_runs_key(tmp_path: Path) -> None:
     """A benchmark only B registers is measured on B and reported as not on A; the same
-    run with --sandbox off keeps its rounds apart (a failed round under one sandbox is
-    not reused under another)."""
+    run with --sandbox off, or with another OMP_NUM_THREADS, keeps its rounds apart (a
+    failed round under one sandbox or environment is not reused under another), a new
+    Slurm job id does not."""
     script = GBENCH_PY.replace('("BM_broken", None, 0)]', '("BM_broken", None, 0)]\n'
                                'BENCHMARKS += [("BM_new", spin, 4)] if SPIN > 20 else []')
     suite = gbench_suite()
@@ -808,6 +825,14 @@ def test_configs_from_both_sides_and_the_sandbox_in_the_runs_key(tmp_path: Path)
     again = run_abdiff(*common, "--sandbox", "off", env=git_env())
     assert again.returncode == 1, again.stdout + again.stderr
     assert len(list((tmp_path / "cache" / "runs").iterdir())) == 2
+    # a variable the workers get is part of the key too; one that names the job is not
+    env = {**git_env(), "OMP_NUM_THREADS": "3", "SLURM_JOB_ID": "17"}
+    threads = run_abdiff(*common, env=env)
+    assert threads.returncode == 1, threads.stdout + threads.stderr
+    job = run_abdiff(*common, "--resume", env={**env, "SLURM_JOB_ID": "18"})
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "no worker started" in job.stderr  # the same rounds, re-reported
+    assert len(list((tmp_path / "cache" / "runs").iterdir())) == 3
 
 
 @pytest.mark.slow
@@ -905,3 +930,24 @@ def test_the_config_blamed_is_the_one_the_benchmark_ran_last(tmp_path: Path) -> 
     assert log.done["BM_first"].latency_us == [1.0]
     assert done.stderr.rstrip().endswith(
         "abdiff-worker: config BM_second\nbench.cc:7: BM_second: out of range")
+
+
+@pytest.mark.slow
+def test_a_build_into_the_checkout_is_told_where_to_build(tmp_path: Path) -> None:
+    """Under the sandbox the checkout is read-only: a build that writes there fails with a
+    line saying where to build instead. Control: with --sandbox off the same build works."""
+    suite = gbench_suite().replace("target:\n", "target:\n  build: [sh, -c, 'echo > built']\n")
+    repo = bench_repo(tmp_path / "repo", GBENCH_PY, 20, 21, suite)
+    common = ("main..main", "--configs", tmp_path / "suite.yaml", "--target", "command",
+              "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "1",
+              "--max-rounds", "1", "--quiet")
+    done = run_abdiff(*common, env=git_env())
+    said = " ".join(unwrapped(done.stderr))
+    if "runs without a sandbox here" in said:
+        pytest.skip(f"no sandbox on this machine: {said}")
+    assert done.returncode == 3, said  # neither side builds: nothing to measure
+    assert "Read-only file system" in said
+    assert "the checkout is read-only to the benchmark's code: build into $ABDIFF_BUILD_DIR" \
+        in said
+    control = run_abdiff(*common, "--sandbox", "off", env=git_env())
+    assert control.returncode == 0, control.stdout + control.stderr

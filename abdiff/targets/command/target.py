@@ -54,6 +54,7 @@ DISCOVERY_TIMEOUT_S = 600.0
 BUILD_TIMEOUT_S = 3600.0
 BUILD_PLACEHOLDER = "{build}"
 BUILD_VARIABLE = "ABDIFF_BUILD_DIR"
+READ_ONLY = "Read-only file system"  # strerror(EROFS): the sandbox's mounts said no
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,9 @@ def build(options: CommandOptions, checkout: Path, folder: Path) -> str | None:
     log.write_text(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}", encoding="utf-8")
     if done.returncode == 0:
         return None
-    return f"target.build failed ({_why(done)}; full output in {log})"
+    hint = ("; the checkout is read-only to the benchmark's code: build into $ABDIFF_BUILD_DIR "
+            "(docs/targets.md)" if READ_ONLY in done.stdout + done.stderr else "")
+    return f"target.build failed ({_why(done)}; full output in {log}){hint}"
 
 
 def list_benchmarks(options: CommandOptions, folder: Path, build: Path | None) -> list[str]:
