@@ -30,7 +30,7 @@ from typing import Any
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
 from abdiff.launchers import sandbox
-from abdiff.launchers.pool import StartedProcess, python_module_job
+from abdiff.launchers.pool import SideWrites, StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
 
@@ -141,14 +141,20 @@ class ForkServer:
         here = procfs.seen_from_here(pid, server.proc.pid)
         return StartedProcess(ForkedProcess(self, pid, here), home)
 
-    def send_preimport(self, cwd: Path, modules: tuple[str, ...]) -> None:
+    def send_preimport(self, cwd: Path, modules: tuple[str, ...],
+                       side: SideWrites | None = None) -> None:
         """Have the server import `modules` from the checkout `cwd` before its first fork
-        (forkserver_process.preimport; none: it only answers, once torch is imported)."""
+        (forkserver_process.preimport; none: it only answers, once torch is imported). With
+        modules and a `side`, the server first narrows its sandbox to what that side's
+        workers may write and takes its environment: the checkout's code runs in it."""
         server = self.server
         if server is None or self.failure or self.preimport_sent:
             return
         self.preimport_sent = True
-        message = {"preimport": {"cwd": str(cwd), "modules": list(modules)}}
+        message: dict[str, Any] = {"preimport": {"cwd": str(cwd), "modules": list(modules)}}
+        if modules and side is not None:
+            message["preimport"]["confine"] = sandbox.narrowing(side.writable)
+            message["preimport"]["env"] = side.env
         try:
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
                      (json.dumps(message) + "\n").encode())
@@ -293,16 +299,19 @@ class ForkServers:
         server.start_waiting(env)
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...], sides: dict[Path, SideWrites] | None = None
+                ) -> None:
         """Start the server of every checkout now, so that their imports overlap, have each
-        import `preimport` from its checkout, and wait until all are ready to fork: nothing
-        of theirs then runs beside a timed worker."""
+        import `preimport` from its checkout (narrowed to `sides[checkout]` first), and wait
+        until all are ready to fork: nothing of theirs then runs beside a timed worker.
+        Then every process the imports left behind is ended (sweep)."""
         servers = [self.server_of(cwd) for cwd in checkouts]
         for cwd, server in zip(checkouts, servers, strict=True):
             server.start_waiting(env)
-            server.send_preimport(cwd, preimport)
+            server.send_preimport(cwd, preimport, (sides or {}).get(cwd))
         for server in servers:
             server.wait_preimport()
+        self.sweep()
 
     def preimported(self, cwd: Path) -> str | None:
         server = self.by_checkout.get(cwd)

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from abdiff.launchers.guard import arm_parent_death, not_dumpable
+from abdiff.launchers.guard import Confinement, arm_parent_death, narrow, not_dumpable
 from abdiff.launchers.standby_worker import become, prepare
 
 
@@ -166,6 +166,16 @@ def serve() -> dict | None:
                 continue
             if "preimport" in message:
                 modules = message["preimport"]["modules"]
+                # the checkout's code runs here now: only what its side's workers may write
+                # stays writable (its side's folders, its rounds), and its side's environment
+                if message["preimport"].get("confine"):
+                    try:
+                        narrow(Confinement.decode(message["preimport"]["confine"]))
+                    except OSError as exc:
+                        tell({"error": "cannot narrow the sandbox to one side before the "
+                                       f"preimport: {exc.strerror or exc}"})
+                        return None
+                os.environ.update(message["preimport"].get("env") or {})
                 done = preimport(message["preimport"]["cwd"], modules)
                 unsafe = unsafe_to_fork()
                 if unsafe:

@@ -63,6 +63,16 @@ class StartedProcess(Generic[ProcessT]):
             self.home.cleanup()
 
 
+@dataclass(frozen=True)
+class SideWrites:
+    """What one side's workers may write (`writable`: its side's folders, its rounds'
+    folder) and the environment they get: what a process of that side's pool may do
+    before its first job, while it imports the side's code (WorkerPool.prepare)."""
+
+    writable: tuple[str, ...]
+    env: dict[str, str]
+
+
 class WorkerPool(Protocol):
     """Workers started ahead of their jobs. `take` gives a started process running `spec`
     with these output files, or None: start that job cold."""
@@ -84,9 +94,11 @@ class WorkerPool(Protocol):
         """Start a process waiting now, for jobs with `env`."""
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...], sides: dict[Path, SideWrites] | None = None
+                ) -> None:
         """Before the first round: get ready for the jobs of these checkouts (with `env`),
-        importing `preimport` from each ahead where the pool can."""
+        importing `preimport` from each ahead where the pool can, with only what that
+        checkout's side may write (`sides`)."""
 
     def preimported(self, cwd: Path) -> str | None:
         """What became of checkout `cwd`'s preimport, in words (None: nothing asked)."""

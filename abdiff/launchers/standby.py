@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from abdiff.launchers import sandbox
-from abdiff.launchers.pool import StartedProcess, python_module_job
+from abdiff.launchers.pool import SideWrites, StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
 
@@ -58,7 +58,8 @@ class StandbyPool:
         return ready
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...], sides: dict[Path, SideWrites] | None = None
+                ) -> None:
         """Nothing to do: a worker started ahead imports nothing of a checkout before its
         job names one."""
 

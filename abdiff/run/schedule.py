@@ -41,6 +41,7 @@ from pathlib import Path
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.pool import SideWrites
 from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
 from abdiff.run.devices import Device
@@ -510,6 +511,24 @@ def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: 
         run_wave(measurement, wave, configs, target, settings, progress, spread)
 
 
+def side_writes(measurement: Measurement) -> dict[Path, SideWrites]:
+    """Per checkout, what its side's workers may write (its side's folders, the rounds'
+    folder) and their environment: where its side's code may run before any round (a
+    fork server's preimport). The folders are made first: the sandbox binds what exists."""
+    logs = measurement.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    writes: dict[Path, SideWrites] = {}
+    for side in measurement.sides.values():
+        if side.folders is None:
+            continue
+        side.folders.make()
+        before = writes.get(side.checkout)  # an A/A: both sides in one checkout
+        writable = tuple(sorted({*(before.writable if before else ()), str(logs),
+                                 str(side.folders.root)}))
+        writes[side.checkout] = SideWrites(writable, side.folders.environment())
+    return writes
+
+
 def measure(
     measurement: Measurement,
     configs: list[Config],
@@ -558,13 +577,14 @@ def measure(
                 measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
                 settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
             env = target.worker_env()
+            writes = side_writes(measurement) if any(pools) and target.preimport else {}
             for lane, pool in zip(lanes, pools, strict=True):
                 if pool is not None and env is not None:
                     # both sides' servers ready (and the target's preimport done) before
                     # the first worker: no import runs beside a timed one
                     pool.prepare([side.checkout for side in measurement.sides.values()],
                                  {**env, **(lane.device.env if lane.device else {})},
-                                 target.preimport)
+                                 target.preimport, writes)
 
             def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
                     ) -> None:
