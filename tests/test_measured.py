@@ -60,9 +60,10 @@ def by_id(result: dict) -> dict[str, dict]:
 
 def assert_stopped_after_first_round(state: Path) -> None:
     """One round per side, one worker each: no process was spent after the first round."""
-    assert sorted(p.name for p in (state / "logs").iterdir()) == ["A-r0", "B-r0"]
-    for side in ("A-r0", "B-r0"):
-        assert [p.name for p in (state / "logs" / side).iterdir()] == ["worker0"]
+    assert sorted(p.name for p in (state / "logs").iterdir()) == ["A", "B"]
+    for side in "AB":
+        assert [p.name for p in (state / "logs" / side).iterdir()] == ["r0"]
+        assert [p.name for p in (state / "logs" / side / "r0").iterdir()] == ["worker0"]
     for side in "ab":  # the failed first round is kept, as every round is
         run = load_run_file(state / f"{side}.json")
         assert all([r.round for r in c.rounds] == [0] for c in run.configs)

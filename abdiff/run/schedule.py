@@ -62,7 +62,7 @@ from abdiff.store.records import (
     dump_json,
     load_run_file,
 )
-from abdiff.store.sides import SideFolders
+from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
@@ -198,7 +198,12 @@ class Measurement:
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
-        return self.state_dir / "logs" / f"{side}-r{round_index}"
+        return self.side_rounds(side) / f"r{round_index}"
+
+    def side_rounds(self, side: str) -> Path:
+        """The folder of a side's round folders: what that side's fork server may write
+        once it has imported the side's code (launchers/forkserver.py, `prepare`)."""
+        return self.state_dir / "logs" / side
 
     def has_round(self, side: str, config_id: str, round_index: int) -> bool:
         config = self.sides[side].run.config(config_id)
@@ -388,6 +393,7 @@ def run_slots(
             side_run.checkout = side_run.refresh()
         if side_run.folders is not None:  # what a worker may write must exist: it is bound
             side_run.folders.make()
+        own_folder(work_dir.parent.parent)
         own_folder(work_dir.parent)
         if spread is None:
             progress.watch(work_dir, side)
@@ -558,13 +564,18 @@ def measure(
                 measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
                 settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
             env = target.worker_env()
+            # what a server that imports a side's code ahead may write: that side's folders
+            own_folder(measurement.state_dir / "logs")
+            folders = {side.checkout: WorkerFolders(side.folders,
+                                                    own_folder(measurement.side_rounds(name)))
+                       for name, side in measurement.sides.items() if side.folders is not None}
             for lane, pool in zip(lanes, pools, strict=True):
                 if pool is not None and env is not None:
                     # both sides' servers ready (and the target's preimport done) before
                     # the first worker: no import runs beside a timed one
                     pool.prepare([side.checkout for side in measurement.sides.values()],
                                  {**env, **(lane.device.env if lane.device else {})},
-                                 target.preimport)
+                                 target.preimport, folders)
 
             def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
                     ) -> None:
