@@ -107,7 +107,7 @@ def test_nothing_importable_on_both_sides_is_exit_3_after_one_round(demo: Path, 
     full_text = Path(match.group(4))
     assert "Traceback" in full_text.read_text()
     assert proc.stdout == ""  # no report that could be mistaken for a result
-    assert_stopped_after_first_round(full_text.parents[3])
+    assert_stopped_after_first_round(full_text.parents[4])
 
 
 def test_one_side_that_cannot_import_breaks_every_config(demo: Path, tmp_path: Path) -> None:
@@ -324,7 +324,7 @@ def test_trtllm_nothing_importable_is_exit_3_after_one_round(upstream: Path,
     assert match, proc.stderr
     assert match.group(2, 3) == (
         "noimport", "ModuleNotFoundError: No module named 'abdiff_test_missing_module'")
-    assert_stopped_after_first_round(Path(match.group(4)).parents[3])
+    assert_stopped_after_first_round(Path(match.group(4)).parents[4])
 
 
 def test_trtllm_one_side_that_cannot_import_breaks_every_config(upstream: Path,

@@ -256,10 +256,12 @@ def test_the_plan(tmp_path: Path) -> None:
     assert worker.writable == ("/r", "/s")
 
 
-def test_off_runs_without_it(tmp_path: Path) -> None:
+def test_off_runs_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--sandbox off says once what it loses, and the run file records it (the words)."""
     assert sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path) == \
-        "none (--sandbox off)"
+        f"none (--sandbox off: {sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
+    assert capsys.readouterr().err.count("abdiff: note: --sandbox off: ") == 1
 
 
 # ---------------------------------------------------------------- where namespaces are refused
@@ -378,7 +380,8 @@ def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
     """srun's ranks start under slurmd: `auto` says so once and records it, `on` refuses."""
     elsewhere = SrunLauncher.ranks_start_elsewhere
     assert sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere) == \
-        "none (srun starts the ranks under slurmd, outside abdiff's process tree)"
+        "none (srun starts the ranks under slurmd, outside abdiff's process tree; " \
+        f"{sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
     assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
     with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):

@@ -183,7 +183,11 @@ class Measurement:
         """Write the run files and sign what was written. `changed`: the sides whose run
         changed since the last save (None: all); the others keep the file and the hash
         this process wrote (a run file is rewritten whole, and a suite's grows with every
-        round: writing only what changed saves most of abdiff's own time per round)."""
+        round: writing only what changed saves most of abdiff's own time per round).
+        runs/ or the state folder replaced by a link (without a sandbox the benchmark can)
+        stops the measurement: nothing is written through it."""
+        own_folder(self.state_dir.parent)
+        own_folder(self.state_dir)
         for name, side in self.sides.items():
             path = self.state_dir / f"{name.lower()}.json"
             if changed is not None and name not in changed and path.name in self.written:
@@ -248,12 +252,12 @@ def authenticated_run_files(state_dir: Path) -> list[Path] | str:
     text = read_worker_file(state_dir / "state.json")
     try:
         state = json.loads(text)
-        files = state["files"]
-        if not isinstance(files, dict):
-            raise TypeError("files")
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
+        state = None
+    if not isinstance(state, dict):
         return "no readable state.json" if text else "no state.json"
-    if not authentic(_signed(state_dir, state), state.get("mac")):
+    files = state.get("files")
+    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict):
         return "its state.json fails authentication (not written by this abdiff, or changed)"
     found = []
     for name in ("a.json", "b.json"):
@@ -565,10 +569,14 @@ def measure(
                 settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
             env = target.worker_env()
             # what a server that imports a side's code ahead may write: that side's folders
-            own_folder(measurement.state_dir / "logs")
-            folders = {side.checkout: WorkerFolders(side.folders,
-                                                    own_folder(measurement.side_rounds(name)))
-                       for name, side in measurement.sides.items() if side.folders is not None}
+            # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
+            logs = own_folder(measurement.state_dir / "logs")
+            folders: dict[Path, WorkerFolders] = {}
+            for name, side in measurement.sides.items():
+                if side.folders is not None:
+                    rounds = own_folder(measurement.side_rounds(name))
+                    shared = side.checkout in folders
+                    folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
             for lane, pool in zip(lanes, pools, strict=True):
                 if pool is not None and env is not None:
                     # both sides' servers ready (and the target's preimport done) before
