@@ -228,7 +228,7 @@ def test_stop_mid_suite_keeps_rounds_and_continues(faulty_repo: Path, tmp_path: 
         # the interrupted round's finished config was saved too, as its worker recorded it
         partial = next(json.loads(line)["record"] for line in log.read_text().splitlines()
                        if '"done"' in line)
-        side_round = int(log.parent.parent.name.split("-r")[1])
+        side_round = int(log.parent.parent.name.removeprefix("r"))
         assert kept[("B", config_id(1), side_round)] == partial["latency_us"]
         assert ("B", config_id(14), side_round) not in kept  # interrupted: not a failure
         assert json.loads((state / "state.json").read_text())["complete"] is False
