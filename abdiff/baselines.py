@@ -1,11 +1,12 @@
 """Stored baselines: run files under `baselines/NAME.json`, with an environment fingerprint.
 
-A baseline is side A measured in another session, so nothing cancels the
-drift between that session and this one the way ABBA interleaving does inside
-a run. Comparisons against a baseline therefore refuse a different machine
-(unless told otherwise) and use a wider latency margin: measured from the
-baseline's own sessions when it has two or more (`drift_margin`), else a fixed
-factor of `--min-effect` (docs/baselines.md).
+A baseline is side A measured in other sessions, so nothing cancels the
+drift between those sessions and this one the way ABBA interleaving does
+inside a run. Comparisons against a baseline therefore refuse a different
+machine (unless told otherwise) and allow for the drift (`drift_allowance`):
+measured from the baseline's own sessions, it is added to each latency
+interval; not measured, latency is reported but does not gate
+(docs/baselines.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.records import Result, RunFile, load_run_file
+from abdiff.records import RunFile, load_run_file
+from abdiff.stats import Drift
 
 # What must match between the baseline's machine and this one for latency to be comparable
 # (cuda_graph too: graph replays and eager calls time different things).
@@ -31,7 +33,6 @@ KERNEL_ENV = "kernel_env"
 # Where the baseline's machine differs from this one in these, latency is still comparable
 # (another host with the same GPU model, driver and software): a note, never a refusal.
 NOTE_KEYS = ("host", "gpu_uuid", "clock_policy")
-DRIFT_COVERAGE = 0.95  # of the prediction bound on a new session's shift
 PREFIX = "baseline:"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -99,7 +100,7 @@ def fingerprint_notes(baseline_env: dict[str, Any], here_env: dict[str, Any]) ->
             and baseline_env[key] != here_env[key]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SessionDrift:
     """How far sessions of one commit move apart, from a run file's rounds."""
 
@@ -158,40 +159,74 @@ def session_drift(run: RunFile) -> SessionDrift | None:
     return SessionDrift(sigma, fewest, sum(k - 1 for k in sessions), spread)
 
 
-@dataclass
-class Margin:
-    """The latency margin of a comparison whose sides were not interleaved, and why."""
+def sessions_with_rounds(run: RunFile) -> dict[str, dict[str, Any]]:
+    """The run's sessions that measured rounds (a session can be named and hold none)."""
+    used = {r.session for c in run.configs for r in c.rounds if r.session}
+    return {sid: where for sid, where in run.sessions.items() if sid in used}
 
-    value: float
+
+def unlike_machine(baseline: RunFile, here: RunFile) -> list[str]:
+    """`host 'b' (the baseline's sessions ran on 'a')` for each of host and GPU where this run
+    measured on one the baseline's sessions never did: their drift says nothing of a move
+    between machines unless the baseline itself spans several (then it has measured it)."""
+    found = []
+    for key in ("host", "gpu_uuid"):
+        there = {str(w[key]) for w in sessions_with_rounds(baseline).values() if w.get(key)}
+        now = {str(w[key]) for w in sessions_with_rounds(here).values() if w.get(key)}
+        if len(there) == 1 and now and not now <= there:
+            found.append(f"{key} {', '.join(sorted(now))} (the baseline's sessions ran on "
+                         f"{next(iter(there))})")
+    return found
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What the drift between a stored side's sessions and this one's allows: the drift
+    added to each latency interval (None: not measured), the gates that follow (latency
+    soft where the drift is not measured, unless the user named it), and why, in words."""
+
+    drift: Drift | None
+    gates: dict[str, str]
     why: str
+    summary: dict[str, Any]
 
 
-def drift_margin(baseline: RunFile, min_effect: float, what: str) -> Margin:
-    """`min_effect` widened by the baseline's measured session drift, else by a fixed factor.
+def drift_of(drift: SessionDrift) -> Drift:
+    """The variance of a new session's shift against the mean of the baseline's k sessions,
+    sigma^2 (1 + 1/k), with the df of sigma's estimate."""
+    return Drift(drift.sigma ** 2 * (1 + 1 / drift.sessions), float(drift.df))
 
-    With two or more sessions: the shift of a new session against the mean of
-    the baseline's k sessions has variance sigma^2 (1 + 1/k); its two-sided
-    DRIFT_COVERAGE prediction bound t(df) * sigma * sqrt(1 + 1/k) widens the
-    margin multiplicatively, (1 + min_effect) * exp(bound) - 1. With one session
-    nothing is known of the drift: the margin stays `min_effect` (a guessed factor would
-    let a measured 3% change pass as noise) and the reason says the drift is missing.
-    """
-    from scipy import stats as scipy_stats
 
+def drift_allowance(baseline: RunFile, here: RunFile, what: str,
+                    gates: dict[str, str]) -> Allowance:
+    """The rule of docs/baselines.md: measured drift widens each latency interval; drift not
+    measured (one session, or another machine than the baseline's only one) leaves latency
+    reported with its interval but not gated, unless `gates` names latency (`--gate
+    latency=hard` knowingly)."""
     drift = session_drift(baseline)
-    if drift is None:
-        return Margin(min_effect, f"{what} has one measuring session, so the drift between "
-                                  f"sessions is not measured and not allowed for: latency uses "
-                                  f"the same-session {min_effect:.1%} threshold, and a change "
-                                  "may be drift; `abdiff baseline refresh NAME --append` in "
-                                  "another session measures it")
-    bound = float(scipy_stats.t.ppf(0.5 + DRIFT_COVERAGE / 2, drift.df)) * drift.sigma \
-        * math.sqrt(1 + 1 / drift.sessions)
-    wide = (1 + min_effect) * math.exp(bound) - 1
-    return Margin(wide, f"latency uses a {wide:.1%} margin: --min-effect {min_effect:.1%} plus "
-                        f"the session drift measured in {what} ({drift.sessions} sessions, "
-                        f"between-session SD {drift.sigma:.2%}, {DRIFT_COVERAGE:.0%} prediction "
-                        f"bound {math.expm1(bound):.2%})")
+    moved = unlike_machine(baseline, here)
+    if drift is not None and not moved:
+        widened = drift_of(drift)
+        return Allowance(widened, gates, (
+            f"the drift between sessions measured in {what} ({drift.sessions} sessions, "
+            f"between-session SD {drift.sigma:.2%}, df {drift.df}) is added to each latency "
+            "interval: a change flagged is beyond what that drift explains"),
+            {"drift": {"measured": True, "sd": drift.sigma, "sessions": drift.sessions,
+                       "df": drift.df}})
+    missing = (f"this run measured on {'; '.join(moved)}, a machine unlike the baseline's, "
+               "whose drift between machines is not measured" if moved else
+               f"{what} has one measuring session, so the drift between sessions is not "
+               "measured")
+    explicit = "latency" in gates
+    soft = gates if explicit else {**gates, "latency": "soft"}
+    consequence = (f"latency is gated as --gate latency={gates['latency']} says, although a "
+                   "change may be that drift" if explicit else
+                   "latency is reported with its interval (which leaves that drift out) and "
+                   "does not fail the run; --gate latency=hard gates it anyway")
+    remedy = ("record the baseline on this machine" if moved else
+              "`abdiff baseline refresh NAME --rev REV --append` in another session measures it")
+    return Allowance(None, soft, f"{missing}: {consequence}; {remedy}",
+                     {"drift": {"measured": False, "missing": missing}})
 
 
 def interleaved(run_a: RunFile, run_b: RunFile) -> bool | None:
@@ -200,20 +235,6 @@ def interleaved(run_a: RunFile, run_b: RunFile) -> bool | None:
     if not run_a.sessions or not run_b.sessions:
         return None
     return bool(set(run_a.sessions) & set(run_b.sessions))
-
-
-def note_margin_effects(result: Result, min_effect: float, margin: float, what: str) -> None:
-    """Say where the drift-widened margin decided: a change flagged beyond +-min_effect
-    but labelled below the (widened) threshold says both numbers."""
-    for config in result.configs:
-        latency = config.latency
-        if not latency.below_threshold or not latency.ci or latency.ratio is None:
-            continue
-        if abs(math.log(latency.ratio)) > math.log1p(min_effect):
-            low, high = latency.ci
-            latency.note = (f"{latency.ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]: beyond "
-                            f"{min_effect:.0%}, within {what}'s {margin:.1%} margin of "
-                            "measured drift")
 
 
 def parse_baseline_range(text: str) -> tuple[str, str] | None:

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from abdiff import __version__
 from abdiff.baselines import (
+    Allowance,
     baselines_dir,
-    drift_margin,
+    drift_allowance,
     fingerprint,
     fingerprint_differences,
     fingerprint_notes,
     load_baseline,
-    note_margin_effects,
+    sessions_with_rounds,
 )
 from abdiff.checkouts import CheckoutCache, default_cache_dir
 from abdiff.compare import compare_runs
@@ -263,9 +264,11 @@ def measure_and_compare(
     schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
     run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
     check_measured: Callable[[], list[str]] | None = None,
+    allowance: Callable[[], Allowance] | None = None,
 ) -> Result:
     """Measure the sides, then compare. `check_measured` may refuse what was measured (an
-    InputError, before anything else is printed) or add notes."""
+    InputError, before anything else is printed) or add notes; `allowance` (a side
+    measured apart) says, once B is measured, what the drift between sessions allows."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     rounds = schedule.rounds
@@ -281,6 +284,10 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
         if check_measured is not None:
             notes = notes + check_measured()
+        allowed = allowance() if allowance is not None else None
+        if allowed is not None:
+            notes = notes + [allowed.why]
+            statistics = dataclasses.replace(statistics, gates=allowed.gates)
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
         if not schedule.quiet and not measurement.processes:
             print(f"abdiff: no worker started: the rounds kept in {where} are reported",
@@ -290,8 +297,12 @@ def measure_and_compare(
                      if measurement.warm_starts else "")
             print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
                   f"in {where}", file=sys.stderr)
-        return compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha, notes,
-                            statistics.require_all, statistics.small_changes, statistics.gates)
+        result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
+                              notes, statistics.require_all, statistics.small_changes,
+                              statistics.gates, allowed.drift if allowed else None)
+        if allowed is not None:
+            result.summary.update(allowed.summary)
+        return result
 
 
 def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,
@@ -310,13 +321,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
     env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
                     selection.allow_env_mismatch)
     sides = {"B": side_run(bench, spec_b)}
-    what = f"baseline {name!r}"
-    min_effect = statistics.min_effect
-    margin = drift_margin(run_a, min_effect, what)
-    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
+    # notes, each a whole sentence: a report clips a note, never mid-sentence here; what
+    # the drift allows follows once B is measured (the machine it ran on decides it)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
-             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             "interleaved with B", margin.why,
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}, "
+             f"{len(sessions_with_rounds(run_a))} sessions); it was not interleaved with B",
              "B gets no adaptive rounds: they would run fewer configs per process than the "
              "baseline's rounds did, and a config's place in its process moves its latency"]
 
@@ -334,10 +343,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
                          "comparable, but check): " + "; ".join(machine))
         return notes
 
-    result = measure_and_compare(schedule, dataclasses.replace(statistics, min_effect=margin.value),
-                                 bench, sides, run_a, expect, notes, adaptive=False,
-                                 check_measured=machine_matches)
-    note_margin_effects(result, min_effect, margin.value, what)
+    result = measure_and_compare(
+        schedule, statistics, bench, sides, run_a, expect, notes, adaptive=False,
+        check_measured=machine_matches,
+        allowance=lambda: drift_allowance(run_a, sides["B"].run, f"baseline {name!r}",
+                                          statistics.gates))
     result.a.baseline = name
     return result
 

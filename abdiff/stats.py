@@ -15,7 +15,9 @@ are in docs/statistics.md.
   interleaved with B: its comparison is unpaired (`paired=False`, each side's
   location and variance on its own, Welch's degrees of freedom, the t quantile
   with Bonferroni over the configs: a baseline's sessions are not exchangeable
-  with B's rounds, so no permutation is).
+  with B's rounds, so no permutation is). What moves between sessions lands on
+  that ratio whole; where it was measured (`Drift`, baselines.session_drift) its
+  variance is added to the standard error, so the interval covers it.
 - **A location a slow round cannot drag**: Huber's M-estimate of the
   differences (HUBER_K), its scale the normal-consistent median of |d| (the
   same for every sign pattern, so the permutation below keeps it), its standard
@@ -314,21 +316,33 @@ def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return centre + loc, variance[0], df[0], n
 
 
-def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                              np.ndarray]:
+@dataclass(frozen=True)
+class Drift:
+    """How far the log latency of a session of one commit moves from that of the sessions a
+    stored side was measured in: the variance of that shift, and its degrees of freedom."""
+
+    variance: float
+    df: float
+
+
+def unpaired_statistics(a: np.ndarray, b: np.ndarray, drift: Drift | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(location of B - A, standard error, Welch-Satterthwaite df) per config, each side's
     Huber location and moderated variance on its own (shape (1, configs)).
 
     For sides measured apart (a stored baseline): their rounds are not exchangeable (a
     baseline spans sessions), so no relabelling is; the t quantile with Bonferroni over
-    the configs sets the threshold.
+    the configs sets the threshold. `drift`: the shift between sessions is one more
+    independent term of the difference, its variance added and its df in Satterthwaite's.
     """
     loc_a, var_a, df_a, n_a = _side_statistics(a)
     loc_b, var_b, df_b, n_b = _side_statistics(b)
     part_a, part_b = var_a / np.maximum(n_a, 1), var_b / np.maximum(n_b, 1)
-    se = np.sqrt(part_a + part_b)
+    part_d, df_d = (drift.variance, drift.df) if drift else (0.0, 1.0)
+    se = np.sqrt(part_a + part_b + part_d)
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = (part_a + part_b) ** 2 / (part_a ** 2 / df_a + part_b ** 2 / df_b)
+        df = (part_a + part_b + part_d) ** 2 / (part_a ** 2 / df_a + part_b ** 2 / df_b
+                                                + part_d ** 2 / df_d)
     return (loc_b - loc_a)[None], se[None], np.nan_to_num(df, nan=1.0)[None]
 
 
@@ -380,7 +394,8 @@ def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
 
 
 def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks: Looks | None,
-                paired: bool, seed: int = 0) -> tuple[list[Look], dict[int, Tested]]:
+                paired: bool, seed: int = 0, drift: Drift | None = None
+                ) -> tuple[list[Look], dict[int, Tested]]:
     """The family-wise test over looks. `matrix_a`/`matrix_b` are (configs, rounds) log
     round medians by round number (NaN where missing; the same width when `paired`).
     Returns the looks and, per config with enough rounds, its statistics at the last
@@ -446,7 +461,7 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
                 loc, se, df = paired_means(d[rows, :rounds])
                 levelled = np.zeros(loc.shape, bool)
         else:
-            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
+            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows], drift)
             levelled = np.zeros(loc.shape, bool)
             distinct = 1
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -569,8 +584,9 @@ def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
 
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
                      alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
-                     paired: bool = True) -> list[LatencyResult]:
-    """Verdicts for the configs of one run (see the module docstring)."""
+                     paired: bool = True, drift: Drift | None = None) -> list[LatencyResult]:
+    """Verdicts for the configs of one run (see the module docstring); `drift` only
+    where the sides were measured apart (`paired` False)."""
     if not 0 < min_effect < math.inf:
         raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
@@ -580,7 +596,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         width = max(log_a.shape[1], log_b.shape[1])
         log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
         log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
-    found, tested = test_family(log_a, log_b, alpha, looks, paired)
+    found, tested = test_family(log_a, log_b, alpha, looks, paired,
+                                drift=None if paired else drift)
     z = float(sps.norm.ppf(DETECTABLE_POWER))
     margin = math.log1p(min_effect)
     results = []
@@ -626,7 +643,13 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         else:
             verdict, below = "inconclusive", False
             rounds = min(len(c.a), len(c.b))
-            if math.isfinite(half):
+            drift_half = q * math.sqrt(drift.variance) if drift and not paired else 0.0
+            if math.isfinite(half) and drift_half >= margin:
+                notes.insert(0, f"{rounds} rounds and the drift between sessions resolve "
+                                f"+-{math.expm1(half):.1%}; the drift alone is +-"
+                                f"{math.expm1(drift_half):.1%}, so more rounds cannot decide "
+                                f"+-{min_effect:.0%}")
+            elif math.isfinite(half):
                 needed = rounds_to_resolve(s.se, rounds, min_effect, alpha, len(configs))
                 common["rounds_needed"] = needed
                 decide = (f"about {needed} would decide +-{min_effect:.0%} (--max-rounds "
@@ -647,6 +670,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
                      "Huber location of paired log round differences, moderated t"
                      if look.permutation else "mean of paired log round differences")
                     + f"{' with the two levels taken off' * s.levelled}"
+                    + ("; the session drift's variance added" if drift and not paired else "")
                     + f"; {look.method}; interval at q={q:.2f} (family level {alpha:g})"
                     + position),
             detectable=_number(detectable),

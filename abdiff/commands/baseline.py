@@ -6,29 +6,49 @@ Comparing against one is `abdiff baseline:NAME..B` (commands/diff.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import math
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from tabulate import tabulate
 
 from abdiff.baselines import (
+    SessionDrift,
     append_rounds,
     baseline_path,
     baselines_dir,
-    drift_margin,
+    drift_of,
     fingerprint,
     list_baselines,
     load_baseline,
     session_drift,
+    sessions_with_rounds,
 )
-from abdiff.commands.common import add_measure_options, measuring
-from abdiff.records import write_run_file
+from abdiff.commands.common import add_measure_options, measuring, positive_int
+from abdiff.records import RunFile, write_run_file
 from abdiff.reports.common import clip
 from abdiff.revs import open_repo
 from abdiff.session import measure_one_side
-from abdiff.stats import DEFAULT_MIN_EFFECT
+from abdiff.stats import DEFAULT_ALPHA
+
+# Sessions a refresh records by default: with three, the between-session variance has two
+# df per config, pooled over the suite's configs (baselines.session_drift)
+DEFAULT_SESSIONS = 3
+DEFAULT_SESSION_GAP_S = 60.0  # between sessions: drift that takes minutes gets into the estimate
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     refresh.add_argument("name", metavar="NAME")
     refresh.add_argument("--rev", required=True, metavar="REV")
     refresh.add_argument("--append", action="store_true",
-                         help="add rounds to the existing baseline (same commit and machine)")
+                         help="add sessions to the existing baseline (same commit and machine)")
+    refresh.add_argument("--sessions", type=positive_int, default=DEFAULT_SESSIONS,
+                         help="sessions to record, one after another, each with its own "
+                         "worker processes and fork server and its own config orders; two or "
+                         "more measure the drift between sessions (default "
+                         f"{DEFAULT_SESSIONS})")
+    refresh.add_argument("--session-gap", type=seconds, default=DEFAULT_SESSION_GAP_S,
+                         metavar="SECONDS", help="pause between sessions (default "
+                         f"{DEFAULT_SESSION_GAP_S:g})")
     add_measure_options(refresh)
     for action in (refresh, actions.add_parser("list", help="the stored baselines"),
                    actions.add_parser("show", help="one baseline's configs, facts and kernels")):
@@ -51,18 +79,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def refresh(args: argparse.Namespace) -> int:
+    """`--sessions` sessions of REV, each a measurement of its own (its own state folder,
+    fork server, workers and seed), written to the baseline after each so that a failure
+    keeps the sessions before it; `--append` adds them to the stored ones."""
     selection, schedule = measuring(args)  # before any git command
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     path = baseline_path(folder, args.name)
-    run_file = measure_one_side(selection, schedule, args.rev, "baseline")
-    run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds")
-    if args.append and path.exists():
-        run_file = append_rounds(load_baseline(folder, args.name), run_file)
-    write_run_file(path, run_file)
-    rounds = max((len(c.rounds) for c in run_file.configs), default=0)
-    print(f"baseline {args.name}: {run_file.rev} ({run_file.sha[:12]}), "
-          f"{len(run_file.configs)} configs, {rounds} rounds -> {path}", file=sys.stderr)
+    stored: RunFile | None = load_baseline(folder, args.name) \
+        if args.append and path.exists() else None
+    for number in range(args.sessions):
+        if number:
+            if not args.quiet:
+                print(f"abdiff: baseline {args.name}: session {number + 1} of {args.sessions} "
+                      f"in {args.session_gap:g} s", file=sys.stderr)
+            time.sleep(args.session_gap)
+        seed = None if schedule.seed is None else schedule.seed + number
+        run_file = measure_one_side(selection, dataclasses.replace(schedule, seed=seed),
+                                    args.rev, "baseline" if not number else f"baseline-{number}")
+        run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds")
+        stored = run_file if stored is None else append_rounds(stored, run_file)
+        write_run_file(path, stored)
+    assert stored is not None  # --sessions is at least 1
+    rounds = max((len(c.rounds) for c in stored.configs), default=0)
+    sessions = len(sessions_with_rounds(stored))
+    print(f"baseline {args.name}: {stored.rev} ({stored.sha[:12]}), {len(stored.configs)} "
+          f"configs, {rounds} rounds in {sessions} session{'s' * (sessions != 1)} -> {path}",
+          file=sys.stderr)
     return 0
 
 
@@ -102,14 +145,15 @@ def show(args: argparse.Namespace) -> int:
     say("machine fingerprint: " + ", ".join(f"{k}={v}" for k, v in fingerprint(run).items()))
     drift = session_drift(run)
     if drift is None:
-        say("session drift: unknown (one measuring session; `abdiff baseline refresh "
-            f"{args.name} --rev {run.rev} --configs {run.suite} --append` in another session "
-            "measures it)")
+        say("session drift: not measured (one measuring session): against this baseline "
+            "latency is reported with its interval but does not fail a run (--gate "
+            f"latency=hard gates it); `abdiff baseline refresh {args.name} --rev {run.rev} "
+            f"--configs {run.suite} --append` measures it")
     else:
-        margin = drift_margin(run, DEFAULT_MIN_EFFECT, f"baseline {args.name!r}")
         say(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
-            f"sessions (df {drift.df}); at --min-effect {DEFAULT_MIN_EFFECT:.0%} a comparison "
-            f"uses a {margin.value:.1%} margin")
+            f"sessions (df {drift.df}); against this baseline latency gates, each interval "
+            f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
+            "smaller changes are never flagged")
     say("time per step: median of the round medians ± their spread (normal-consistent MAD)")
     for config in run.configs:
         shot = snapshot(config)
@@ -122,6 +166,16 @@ def show(args: argparse.Namespace) -> int:
         say(f"facts    {facts_text(shot.facts) or 'none'}", "    ")
         say(f"kernels  {len(shot.kernels)}: {kernels_text(shot.kernels, 8) or 'none'}", "    ")
     return 0
+
+
+def drift_alone(drift: SessionDrift, configs: int) -> str:
+    """The half-width of a latency interval against a baseline with this drift and no round
+    noise: the t quantile with Bonferroni over `configs` (stats.test_family, unpaired)."""
+    from scipy import stats as scipy_stats
+
+    q = float(scipy_stats.t.ppf(1 - DEFAULT_ALPHA / (2 * max(configs, 1)), drift.df))
+    half = q * math.sqrt(drift_of(drift).variance)
+    return f"+-{math.expm1(half):.1%}" if half < math.log(2) else f"{math.exp(half):.3g}x either way"
 
 
 def run(args: argparse.Namespace) -> int:
