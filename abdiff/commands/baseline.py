@@ -152,7 +152,8 @@ def show(args: argparse.Namespace) -> int:
     else:
         say(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
             f"sessions (df {drift.df}); against this baseline latency gates, each interval "
-            f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
+            f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} "
+            f"wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
             "smaller changes are never flagged")
     say("time per step: median of the round medians ± their spread (normal-consistent MAD)")
     for config in run.configs:
@@ -175,7 +176,9 @@ def drift_alone(drift: SessionDrift, configs: int) -> str:
 
     q = float(scipy_stats.t.ppf(1 - DEFAULT_ALPHA / (2 * max(configs, 1)), drift.df))
     half = q * math.sqrt(drift_of(drift).variance)
-    return f"+-{math.expm1(half):.1%}" if half < math.log(2) else f"{math.exp(half):.3g}x either way"
+    if half < math.log(2):
+        return f"+-{math.expm1(half):.1%}"
+    return f"{math.exp(half):.3g}x either way"
 
 
 def run(args: argparse.Namespace) -> int:
