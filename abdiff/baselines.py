@@ -261,13 +261,18 @@ def append_rounds(old: RunFile, new: RunFile) -> RunFile:
         raise InputError("--append: the environment differs from the baseline's: "
                          + "; ".join(differences))
     old.sessions.update(new.sessions)
+    # one offset for every config: the rounds of a session keep their common numbering,
+    # which the worker orders (`orders[].round`) refer to
+    offset = 1 + max((r.round for c in old.configs for r in c.rounds if r.round is not None),
+                     default=-1)
     for config in new.configs:
+        for record in config.rounds:
+            record.round = offset + (record.round or 0)
         kept = old.config(config.id)
         if kept is None:
             old.configs.append(config)
-            continue
-        offset = 1 + max((r.round for r in kept.rounds if r.round is not None), default=-1)
-        for record in config.rounds:
-            record.round = offset + (record.round or 0)
-        kept.rounds += config.rounds
+        else:
+            kept.rounds += config.rounds
+    old.orders += [{**order, "round": offset + int(order.get("round") or 0)}
+                   for order in new.orders]
     return old
