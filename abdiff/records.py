@@ -1,4 +1,4 @@
-"""The run file (`abdiff.run/1`) and the result (`abdiff.result/3`), declared once.
+"""The run file (`abdiff.run/1`) and the result (`abdiff.result/2`), declared once.
 
 Data flows one way through the pipeline as these dataclasses; JSON is only
 produced and parsed here, so every other module works on typed objects. Loading
@@ -19,11 +19,10 @@ from abdiff.files import read_text, write_atomic
 from abdiff.validate import Len, Min, from_json
 
 RUN_SCHEMA: Final = "abdiff.run/1"
-RESULT_SCHEMA: Final = "abdiff.result/3"
+RESULT_SCHEMA: Final = "abdiff.result/2"
 # /1 called a config that failed on both sides `unchanged` and had no `measured` count;
-# /2 gave that its own verdict, `still-failing`; /3 gave each side its environment and
-# sessions. All are read (reports, `abdiff comment`).
-RESULT_SCHEMAS = ("abdiff.result/1", "abdiff.result/2", RESULT_SCHEMA)
+# /2 gave that its own verdict, `still-failing`. Both are read (reports, `abdiff comment`).
+RESULT_SCHEMAS = ("abdiff.result/1", RESULT_SCHEMA)
 Status = Literal["ok", "failed", "aborted", "timeout"]
 StatusChange = Literal["same", "fixed", "broken", "still-failing", "failure-changed"]
 LatencyVerdict = Literal["unchanged", "slower", "faster", "inconclusive", "n/a"]
@@ -175,8 +174,8 @@ class Side:
     rev: str
     sha: str
     baseline: str | None = None  # name of the stored baseline used as this side
-    # result/3: the environment its run file recorded (compare.SIDE_ENV_KEYS: device, driver,
-    # torch, target package, kernel_env, sandbox, machine check, ...) and its sessions
+    # the environment its run file recorded (compare.SIDE_ENV_KEYS: device, driver, torch,
+    # target package, kernel_env, sandbox, machine check, ...) and its sessions (2026-12-05)
     env: dict[str, Any] = field(default_factory=dict)
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -195,7 +194,7 @@ class Result:
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    schema: Literal["abdiff.result/1", "abdiff.result/2", "abdiff.result/3"] = RESULT_SCHEMA
+    schema: Literal["abdiff.result/1", "abdiff.result/2"] = RESULT_SCHEMA
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -263,8 +262,7 @@ def load_run_file(path: Path) -> RunFile:
 
 
 def parse_result(data: Any, where: str) -> Result:
-    """Validate a decoded `abdiff.result/1`, `/2` or `/3` document; every problem is one
-    InputError.
+    """Validate a decoded `abdiff.result/1` or `/2` document; every problem is one InputError.
     A /1 document is read as written: its verdicts stay what /1 said they were.
 
     The result may come from an untrusted job (a pull request's CI run, docs/ci.md), so

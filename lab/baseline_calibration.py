@@ -123,7 +123,7 @@ def synthetic(rng: np.random.Generator, sessions: dict[str, float], shift: float
         rounds = []
         for sid, offset in sessions.items():
             own = rng.normal(0, config_sd)
-            for r in range(FIRST_ROUNDS):
+            for _ in range(FIRST_ROUNDS):
                 noise = sd * rng.standard_t(3) / math.sqrt(3)
                 rounds.append(RoundRecord("ok", latency_us=[100.0 * math.exp(
                     offset + own + noise + shift)], round=len(rounds), session=sid))
@@ -177,7 +177,7 @@ def real(pairs: int, rounds: int, gap: float, suite: Path, out: Path | None) -> 
     shown = abdiff("baseline", "show", "cal", cwd=repo)
     drift_line = next((line for line in shown.stdout.splitlines()
                        if line.startswith("session drift")), "")
-    print(f"baseline of pr: {time.monotonic() - started:.0f} s; {drift_line}")
+    print(f"baseline of pr: {time.monotonic() - started:.0f} s; {drift_line}", flush=True)
     rows = []
     for i in range(pairs):
         time.sleep(gap)

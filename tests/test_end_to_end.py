@@ -91,7 +91,7 @@ def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> Non
 def test_pr_fixes_dsa_and_leaves_trtllm_alone(demo: Path, tmp_path: Path) -> None:
     code, result, _ = diff(demo, "main..pr", tmp_path)
     assert code == 0, result["summary"]
-    assert set(result) >= RESULT_KEYS and result["schema"] == "abdiff.result/3"
+    assert set(result) >= RESULT_KEYS and result["schema"] == "abdiff.result/2"
     assert result["expect"] == {"backend": ["DSA"]}
     for cid, config in by_id(result).items():
         assert set(config) >= CONFIG_KEYS and set(config["latency"]) >= LATENCY_KEYS, cid

@@ -141,7 +141,7 @@ def failures(demo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_the_same_failure_on_both_sides_is_still_failing(failures: dict) -> None:
     assert failures["proc"].returncode == 1, failures["proc"].stderr
     result = failures["result"]
-    assert result["schema"] == "abdiff.result/3"
+    assert result["schema"] == "abdiff.result/2"
     still = by_id(result)[config_id(6)]
     assert (still["status_change"], still["verdict"]) == ("still-failing", "still-failing")
     assert still["error_a"] == still["error_b"] == "ValueError: injected failure for batch_size 6"

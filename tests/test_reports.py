@@ -353,7 +353,7 @@ def test_markdown_stays_under_github_limit() -> None:
 def test_json_round_trip_has_documented_keys() -> None:
     result = make_result()
     data = json.loads(json_report.render(result))
-    assert data["schema"] == "abdiff.result/3"
+    assert data["schema"] == "abdiff.result/2"
     for key in ("a", "b", "expect", "configs", "summary"):
         assert key in data
     assert set(data["a"]) >= {"rev", "sha"}
@@ -698,9 +698,9 @@ def test_hostile_kernel_names_keep_the_comment_under_githubs_limit() -> None:
 
 
 def test_headers_name_each_sides_environment() -> None:
-    """result/3: the Markdown and HTML headers say where and with what each side was
-    measured, from the run files' environments; hostile values are clipped, a result/2
-    without environments gets no such line."""
+    """The Markdown and HTML headers say where and with what each side was measured, from
+    the run files' environments (in the result since 2026-12-05); hostile values are
+    clipped, a result written before gets no such line."""
     machine = [{"name": "CPU load", "value": "1.9 of 2", "ok": False, "advice": "idle"},
                {"name": "CPU governor", "value": "performance", "ok": True, "advice": ""}]
     a = Side("main", "a" * 40, "rel-1", {

@@ -313,7 +313,7 @@ def context_items(result: Result) -> list[tuple[str, str]]:
 
 
 def environment_text(side: Side) -> str:
-    """Where and with what a side was measured, from its run file's environment (result/3):
+    """Where and with what a side was measured, from its run file's environment (2026-12-05):
     "cpu Intel(R) Xeon(R), torch 2.13.0+cpu, ..., 3 sessions on vm (2026-12-05 10:30 to
     10:31)"; empty for a result that predates it. Every value is the untrusted file's,
     clipped."""
@@ -364,7 +364,7 @@ def environment_text(side: Side) -> str:
 
 
 def environment_items(result: Result) -> list[tuple[str, str]]:
-    """("A measured with", ...), ("B measured with", ...) for the sides that say (result/3)."""
+    """("A measured with", ...), ("B measured with", ...) for the sides that say."""
     return [(f"{name} measured with", environment_text(side))
             for name, side in (("A", result.a), ("B", result.b)) if environment_text(side)]
 

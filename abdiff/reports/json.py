@@ -1,4 +1,4 @@
-"""JSON report: the `abdiff.result/3` document, exactly what `--json FILE` writes.
+"""JSON report: the `abdiff.result/2` document, exactly what `--json FILE` writes.
 
 Serialization lives in records.py (one place produces and parses JSON), so
 this format is only the adapter to the `render(result) -> str` interface.
@@ -10,5 +10,5 @@ from abdiff.records import Result, dump_json
 
 
 def render(result: Result) -> str:
-    """`result` as `abdiff.result/3` JSON (NaN and infinity become null)."""
+    """`result` as `abdiff.result/2` JSON (NaN and infinity become null)."""
     return dump_json(result.to_json())
