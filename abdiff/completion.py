@@ -50,7 +50,7 @@ def suite_names(prefix: str, **_: Any) -> list[str]:
 
 def ranges(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     """Branch and tag names for side A, then for side B after `..` or `...`."""
-    from abdiff.revs import ref_names
+    from abdiff.repo.revs import ref_names
 
     names = ref_names(_repo(parsed_args))
     match = RANGE_SPLIT.match(prefix)
@@ -72,7 +72,7 @@ def expect_pairs(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list
 
 
 def baseline_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
-    from abdiff.baselines import baselines_dir
+    from abdiff.store.baselines import baselines_dir
 
     folder = baselines_dir(_repo(parsed_args), getattr(parsed_args, "baselines_dir", None))
     return sorted(p.stem for p in folder.glob("*.json") if p.stem.startswith(prefix))

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from abdiff.schedule import Plan
-from abdiff.stats import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
+from abdiff.run.schedule import Plan
+from abdiff.verdict.stats import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class Schedule:
     device: str = "auto"
     eager: bool = False
     cpu_threads: int = 1
+    devices: str | None = None  # --devices: GPU indices or CPU sets (devices.py); None: one
     prestart: str = "auto"
     sandbox: str = "auto"  # launchers/sandbox.py: auto | on | off
     cache_dir: Path | None = None

@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from abdiff.baselines import append_rounds, drift_allowance, session_drift
-from abdiff.compare import compare_runs
-from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file
+from abdiff.store.baselines import append_rounds, drift_allowance, session_drift
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, load_run_file
+from abdiff.verdict.compare import compare_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "data" / "h200"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from abdiff.measure import profile_kernels, resolve_device, time_iterations
+from abdiff.worker.measure import profile_kernels, resolve_device, time_iterations
 
 CONFIGS = [("TRTLLM", 1), ("TRTLLM", 4), ("DSA", 1)]
 

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from abdiff import stats
-from abdiff.records import load_run_file
-from abdiff.rounds import KERNEL_ROUNDS
+from abdiff.run.rounds import KERNEL_ROUNDS
+from abdiff.store.records import load_run_file
+from abdiff.verdict import stats
 
 
 def variation(paths: list[str]) -> str:

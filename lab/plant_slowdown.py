@@ -35,8 +35,8 @@ import tempfile
 from pathlib import Path
 
 from abdiff.demo.builder import RUNNER_PATH
-from abdiff.measure import profile_kernels, resolve_device, time_iterations
 from abdiff.suites import load_suite
+from abdiff.worker.measure import profile_kernels, resolve_device, time_iterations
 
 # the one-rank run pack's step, a whole line (the tensor-parallel pack has its own)
 STEP_LINE = "\n                    return attention.forward(metadata=attn_metadata, **inputs)\n"

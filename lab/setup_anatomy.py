@@ -32,9 +32,14 @@ def one_process(checkout: Path, suite_name: str, cuda_graph: bool) -> dict:
     started = time.perf_counter()
     import torch
 
-    from abdiff.measure import find_attn_metadata, read_facts, resolve_device, time_iterations
     from abdiff.suites.loader import load_suite
     from abdiff.targets.reference.worker import _import_runner, create_run_pack
+    from abdiff.worker.measure import (
+        find_attn_metadata,
+        read_facts,
+        resolve_device,
+        time_iterations,
+    )
 
     steps = {"import torch and abdiff": time.perf_counter() - started}
     device = resolve_device("auto")
@@ -80,7 +85,7 @@ def main() -> int:
         print(json.dumps(one_process(args.child, args.suite, not args.eager)))
         return 0
     from abdiff.demo.builder import build_demo_repo
-    from abdiff.revs import run_git
+    from abdiff.repo.revs import run_git
 
     work = Path(tempfile.mkdtemp(prefix="abdiff-anatomy-"))
     build_demo_repo(work / "demo")

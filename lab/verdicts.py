@@ -1,5 +1,5 @@
 """Calibration of the latency verdicts: the family false-alarm rate and the power of the
-shipped rule (abdiff.stats) against the rule it replaced (loaded from git history, not
+shipped rule (abdiff.verdict.stats) against the rule it replaced (loaded from git history, not
 copied), on the same rounds.
 
 Profiles (each a suite of configs measured in interleaved rounds, A and B of round r
@@ -20,7 +20,7 @@ of +1/+2/+3/+5% in one config (config 0: a two-level config in `h200-like`), cou
 as power when that config is flagged slower (below the threshold counts: it is shown
 as a change; the column "above" counts only flags beyond the 2% threshold).
 
-Rules: `v3` (abdiff.stats as shipped: adaptive 5/10/15 rounds, looks spending 1%),
+Rules: `v3` (abdiff.verdict.stats as shipped: adaptive 5/10/15 rounds, looks spending 1%),
 `v3 fixed N` (one look at N rounds), `v2` (the previous rule, commit 1d19bd6: Welch on
 log round medians, odd rounds, Holm, alpha 0.005 spent over looks 5..15 by 2, the 2%
 veto), and the oracle `paired t` (Bonferroni over configs on the same pairs at 15 rounds,
@@ -45,8 +45,8 @@ from types import ModuleType
 import numpy as np
 from scipy import stats as sps
 
-from abdiff import stats
-from abdiff.sequential import Looks
+from abdiff.verdict import stats
+from abdiff.verdict.sequential import Looks
 
 OLD_COMMIT = "1d19bd6"
 HERE = Path(__file__).resolve().parent
@@ -57,14 +57,14 @@ H200_SD = (0.0206, 0.0032, 0.0020, 0.0016, 0.0013, 0.0010, 0.0082, 0.0099, 0.023
 
 
 def load_old_rule() -> ModuleType:
-    """abdiff.stats and abdiff.sequential of OLD_COMMIT as one module (git show)."""
+    """abdiff.verdict.stats and abdiff.verdict.sequential of OLD_COMMIT as one module (git show)."""
     root = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE, text=True,
                           capture_output=True, check=True).stdout.strip()
     folder = Path(tempfile.mkdtemp(prefix="abdiff-v2-"))
     for name in ("sequential", "stats"):
         text = subprocess.run(["git", "show", f"{OLD_COMMIT}:abdiff/{name}.py"], cwd=root,
                               text=True, capture_output=True, check=True).stdout
-        text = text.replace("from abdiff.sequential import", "from v2_sequential import")
+        text = text.replace("from abdiff.verdict.sequential import", "from v2_sequential import")
         (folder / f"v2_{name}.py").write_text(text)
     sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("v2_stats", folder / "v2_stats.py")

@@ -1,5 +1,5 @@
 """Write docs/schemas/*.json, the JSON Schema of each document abdiff reads, from the same
-dataclasses abdiff validates with (abdiff/validate.py); pydantic is a dev dependency only.
+dataclasses abdiff validates with (abdiff/store/validate.py); pydantic is a dev dependency only.
 
     python scripts/make_schemas.py          # rewrite the files
     python scripts/make_schemas.py --check  # exit 1 if a committed file is out of date
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from abdiff.records import RESULT_SCHEMA, RUN_SCHEMA, Result, RunFile
+from abdiff.store.records import RESULT_SCHEMA, RUN_SCHEMA, Result, RunFile
 from abdiff.suites.loader import SuiteFile
 
 FOLDER = Path(__file__).resolve().parents[1] / "docs" / "schemas"

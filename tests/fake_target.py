@@ -21,12 +21,14 @@ from typing import ClassVar
 
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome
-from abdiff.protocol import KernelProfile, RecordWriter, RoundJob
-from abdiff.records import RoundRecord
-from abdiff.rounds import RoundSettings
-from abdiff.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.devices import Device
+from abdiff.run.protocol import KernelProfile, RecordWriter, RoundJob
+from abdiff.run.rounds import RoundSettings
+from abdiff.run.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
-from abdiff.targets.base import LaunchSpec, Target
+from abdiff.targets.base import Target
 
 Behaviour = Callable[[str, str, int], "float | str"]
 SIGABRT_EXIT = -6
@@ -49,7 +51,15 @@ class FakeTarget(Target):
 class FakeLauncher(Launcher):
     behaviour: Behaviour
     workers: list[tuple[str, int, list[str]]] = field(default_factory=list)  # side, round, ids
+    # --devices: the CPU set each worker was given (side, round, cpus), and how much slower
+    # a CPU set makes the benchmark (cpus -> factor; 1 when not named)
+    pinned: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
+    slower_on: dict[tuple[int, ...], float] = field(default_factory=dict)
     name: ClassVar[str] = "in-process"
+
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> FakeLauncher:
+        return cls(lambda side, config_id, round_number: 100.0)  # every round 100 us
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         return spec
@@ -60,6 +70,8 @@ class FakeLauncher(Launcher):
         job = RoundJob.read(Path(spec.argv[1]))
         side = spec.cwd.name
         self.workers.append((side, job.round, [c["id"] for c in job.configs]))
+        self.pinned.append((side, job.round, spec.cpus))
+        factor = self.slower_on.get(spec.cpus, 1.0)
         stderr = log_dir / "stderr.txt"
         stderr.write_text("")
         writer = RecordWriter(Path(job.record_path))
@@ -74,7 +86,8 @@ class FakeLauncher(Launcher):
                 latency = CAPTURE_ABORT_US if what == "abort-in-capture" else what
                 record = (RoundRecord("failed", "RuntimeError: boom", round=job.round)
                           if isinstance(latency, str) else
-                          RoundRecord("ok", None, [latency * (1 + 0.001 * i) for i in range(5)],
+                          RoundRecord("ok", None,
+                                      [factor * latency * (1 + 0.001 * i) for i in range(5)],
                                       {"side": side}, {}, job.round))
                 writer.done(config["id"], record)
             if job.profile_kernels:  # the capture pass, after every config was timed
@@ -94,11 +107,12 @@ SETTINGS = RoundSettings(facts=[], warmup_times=0, run_times=5, timeout_s=None)
 
 def fake_measurement(state_dir: Path, launcher: FakeLauncher, plan: Plan, *,
                      undecided: Callable[[], dict[str, bool]] | None = None, resume: bool = False,
-                     seed: int | None = 7, configs: list[Config] = CONFIGS) -> Measurement:
+                     seed: int | None = 7, configs: list[Config] = CONFIGS,
+                     devices: list[Device] | None = None) -> Measurement:
     """Both sides (checkouts named A and B) measured with the fake target."""
     sides = {name: SideRun(state_dir.parent / name,
                            empty_run(name.lower(), name * 40, "fake", "s", configs, {}))
              for name in "AB"}
     measurement = Measurement.open(state_dir, sides, resume, seed)
     return measure(measurement, configs, FakeTarget(), launcher, SETTINGS, plan, undecided,
-                   quiet=True)
+                   quiet=True, devices=devices)

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from conftest import run_abdiff, write_suite
 
-from abdiff.baselines import (
+from abdiff.demo import build_demo_repo
+from abdiff.store.baselines import (
     append_rounds,
     drift_allowance,
     fingerprint_notes,
     interleaved,
     session_drift,
 )
-from abdiff.demo import build_demo_repo
-from abdiff.records import RunFile, load_run_file, write_run_file
+from abdiff.store.records import RunFile, load_run_file, write_run_file
 
 pytestmark = pytest.mark.slow  # baselines measured in worker processes
 

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import abdiff_argv, config_id, git, git_env, run_abdiff, write_suite
 
-from abdiff.bisection import (
+from abdiff.demo import build_demo_repo
+from abdiff.demo.builder import RUNNER_PATH, slowed_runner
+from abdiff.store.records import ConfigResult, LatencyResult
+from abdiff.verdict.bisection import (
     ChangeSignature,
     Commit,
     Outcome,
@@ -22,9 +25,6 @@ from abdiff.bisection import (
     culprits_of,
     search,
 )
-from abdiff.demo import build_demo_repo
-from abdiff.demo.builder import RUNNER_PATH, slowed_runner
-from abdiff.records import ConfigResult, LatencyResult
 
 PATH = [Commit(f"{i:040x}", f"commit {i}") for i in range(9)]  # 0 = A, 8 = B
 
@@ -150,7 +150,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
 # spread on 2 cores: at a 10-20% threshold an unchanged commit then once stayed
 # `inconclusive` after five rounds).
 # 8 pairs: enough sign patterns for the family test at 1% (2**8 * 0.01 >= 2)
-SPEED = ("--rounds", 8, "--max-rounds", 8, "--min-effect", 50, "--prestart", "on")
+SPEED = ("--rounds", 8, "--max-rounds", 8, "--min-effect", "50%", "--prestart", "on")
 
 
 def bisect(repo: Path, tmp_path: Path, rev_range: str, *extra: object,

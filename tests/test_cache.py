@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow  # several abdiff processes and a holder process
 HOLDER = """
 import sys
 from pathlib import Path
-from abdiff.checkouts import CheckoutCache
-from abdiff.revs import resolve_rev
-from abdiff.schedule import exclusive
+from abdiff.repo.checkouts import CheckoutCache
+from abdiff.repo.revs import resolve_rev
+from abdiff.run.schedule import exclusive
 repo, cache = Path(sys.argv[1]), Path(sys.argv[2])
 CheckoutCache(repo, cache).checkout(resolve_rev(repo, "HEAD"))
 with exclusive(cache / "runs" / "held"):

@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from abdiff.checkouts import CheckoutCache, clean_cache, default_cache_dir, verify_commit_checkout
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.revs import WORKTREE, SideSpec, resolve_range, resolve_rev
+from abdiff.repo.checkouts import (
+    CheckoutCache,
+    clean_cache,
+    default_cache_dir,
+    verify_commit_checkout,
+)
+from abdiff.repo.revs import WORKTREE, SideSpec, resolve_range, resolve_rev
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
 
@@ -192,8 +197,8 @@ def test_folder_deleted_by_hand(repo: tuple[Path, str, str], cache_dir: Path) ->
 
 _CONCURRENT = """
 import pathlib, sys, time
-from abdiff.checkouts import CheckoutCache
-from abdiff.revs import SideSpec
+from abdiff.repo.checkouts import CheckoutCache
+from abdiff.repo.revs import SideSpec
 root, cache, sha, ready, go = sys.argv[1:6]
 pathlib.Path(ready).touch()
 while not pathlib.Path(go).exists():

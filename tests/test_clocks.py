@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from abdiff.clocks import GpuSensor, clock_notes, open_sensor, pinning_text, throttled
-from abdiff.doctor import Machine, machine_checks
-from abdiff.records import ConfigRuns, RoundRecord, RunFile, load_run_file
+from abdiff.host.clocks import GpuSensor, clock_notes, open_sensor, pinning_text, throttled
+from abdiff.host.doctor import Machine, machine_checks
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, load_run_file
 from abdiff.targets import target_class
 
 H200 = Path(__file__).parent / "data" / "h200"

@@ -11,6 +11,7 @@ longer, and run `abdiff A..B --configs suite.yaml --target command` on it.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.protocol import RoundJob, read_round_log
+from abdiff.run.protocol import RoundJob, read_round_log
 from abdiff.suites.loader import parse_suite
 from abdiff.targets import target_class
 from abdiff.targets.command.formats import (
@@ -73,6 +74,9 @@ def row(name, index, repetitions, real_ns, cpu_ns, error=None):
 
 def main():
     flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    if flags.get("benchmark_list_tests") == "true":  # the names, one a line; nothing timed
+        print("\\n".join(name for name, _, _ in BENCHMARKS))
+        return
     assert flags.get("benchmark_out_format", "json") == "json"
     repetitions = int(flags.get("benchmark_repetitions", "1"))
     pattern = re.compile(flags.get("benchmark_filter", "."))
@@ -232,11 +236,11 @@ def test_gbench_units_skips_and_bad_rows() -> None:
     report = gbench_report({"context": {}, "benchmarks": rows})
     assert report.results["a"].latency_us == [2500.0]
     assert report.results["b"].error == "skipped: no GPU"
-    assert "c" not in report.results
+    assert report.results["c"].latency_us == [1e6]  # aggregates only: its mean, one value
     assert report.results["d"].latency_us == [3e6]
     with pytest.raises(ValueError, match="benchmarks must be a list"):
         gbench_report({"context": {}})
-    with pytest.raises(ValueError, match=r"benchmarks\[0\] \(a\): real_time 'x'"):
+    with pytest.raises(ValueError, match=r"benchmarks \(a\): real_time 'x'"):
         gbench_report({"benchmarks": [{"name": "a", "real_time": "x", "time_unit": "ns"}]})
 
 
@@ -273,11 +277,12 @@ def test_the_filter_selects_whole_names_only() -> None:
     arguments = benchmark_arguments("gbench", Path("/o.json"), 3, ["BM_a/8", "BM_b.c"])
     assert arguments[-1] == r"--benchmark_filter=^(BM_a/8|BM_b\.c)$"
     assert "--benchmark_repetitions=3" in arguments
-    assert benchmark_arguments("nvbench", Path("/o.json"), 3, ["k[N=1]", "k[N=2]", "m"]) == [
+    assert benchmark_arguments("nvbench", Path("/o.json"), 3, ["k", "k", "m"]) == [
         "--jsonbin", "/o.json", "--benchmark", "k", "--benchmark", "m"]
     assert config_params("nvbench", "k[N=1 M=2]") == {"benchmark": "k", "state": "N=1 M=2"}
     assert config_params("gbench", "BM_a/8/real_time") == {"benchmark": "BM_a/8/real_time",
-                                                           "family": "BM_a"}
+                                                           "family": "BM_a",
+                                                           "metric": "real_time"}
 
 
 # ---------------------------------------------------------------- the target and its worker
@@ -286,9 +291,12 @@ def test_configs_come_from_the_benchmark_or_the_suite(tmp_path: Path) -> None:
     (tmp_path / "bench.py").write_text(GBENCH_PY.format(spin=5))
     target = target_class("command")()
     suite = parse_suite({"target": {"command": [sys.executable, "bench.py"]}}, "s", "s.yaml")
-    configs = target.configs(suite, tmp_path)
+    assert target.configs(suite, tmp_path) == []  # each side lists its own, once prepared
+    configs = target.prepare(suite, tmp_path, tmp_path / "build").configs
+    assert configs is not None
     assert [c.id for c in configs] == ["BM_spin/8", "BM_spin/32", "BM_sleep", "BM_broken"]
-    assert configs[0].params == {"benchmark": "BM_spin/8", "family": "BM_spin"}
+    assert configs[0].params == {"benchmark": "BM_spin/8", "family": "BM_spin",
+                                 "metric": "real_time"}
     listed = parse_suite({"target": {"command": ["./bench"], "benchmarks": ["BM_x"]}}, "s",
                          "s.yaml")
     assert [c.id for c in target.configs(listed, tmp_path)] == ["BM_x"]  # nothing run
@@ -299,9 +307,9 @@ def test_configs_come_from_the_benchmark_or_the_suite(tmp_path: Path) -> None:
     ({"command": []}, r"s.yaml: target: command must have at least 1 item"),
     ({"command": ["x"], "format": "csv"}, r"format must be one of 'gbench', 'nvbench'"),
     ({"command": ["x"], "colour": 1}, r"unknown key 'colour'"),
-    ({"command": ["./no-such-bench"]}, r"target.command ./no-such-bench cannot run in .*; "
-                                       r"build it there, or list the configs"),
-    ({"command": [sys.executable, "-c", "pass"]}, r"wrote no gbench JSON .*exit code 0"),
+    ({"command": ["x"], "metrics": ["cpu_time", "cpu_time"]}, r"lists a metric twice"),
+    ({"command": ["x"], "format": "nvbench", "metrics": ["cpu_time"]},
+     r"target.metrics is Google Benchmark's"),
 ])
 def test_bad_command_blocks_are_one_clear_line(tmp_path: Path, block: object,
                                                message: str) -> None:
@@ -311,17 +319,35 @@ def test_bad_command_blocks_are_one_clear_line(tmp_path: Path, block: object,
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(("block", "message"), [
+    ({"command": ["./no-such-bench"]}, r"target.command ./no-such-bench cannot run in .*; "
+                                       r"build it there \(target.build\), or list the configs"),
+    ({"command": [sys.executable, "-c", "pass"]},
+     r"listed no benchmarks in .* \(--benchmark_list_tests: exit code 0\)"),
+    ({"command": [sys.executable, "-c", "pass"], "format": "nvbench"},
+     r"wrote no nvbench JSON .*exit code 0"),
+    ({"command": ["./bench"], "build": [sys.executable, "-c", "import sys; sys.exit('no cc')"]},
+     r"target.build failed \(exit code 1: no cc; full output in .*abdiff-build.log\)"),
+])
+def test_a_side_that_cannot_list_or_build_says_why(tmp_path: Path, block: object,
+                                                   message: str) -> None:
+    suite = parse_suite({"target": block}, "s", "s.yaml")
+    prepared = CommandTarget().prepare(suite, tmp_path, tmp_path / "build")
+    assert prepared.configs is None and re.search(message, str(prepared.failure))
+    assert "\n" not in str(prepared.failure)
+
+
 def test_expect_names_the_benchmarks_params() -> None:
     from abdiff.suites.loader import with_configs
 
     block = {"command": ["./bench"], "benchmarks": ["BM_a/8", "BM_b"]}
     suite = parse_suite({"target": block, "expect": {"family": "BM_a"}}, "s", "s.yaml")
     chosen = with_configs(suite, CommandTarget().configs(suite, Path(".")))
-    assert chosen.param_keys() == ["benchmark", "family"]
+    assert chosen.param_keys() == ["benchmark", "family", "metric"]
     assert chosen.expect == {"family": ["BM_a"]}
     wrong = parse_suite({"target": block, "expect": {"backend": "DSA"}}, "s", "s.yaml")
     with pytest.raises(InputError, match="s.yaml: expect has unknown key 'backend'; allowed: "
-                                         "benchmark, family"):
+                                         "benchmark, family, metric"):
         with_configs(wrong, CommandTarget().configs(wrong, Path(".")))
 
 
@@ -389,7 +415,7 @@ def test_a_round_isolates_the_dying_benchmark(tmp_path: Path) -> None:
     """Through the real round runner and local launcher: the aborting benchmark's config is
     `aborted` with its check's line, and a second process measures the other."""
     from abdiff.launchers.local import LocalLauncher
-    from abdiff.rounds import RoundSettings, run_round
+    from abdiff.run.rounds import RoundSettings, run_round
     from abdiff.suites import Config
 
     (tmp_path / "bench.py").write_text(CRASHING_PY)

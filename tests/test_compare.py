@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from abdiff.compare import compare_runs, failure_signature, status_change
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.verdict.compare import compare_runs, failure_signature, status_change
 
 ABORT = ("SIGABRT: Assertion error (tinyllm/_torch/attention_backend/sparse/dsa.py:184): "
          "DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)")

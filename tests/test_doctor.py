@@ -9,16 +9,18 @@ import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.doctor import (
+from abdiff.host.doctor import (
     Machine,
     machine_checks,
-    machine_table,
+    machine_rows,
     missing_for,
     preflight,
     sandbox_check,
 )
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.reports.table import grid
 from abdiff.targets import target_class, target_names
-from abdiff.targets.base import LaunchSpec, RoundJob, Target
+from abdiff.targets.base import RoundJob, Target
 from abdiff.targets.hooks import Hook
 
 BARE = Machine(which=lambda name: "/usr/bin/mpirun" if name == "mpirun" else None,
@@ -45,7 +47,7 @@ def test_costs_and_requirements_come_from_the_target() -> None:
     assert checks["GPU"].rules_out == {"gpu-only": "everything"}
     assert checks["nsys"].rules_out == {"gpu-only": ""} and checks["mpirun"].present
     assert missing_for(list(checks.values()), "gpu-only") == ["GPU"]
-    table = machine_table(list(checks.values()), ["gpu-only"])
+    table = grid(*machine_rows(list(checks.values()), ["gpu-only"]), 160)
     assert "without it, gpu-only loses" in table and "(not used)" in table
 
 
@@ -113,15 +115,16 @@ def test_the_launcher_and_tensorrt_llm_are_checked() -> None:
 def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
     """On the demo, `abdiff doctor main..pr --configs mtp` checks the reference target (as
     the run would), says so first, and ends with what its exit status means."""
-    from conftest import git, run_abdiff
+    from conftest import git, git_env, run_abdiff
 
     from abdiff.demo import build_demo_repo
 
     repo = tmp_path / "demo"
     build_demo_repo(repo)
     done = run_abdiff("doctor", "main..pr", "--configs", "mtp", "--repo", repo, "--cache-dir",
-                      tmp_path / "cache")
-    lines = done.stdout.splitlines()
+                      tmp_path / "cache", env={**git_env(), "COLUMNS": "100"})
+    assert max(map(len, done.stdout.splitlines())) <= 100  # wrapped to the width, not cut
+    lines = paragraphs(done.stdout)
     assert lines[0] == (f"abdiff doctor: checking target reference (detected in {repo}: "
                         "tinyllm/tools/layer_wise_benchmarks/runner.py)")
     assert ("suite mtp: target reference runs it on this machine's device (no model files, no "
@@ -135,11 +138,26 @@ def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
     plain.mkdir()
     git(plain, "init", "-q")
     done = run_abdiff("doctor", "--repo", plain)
-    lines = done.stdout.splitlines()
+    lines = paragraphs(done.stdout)
     assert lines[0] == (f"abdiff doctor: checking target reference (no benchmark in {plain}; "
                         "pass --target trtllm or --repo PATH to check another)")
     assert lines[-1] == ("abdiff doctor: target reference: this machine can run it (no hooks "
                          "checked: give a benchmark repository and a range) (exit 0)")
+
+
+def paragraphs(text: str) -> list[str]:
+    """Lines as printed before wrapping: a line indented four more than the one before it
+    continues that one (reports.table.fit)."""
+    out: list[str] = []
+    indents: list[int] = []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if out and line.strip() and indent == indents[-1] + 4:
+            out[-1] += " " + line.strip()
+            continue
+        out.append(line)
+        indents.append(indent)
+    return out
 
 
 def test_the_sandbox_is_checked() -> None:
@@ -151,5 +169,20 @@ def test_the_sandbox_is_checked() -> None:
     assert not row.present and row.detail == "not here: unshare: Operation not permitted " \
         "(docs/ci.md)"
     checks = [*machine_checks(reference), row]
-    assert "isolation: benchmark code" in machine_table(checks, ["reference"])
+    assert "isolation: benchmark code" in grid(*machine_rows(checks, ["reference"]), 200)
     assert missing_for(checks, "reference") == []  # measuring goes on, and says so
+
+
+def test_the_machine_table_fits_every_width() -> None:
+    """At 80, 100 and 160 columns no line of the table is wider; where the columns cannot
+    fit, one block per component (what each target loses, one line each), nothing cut."""
+    checks = [*machine_checks([target_class(n) for n in target_names()], BARE),
+              sandbox_check([target_class("reference")])]
+    headers, rows = machine_rows(checks, sorted(target_names()))
+    words = {w for row in rows for cell in row for w in cell.split()} - {"-"}
+    for width in (80, 100, 160):
+        table = grid(headers, rows, width, lead=3)
+        assert max(map(len, table.splitlines())) <= width, width
+        assert words <= set(table.split()), width  # every word there, none cut
+    assert "without it, trtllm loses: everything" in grid(headers, rows, 80, lead=3)
+    assert grid(headers, rows, 200, lead=3).splitlines()[0].startswith("component  ")

@@ -14,7 +14,7 @@ import pytest
 from conftest import git, git_env, run_abdiff, write_suite
 
 from abdiff.demo import build_demo_repo
-from abdiff.records import load_run_file
+from abdiff.store.records import load_run_file
 
 pytestmark = pytest.mark.slow  # whole suites measured in worker processes
 

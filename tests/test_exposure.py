@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from abdiff.exposure import resume_key, secret_looking, secret_names, state_home, warn_if_root
+from abdiff.host.exposure import resume_key, secret_looking, secret_names, state_home, warn_if_root
 
 
 @pytest.mark.parametrize("name", ["GITHUB_TOKEN", "GH_TOKEN", "ACTIONS_RUNTIME_TOKEN",
@@ -82,7 +82,7 @@ def test_root_is_told_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
 def test_an_ancestor_holding_a_token_is_named(tmp_path: Path) -> None:
     """A shell that holds GITHUB_TOKEN and starts the measuring command without it (`env -u`):
     the token is still in the shell's /proc/PID/environ, and the refusal names that process."""
-    check = "from abdiff.exposure import refuse_secrets; refuse_secrets([], False)"
+    check = "from abdiff.host.exposure import refuse_secrets; refuse_secrets([], False)"
     env = {**os.environ, "GITHUB_TOKEN": "ghs_x"}
     proc = subprocess.run(["bash", "-c", 'env -u GITHUB_TOKEN "$0" -c "$1"; exit $?',
                            sys.executable, check], env=env, capture_output=True, text=True,

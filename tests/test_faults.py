@@ -40,10 +40,10 @@ from conftest import (
     write_suite,
 )
 
-from abdiff import files, records
 from abdiff.cli import main
 from abdiff.demo import build_demo_repo
-from abdiff.records import load_run_file
+from abdiff.store import files, records
+from abdiff.store.records import load_run_file
 
 pytestmark = pytest.mark.slow  # one run over every fault, in worker processes
 
@@ -168,7 +168,7 @@ def _in_slow_config(state: Path, slow: int) -> Path | None:
 def seed_timing_bs1_first(slow: int) -> int:
     """A --seed whose B worker of round 0 times bs1 before the slow config: workers time
     their configs in a seeded shuffled order (rounds.order_seed, worker.shuffled)."""
-    from abdiff.rounds import order_seed
+    from abdiff.run.rounds import order_seed
     from abdiff.targets.reference.worker import shuffled
 
     configs = [{"id": config_id(1)}, {"id": config_id(slow)}]

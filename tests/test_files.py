@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from abdiff.files import remove_path
+from abdiff.store.files import remove_path
 
 
 def test_what_the_benchmark_planted_where_a_round_goes_is_removed(tmp_path: Path) -> None:

@@ -23,8 +23,8 @@ from abdiff.launchers import forkserver
 from abdiff.launchers.forkserver import ForkServer, ForkServers
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.launchers.warm import prime, standing_by
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
 
 REPORT = """
 import json, os, sys, time
@@ -155,7 +155,8 @@ def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: P
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ABDIFF_ROOT)})
     assert done.returncode == 0
     assert json.loads(done.stdout) == {
-        "error": "2 threads after importing torch that a fork does not stop; forking is unsafe"}
+        "error": "after importing torch: 2 threads that a fork does not stop; forking is "
+                 "unsafe"}
 
 
 @pytest.mark.slow
@@ -173,6 +174,89 @@ def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: 
         assert pool.by_checkout == {folder: primed}  # the first checkout took the primed one
     assert launcher.standby is None and primed.server is None
     assert not any((tmp_path / "standby").iterdir())
+
+
+PACKAGE = """
+import os, sys, threading, time
+with open(os.environ.get("COUNT_FILE", "../imports.txt"), "a") as count:
+    count.write(os.getcwd() + "\\n")  # one line per import of the package
+if os.path.exists("thread"):  # a package that starts a thread no fork stops
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+"""
+USES_PACKAGE = """
+import json, os, sys
+print(json.dumps({"preimported": "pkg" in sys.modules, "ppid": os.getppid()}))
+import pkg
+print(json.dumps({"pkg": pkg.__file__}))
+"""
+
+
+def package_checkout(tmp_path: Path, name: str, thread: bool = False) -> Path:
+    folder = checkout(tmp_path, name)
+    (folder / "pkg").mkdir()
+    (folder / "pkg" / "__init__.py").write_text(PACKAGE)
+    (folder / "uses_pkg.py").write_text(USES_PACKAGE)
+    if thread:
+        (folder / "thread").write_text("")
+    return folder
+
+
+def uses_pkg(folder: Path) -> LaunchSpec:
+    return LaunchSpec([sys.executable, "-m", "uses_pkg"], folder, ENV)
+
+
+@pytest.mark.slow
+def test_the_targets_preimport_is_imported_once_per_side_from_its_own_checkout(
+        tmp_path: Path) -> None:
+    a, b = package_checkout(tmp_path, "a"), package_checkout(tmp_path, "b")
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pool.prepare([a, b], ENV, ("pkg",))
+        for n, folder in enumerate((a, b, a, b)):
+            assert run(pool, uses_pkg(folder), tmp_path / f"w{n}").returncode == 0
+            first, second = [json.loads(line) for line in
+                             (tmp_path / f"w{n}" / "stdout.txt").read_text().splitlines()]
+            assert first["preimported"] is True and first["ppid"] != os.getpid()
+            assert second["pkg"] == str(folder / "pkg" / "__init__.py")
+        # one import per side, each in its checkout (the server's import ran there)
+        assert sorted((tmp_path / "imports.txt").read_text().split()) == [str(a), str(b)]
+        assert pool.preimported(a) and pool.preimported(a).startswith(
+            "pkg imported once in the fork server (")
+        assert pool.taken == 4 and pool.failure is None
+    finally:
+        pool.close()
+    # the control: without the preimport, every worker imports the package itself
+    (tmp_path / "imports.txt").unlink()
+    pool = ForkServers(tmp_path / "servers2")
+    try:
+        for n, folder in enumerate((a, b, a, b)):
+            assert run(pool, uses_pkg(folder), tmp_path / f"c{n}").returncode == 0
+        assert len((tmp_path / "imports.txt").read_text().split()) == 4
+        assert pool.preimported(a) is None
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_a_preimport_that_starts_a_thread_leaves_that_side_to_cold_starts(
+        tmp_path: Path) -> None:
+    """A fork copies only the forking thread: the server checks after the preimport and
+    ends instead of forking; that side's workers start cold and the run says why."""
+    a = package_checkout(tmp_path, "a", thread=True)
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pool.prepare([a], ENV, ("pkg",))
+        assert run(pool, uses_pkg(a), tmp_path / "w0").returncode == 0
+        first = json.loads((tmp_path / "w0" / "stdout.txt").read_text().splitlines()[0])
+        assert first["preimported"] is False and first["ppid"] == os.getpid()  # cold
+        said = pool.preimported(a)
+        assert said is not None and said.startswith("not imported ahead: the fork server "
+                                                    "stopped (after importing pkg from the "
+                                                    "checkout ahead (the target's preimport): "
+                                                    "2 threads that a fork does not stop")
+        assert said.endswith("that side's workers started cold")
+    finally:
+        pool.close()
 
 
 LIMITS = """

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from abdiff.cli import main
 from abdiff.errors import InputError
-from abdiff.records import RunFile, load_run_file
+from abdiff.store.records import RunFile, load_run_file
 from abdiff.suites.loader import Suite, SuiteFile, load_suite
 from abdiff.targets.layerwise import MATRIX_KEYS
 

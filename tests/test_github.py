@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from abdiff import cli, records
+from abdiff import cli
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.github import MARKER, STALE_PREFIX, GitHubClient, upsert_comment
 from abdiff.reports import markdown
+from abdiff.reports.github import MARKER, STALE_PREFIX, GitHubClient, upsert_comment
+from abdiff.store import records
 
 TOKEN = "test-token-123"
 REPO, PR = "octo/bench", 7

@@ -17,7 +17,7 @@ PROBE = """
 import json, sys
 sys.path.insert(0, ".")
 from tinyllm.tools.layer_wise_benchmarks import Runner
-from abdiff.measure import find_attn_metadata, profile_kernels, time_iterations
+from abdiff.worker.measure import find_attn_metadata, profile_kernels, time_iterations
 pack = Runner("TRTLLM", device="cuda").create_run_pack(
     "GEN", batch_size=32, seq_len_q=4, seq_len_kv_cache=2049)
 print(json.dumps({
@@ -47,7 +47,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def probe(checkout: Path) -> dict:
     import json
 
-    from abdiff.targets.base import ABDIFF_ROOT
+    from abdiff.launchers.spec import ABDIFF_ROOT
 
     # abdiff from this tree, however pytest was started (the demo checkout comes first)
     env = {**os.environ, "PYTHONPATH": str(ABDIFF_ROOT)}

@@ -20,6 +20,7 @@ from abdiff.demo import build_demo_repo
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "data" / "h200"  # extracts of H200 run files (tests/data/README.md)
 CONFIG = "GEN-TRTLLM-bs8-q2-kv2049"
+SHA: dict[str, str] = {}  # the demo's commits, 10 digits (the `sources` fixture fills it)
 
 
 def _copy(source: Path, target: Path, sha: str, started: str) -> None:
@@ -36,6 +37,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     repo = base / "demo"
     build_demo_repo(repo)
     sha = {rev: git(repo, "rev-parse", rev).strip() for rev in ("main", "pr", "pr-v1")}
+    SHA.update({rev: value[:10] for rev, value in sha.items()})
     baselines, runs = base / "baselines", base / "cache" / "runs"
     unpacked = base / "h200"
     runs_with_kernels = {name: h200_with_kernels(name, unpacked) for name in (
@@ -70,22 +72,29 @@ def test_the_table_shows_each_point_and_what_changed(sources: dict[str, Path]) -
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert all(len(line) <= 100 for line in lines), max(lines, key=len)
-    assert lines[0].startswith("abdiff history: 6 baselines and recorded runs (")
-    start = lines.index(f"{CONFIG}: 6 points")
+    assert " ".join(" ".join(lines[:2]).split()).startswith(
+        "abdiff history: 6 baselines and recorded runs (")
+    start = lines.index(f"{CONFIG}: 6 points on 3 commits")
     block = lines[start:lines.index("", start)]
-    rows = [ln for ln in block if re.match(r"  2026-12-0\d", ln)]
-    assert [r.split()[2:4] for r in rows] == [
-        ["baseline", "release-0"], ["run", "1111aaaa"], ["run", "1111aaaa"],
-        ["run", "2222bbbb"], ["run", "2222bbbb"], ["baseline", "release-1"]]
-    assert re.match(r"  2026-12-01 10:00  baseline release-0  main \([0-9a-f]{10}\)\s+ok\s+"
-                    r"\d+(\.\d+)? µs ±\d", rows[0]), rows[0]
+    # grouped by commit, in the order first measured: main's three points (a baseline, the
+    # A sides of both runs), then pr-v1's, then pr's: a fact changes once per commit, never
+    # back and forth between the A and B sides of each run
+    assert [ln.strip() for ln in block if re.match(r"  \S", ln)] == [
+        f"{rev} ({sha})" for rev, sha in (("main", SHA["main"]), ("pr-v1", SHA["pr-v1"]),
+                                          ("pr", SHA["pr"]))]
+    rows = [ln for ln in block if re.match(r"    2026-12-0\d", ln)]
+    assert [r.split()[2:5] for r in rows] == [
+        ["baseline", "release-0", "ok"], ["run", "1111aaaa", "A"], ["run", "2222bbbb", "A"],
+        ["run", "1111aaaa", "B"], ["run", "2222bbbb", "B"], ["baseline", "release-1", "ok"]]
+    assert re.match(r"    2026-12-01 10:00  baseline release-0\s+ok\s+\d+(\.\d+)? µs ±\d+"
+                    r"(\.\d+)?\s+cuda", rows[0]), rows[0]
     text = "\n".join(block)
-    # pr-v1 (run 1111aaaa B) set TRTLLM's max_total_draft_tokens; main after it did not
-    assert "      facts: attn_metadata.max_total_draft_tokens None -> 1" in text
-    assert "      facts: attn_metadata.max_total_draft_tokens 1 -> None" in text
+    # pr-v1 set TRTLLM's max_total_draft_tokens; pr (the merged fix) does not
+    assert text.count("      facts: attn_metadata.max_total_draft_tokens None -> 1") == 1
+    assert text.count("      facts: attn_metadata.max_total_draft_tokens 1 -> None") == 1
     assert re.search(r"      kernels \+4 -8: \+", text), text
     assert "3333cccc" not in done.stdout  # another repository's run
-    dsa = lines[lines.index("GEN-DSA-bs8-q2-kv2049: 6 points"):]
+    dsa = lines[lines.index("GEN-DSA-bs8-q2-kv2049: 6 points on 3 commits"):]
     assert any(ln.strip() == "status aborted -> ok" for ln in dsa)
     assert any("error: SIGABRT" in ln for ln in dsa)
     assert done.stderr == f"abdiff: wrote {page} (html)\n"
@@ -141,3 +150,40 @@ def test_baseline_show_fits_the_terminal(sources: dict[str, Path]) -> None:
     block = lines[lines.index(config):]
     assert block[1].startswith("    facts    attn_metadata.")
     assert any(ln.startswith("    kernels  ") for ln in block[1:6])
+
+
+def test_another_launcher_another_clone_and_another_target(sources: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    """A run of pr-v1 under another launcher is no kernel change of pr-v1 (it says how it
+    was measured, its kernels are not compared); a run of the same commits made from
+    another clone of the repository (the shared cache names the repository each run
+    measured) is not this repository's; --target keeps one target's points."""
+    import shutil
+
+    cache = tmp_path / "cache"
+    shutil.copytree(sources["cache"], cache)
+    other = json.loads((cache / "runs" / "1111aaaa" / "b.json").read_text())
+    other["env"]["launcher"] = "mpirun x2"
+    other["sessions"] = {"s0214": {"started": "2026-12-02T14:00:00+00:00", "host": "h200"}}
+    other["configs"][0]["rounds"][0]["kernels"] = {"a_kernel_only_mpirun_runs": 1}
+    (cache / "runs" / "4444dddd").mkdir()
+    (cache / "runs" / "4444dddd" / "a.json").write_text(json.dumps(other))
+    (cache / "runs" / "4444dddd" / "state.json").write_text("{}")
+    clone = dict(other, env={**other["env"], "repository": str(tmp_path / "another-clone")})
+    (cache / "runs" / "5555eeee").mkdir()
+    (cache / "runs" / "5555eeee" / "a.json").write_text(json.dumps(clone))
+    (cache / "runs" / "5555eeee" / "state.json").write_text("{}")
+    env = {**__import__("conftest").git_env(), "COLUMNS": "120"}
+    args = ("history", CONFIG, "--repo", sources["repo"], "--baselines-dir",
+            sources["baselines"], "--cache-dir", cache)
+    done = run_abdiff(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "5555eeee" not in done.stdout  # another clone's run
+    block = done.stdout.split(f"{CONFIG}: ")[1]
+    pr_v1 = block.split(f"  pr-v1 ({SHA['pr-v1']})")[1].split("\n  pr (")[0]
+    assert "run 4444dddd A" in pr_v1 and "mpirun x2" in pr_v1
+    assert "measured as mpirun x2, cuda (run 1111aaaa B: cuda): kernels not compared" in \
+        " ".join(pr_v1.split())
+    assert "a_kernel_only_mpirun_runs" not in done.stdout
+    only = run_abdiff(*args, "--target", "trtllm", env=env)
+    assert only.returncode == 2 and "(target trtllm)" in only.stderr

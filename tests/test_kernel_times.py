@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from abdiff.kernel_times import kernel_deltas, kernel_family, root_cause, side_kernel_us
-from abdiff.measure import profile_kernels
-from abdiff.records import KernelDelta, RoundRecord, load_run_file
+from abdiff.store.records import KernelDelta, RoundRecord, load_run_file
+from abdiff.verdict.kernel_times import kernel_deltas, kernel_family, root_cause, side_kernel_us
+from abdiff.worker.measure import profile_kernels
 
 H200 = Path(__file__).parent / "data" / "h200"
 PLANTED = "GEN-TRTLLM-bs32-q1-kv2049"  # lab/plant_slowdown.py: +3% of torch.cuda._sleep

@@ -32,7 +32,7 @@ from conftest import (
 )
 from test_hooks import make_upstream_repo
 
-from abdiff.records import load_run_file
+from abdiff.store.records import load_run_file
 
 pytestmark = pytest.mark.slow
 
@@ -212,7 +212,7 @@ def test_compare_of_runs_that_measured_nothing_is_exit_3(failures: dict,
 INJECTED = """\
 import sys
 
-from abdiff import stats
+from abdiff.verdict import stats
 from abdiff.cli import main
 
 

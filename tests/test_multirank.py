@@ -34,10 +34,10 @@ from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
 from abdiff.launchers import make_launcher
 from abdiff.launchers.process import run_process
-from abdiff.protocol import RecordWriter, rank_record_path
-from abdiff.ranks import merge_rank_logs, merge_records, read_rank_logs
-from abdiff.records import RoundRecord
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.protocol import RecordWriter, rank_record_path
+from abdiff.run.ranks import merge_rank_logs, merge_records, read_rank_logs
+from abdiff.store.records import RoundRecord
 
 FACT = "attn_metadata.max_total_draft_tokens"
 TRTLLM_Q4 = "GEN-TRTLLM-bs8-q4-kv256"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_each_option_lands_in_its_concern() -> None:
     args = parse("--repo", "/r", "--target", "command", "--target-arg=--x", "--expect",
                  "backend=dsa", "--rounds", "4", "--max-rounds", "20", "--np", "2",
                  "--launcher", "mpirun", "--pass-env", "HF_HOME", "--max-memory", "2G",
-                 "--min-effect", "3", "--alpha", "0.05", "--small-changes", "gate",
+                 "--min-effect", "3%", "--alpha", "0.05", "--small-changes", "gate",
                  "--gate", "latency=soft", "--format", "markdown", "--json", "r.json",
                  "--quiet")
     selection, schedule = selection_of(args), schedule_of(args)
@@ -68,9 +69,40 @@ def test_each_option_lands_in_its_concern() -> None:
         schedule.rounds = 5  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(("option", "spellings", "value"), [
+    ("--min-effect", ("2%", "0.02", " 2% ", "2.0%"), 0.02),
+    ("--min-effect", ("0.5%", "0.005"), 0.005),
+    ("--alpha", ("1%", "0.01"), 0.01),
+    ("--alpha", ("5%", "0.05"), 0.05)])
+def test_a_share_means_the_same_as_a_percentage_or_a_fraction(
+        option: str, spellings: tuple[str, ...], value: float) -> None:
+    """One unit convention for every share: `2%` and `0.02` are the same value."""
+    for text in spellings:
+        statistics = statistics_of(parse(option, text))
+        got = statistics.min_effect if option == "--min-effect" else statistics.alpha
+        assert got == pytest.approx(value), text
+
+
+@pytest.mark.parametrize(("option", "text", "says"), [
+    ("--min-effect", "2", "'2' is 200%, outside 0.1% to 50%; a bare number is a fraction: for "
+                          "2 percent write 2% or 0.02"),
+    ("--min-effect", "0.0002", "'0.0002' is 0.02%, outside 0.1% to 50%"),
+    ("--min-effect", "100%", "'100%' is 100%, outside"),
+    ("--min-effect", "two", "'two' is not a share"),
+    ("--min-effect", "nan", "'nan' is nan%"),
+    ("--alpha", "1", "'1' is 100%, outside 0.0001% to 25%; a bare number is a fraction: for 1 "
+                     "percent write 1% or 0.01"),
+    ("--alpha", "0%", "'0%' is 0%, outside")])
+def test_a_share_outside_its_range_is_refused_in_one_line(option: str, text: str,
+                                                          says: str) -> None:
+    """A bare value that would be nonsense as a fraction (`--min-effect 2`, which older
+    versions read as 2%, would be 200%) is refused, naming both spellings."""
+    with pytest.raises(InputError, match=re.escape(says)) as refused:
+        parse(option, text)
+    assert "\n" not in str(refused.value)
+
+
 def test_a_bad_statistics_option_is_refused_when_read() -> None:
-    with pytest.raises(InputError, match="--min-effect 100.0: a percentage below 100"):
-        statistics_of(parse("--min-effect", "100"))
     with pytest.raises(InputError, match="--gate"):
         statistics_of(parse("--gate", "latency=loud"))
 

@@ -1,10 +1,10 @@
-"""Policy: expect scopes, verdicts and the exit code (DESIGN.md, "Result")."""
+"""Policy: expect scopes, verdicts and the exit code."""
 
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.policy import apply_policy, in_scope, parse_expect
-from abdiff.records import ConfigResult, LatencyResult
+from abdiff.store.records import ConfigResult, LatencyResult
+from abdiff.verdict.policy import apply_policy, in_scope, parse_expect
 
 
 def config(backend: str, change: str = "same", facts=None, latency: str = "unchanged",

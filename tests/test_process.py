@@ -16,7 +16,7 @@ from conftest import process_running
 
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.process import run_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 REPORT_LIMITS = """
 import ctypes, resource, signal
@@ -50,7 +50,7 @@ PARENT = """
 import sys
 from pathlib import Path
 from abdiff.launchers.process import run_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 folder = Path(sys.argv[1])
 run_process(LaunchSpec(["sh", "-c", "echo $$ > pid; exec sleep 120"], folder),
             folder / "log", folder / "progress", None)
@@ -78,7 +78,7 @@ LEAVER = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 folder, mode = Path(sys.argv[1]), sys.argv[2]
 if mode != "none":
     process.adopt_leftovers()

@@ -10,7 +10,7 @@ import pty
 import time
 from pathlib import Path
 
-from abdiff.progress import Progress, duration_text, latest_started
+from abdiff.run.progress import Progress, duration_text, latest_started
 
 
 class Clock:

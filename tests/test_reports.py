@@ -11,12 +11,12 @@ from html.parser import HTMLParser
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 from abdiff.reports import FORMATS, common, markdown, render
 from abdiff.reports import csv as csv_report
 from abdiff.reports import html as html_report
 from abdiff.reports import json as json_report
 from abdiff.reports import table as table_report
+from abdiff.store.records import ConfigResult, KernelDelta, LatencyResult, Result, Side
 
 SUMMARY = ("5 of 6 configs measured; 1 failed on one side; "
            "1 unintended, 1 expected, 3 unchanged, 1 inconclusive")
@@ -89,12 +89,15 @@ def test_ordering_and_summary_sentence() -> None:
                         "unchanged", "unchanged", "unchanged"]
     assert common.summary_sentence(result) == SUMMARY
     assert common.verdict_line(result) == "1 unintended change"
+    # counted from the rows, whatever the summary claims (it says 6 measured of 8): 4 ran
+    # on both sides, 1 on one, and 3 of the 8 are not in the result at all
     clean = make_result(summary={"configs": 8, "measured": 6, "exit_code": 0})
     clean.configs = [c for c in clean.configs if c.verdict != "unintended"]
     clean.configs[0].verdict = "still-failing"
     assert common.verdict_line(clean) == (
         "no unintended change found, but latency undecided for 1 of the 4 configs timed on "
-        "both sides; 6 measured, 1 still failing, 1 inconclusive, 1 failed on one side")
+        "both sides; 4 measured, 1 still failing, 1 inconclusive, 1 failed on one side, 3 not "
+        "run on both sides")
     assert common.summary_sentence(clean).endswith(
         "0 unintended, 1 expected, 2 unchanged, 1 inconclusive, 1 still-failing")
     assert [c.verdict for c in common.ordered(clean)][0] == "still-failing"
@@ -121,10 +124,10 @@ def test_table() -> None:
     assert lines[-1] == ("abdiff: 1 unintended change: 5 of 6 configs measured; 1 failed on one "
                          "side; 1 unintended, 1 expected, 3 unchanged, 1 inconclusive (exit 1: a "
                          "change outside the expected scope, in the UNINTENDED rows)")
-    # a result without rounds_needed (result/2): twice the rounds
-    assert lines[-2] == ("next: latency undecided for 1 of the 5 configs timed on both sides "
-                         "after 4 rounds per side; "
-                         "about 8 would decide them: re-run with --max-rounds 8")
+    # a result without rounds_needed (result/2): no projection is made up
+    assert lines[-2] == ("next: latency undecided for 1 of the 5 configs timed on both sides, "
+                         "after 4 rounds per side; more rounds would decide them: re-run with a "
+                         "larger --max-rounds")
     assert lines[-1] == common.final_line(make_result())
     assert "\x1b" not in text
     first = text.index("GEN-TRTLLM-bs32-q4")
@@ -145,8 +148,11 @@ def test_table_fits_the_terminal_width(monkeypatch: pytest.MonkeyPatch, columns:
     trt.kernels_added["void cutlass::device_kernel<flash::FlashAttnFwdSm90<" + "x" * 120] = 3
     text = table_report.render(result, colour=False)
     lines = text.rstrip("\n").splitlines()
-    assert lines[-1].startswith("abdiff: 1 unintended change: ")  # the verdict, one line, last
-    assert all(len(line) <= columns for line in lines[:-1]), max(lines[:-1], key=len)
+    # the verdict last, wrapped at spaces: its first line starts it, every line fits
+    verdict = next(i for i, ln in enumerate(lines)
+                   if ln.startswith("abdiff: 1 unintended change: "))
+    assert " ".join(ln.strip() for ln in lines[verdict:]) == common.final_line(result)
+    assert all(len(line) <= columns for line in lines), max(lines, key=len)
     for cfg in result.configs:  # each config's verdict and id on one line, once: grep finds it
         hits = [ln for ln in lines if cfg.id in ln and not ln.startswith("[")]
         assert len(hits) == 1 and hits[0].split()[0].lower() == cfg.verdict, hits
@@ -219,12 +225,12 @@ def test_markdown_clean_run_reads_as_a_pass() -> None:
     # an undecided latency keeps exit 0 but not the green mark, and says what would decide
     assert text.splitlines()[1] == (
         ":warning: **abdiff: no unintended change found, but latency undecided for 1 of the 4 "
-        "configs timed on both sides; 5 measured, 1 inconclusive, 1 failed on one side**")
+        "configs timed on both sides; 4 measured, 1 inconclusive, 1 failed on one side**")
     for config in result.configs:
         if config.verdict == "inconclusive":
             config.verdict, config.latency.verdict = "unchanged", "unchanged"
     assert markdown.render(result).splitlines()[1] == (
-        ":white_check_mark: **abdiff: no unintended change (5 measured, 1 failed on one "
+        ":white_check_mark: **abdiff: no unintended change (4 measured, 1 failed on one "
         "side)**")
 
 
@@ -329,7 +335,7 @@ def test_markdown_report_with_hostile_strings() -> None:
         assert bad not in text
     assert text.count("<details>") == 1 and text.count("</details>") == 1
     assert re.search(r"@(?!\u200d)\w", text) is None
-    assert max(len(line) for line in text.splitlines()) < 3000
+    assert max(len(line) for line in text.splitlines()) < common.NOTE_LIMIT + 500
     # Every table row of the unintended table still has exactly its 5 cells.
     rows = [ln for ln in text.split("<details>")[0].splitlines() if ln.startswith("| ")]
     for row in rows:
@@ -471,7 +477,7 @@ def test_html_without_any_ratio() -> None:
 
 def test_a_cut_kernel_diff_keeps_the_attention_kernels() -> None:
     """Cut to a few lines, the diff still shows the kernels that did the work."""
-    from abdiff.records import ConfigResult, LatencyResult
+    from abdiff.store.records import ConfigResult, LatencyResult
 
     cfg = ConfigResult(
         "GEN-TRTLLM-bs8-q4-kv64", {}, "ok", "ok", "same", None, None, {},
@@ -538,13 +544,16 @@ def test_headline_says_when_latency_was_undecided_and_what_would_decide() -> Non
     assert common.verdict_line(result) == headline
     assert headline in markdown.render(result).splitlines()[1]  # the PR comment's first line
     assert markdown.render(result).splitlines()[1].startswith(":warning:")
-    last = table_report.render(result).splitlines()
-    assert last[-1].startswith("abdiff: no unintended change: 4 of 4 configs measured; 1 "
-                               "unchanged, 3 inconclusive (exit 0: ")
-    assert " ".join(last[-3:-1]).strip().startswith(
-        "next: latency undecided for 3 of the 4 configs timed on both sides after 5 rounds per "
-        "side; about 31 would "
-        "decide them: re-run with --max-rounds 31")  # wrapped to the width
+    last = " ".join(table_report.render(result, width=100).split())
+    assert last.endswith(common.final_line(result))
+    assert common.final_line(result).startswith(
+        "abdiff: no unintended change: 4 of 4 configs measured; 1 unchanged, 3 inconclusive "
+        "(exit 0: ")
+    assert (" ".join(common.next_step(result).split()) + " abdiff: no unintended change") in last
+    assert common.next_step(result) == (
+        "next: latency undecided for 3 of the 4 configs timed on both sides, after 5 rounds per "
+        "side; about 31 rounds per side would decide them at the spread measured: re-run with "
+        "--max-rounds 31 (a config whose spread grows stops early and says so)")
     flagged = make_result()  # an unintended change leads; the summary counts the undecided
     assert common.verdict_line(flagged) == "1 unintended change"
 
@@ -585,19 +594,24 @@ def test_kernel_time_root_cause_in_every_format() -> None:
     trt = next(c for c in result.configs if c.verdict == "unintended")
     trt.kernel_deltas = [KernelDelta(SDPA, 0.0, 21.5, 21.5),
                          KernelDelta("aten::bmm", 14.25, 0.0, -14.25)]
-    assert common.root_cause_lines(trt) == [f"Δ +21.5 µs {SDPA}", "Δ -14.2 µs aten::bmm"]
-    trt.latency.a_us, trt.latency.b_us = 157.4, 2376.0  # slower: how much the kernels make up
-    assert common.root_cause_lines(trt)[-1] == "(these: +7.25 µs of the +2219 µs change)"
+    # a result/2 file without the profiled totals: the differences, named as the profiler's
+    assert common.root_cause_lines(trt) == [f"Δ +21.5 µs {SDPA} (profiled call)",
+                                            "Δ -14.2 µs aten::bmm (profiled call)"]
+    # with them: shares of the profiled call, which cannot exceed it; its total per side
+    # is said first. A profiled call on a busy CPU took 13612 µs of bmm alone, against a
+    # timed step of 7399 µs: no line compares the two
     trt.kernel_deltas = [KernelDelta("aten::bmm", 13612.0, 0.0, -13612.0)]
-    trt.latency.a_us, trt.latency.b_us = 7399.0, 4823.0  # faster, by milliseconds on a CPU
-    assert common.root_cause_lines(trt) == ["Δ -13600 µs aten::bmm",
-                                            "(these: -13600 µs of the -2576 µs change)"]
+    trt.latency.a_us, trt.latency.b_us = 7399.0, 4823.0
+    trt.profiled_a_us, trt.profiled_b_us = 16000.0, 2500.0
+    assert common.root_cause_lines(trt) == [
+        "profiled call (one per round, not the timed step): A 16000 µs, B 2500 µs in kernels",
+        "aten::bmm: 85% -> 0% (Δ -13600 µs)"]
     trt.kernel_deltas = [KernelDelta(SDPA, 0.0, 21.5, 21.5),
                          KernelDelta("aten::bmm", 14.25, 0.0, -14.25)]
-    trt.latency.a_us, trt.latency.b_us = 157.4, 2376.0
+    trt.profiled_a_us, trt.profiled_b_us = 100.0, 107.25
     for text in (markdown.render(result), table_report.render(result, width=200, colour=False),
                  html_report.render(result)):
-        assert "+21.5 µs" in text and "-14.2 µs aten::bmm" in text
+        assert "+21.5 µs" in text and "aten::bmm: 14% -&gt; 0%" in text.replace("->", "-&gt;")
     data = json.loads(json_report.render(result))
     config = next(c for c in data["configs"] if c["verdict"] == "unintended")
     assert config["kernel_deltas"][0] == {"kernel": SDPA, "a_us": 0.0, "b_us": 21.5,
@@ -637,9 +651,8 @@ def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
 
 def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> None:
     result = make_result()
-    step = ("latency undecided for 1 of the 5 configs timed on both sides after 4 rounds per "
-            "side; about 8 would "
-            "decide them: re-run with --max-rounds 8")
+    step = ("latency undecided for 1 of the 5 configs timed on both sides, after 4 rounds per "
+            "side; more rounds would decide them: re-run with a larger --max-rounds")
     assert common.next_step(result) == f"next: {step}"
     assert f"Next: {step}" in markdown.render(result).splitlines()
     table_text = " ".join(table_report.render(result, width=240, colour=False).split())
@@ -655,7 +668,7 @@ def test_the_result_is_valid_against_its_documented_schema() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     from pathlib import Path
 
-    from abdiff.records import RESULT_SCHEMA
+    from abdiff.store.records import RESULT_SCHEMA
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     schema = json.loads((docs / "schemas" / "result.json").read_text())
@@ -670,9 +683,13 @@ def test_the_result_is_valid_against_its_documented_schema() -> None:
 
 
 def test_a_long_note_is_cut_after_a_whole_clause() -> None:
-    long = "; ".join(f"clause {i} says something about the rounds of this run" for i in range(20))
+    """Notes are shown whole (a 1000-character one too); only one a benchmark made huge is
+    cut, after a whole clause."""
+    whole = "; ".join(f"clause {i} says something about the rounds of this run" for i in range(20))
+    assert common.notes(make_result(notes=[whole])) == [whole]
+    long = "; ".join(f"clause {i} says something about the rounds of this run" for i in range(99))
     (note,) = common.notes(make_result(notes=[long]))
-    assert note.endswith("this run … (whole in the JSON)") and len(note) <= 400
+    assert note.endswith("this run … (whole in the JSON)") and len(note) <= common.NOTE_LIMIT
     assert note[: -len(" … (whole in the JSON)")] in long
     assert common.notes(make_result(notes=["short; whole"])) == ["short; whole"]
 

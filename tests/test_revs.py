@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from abdiff.errors import InputError
-from abdiff.revs import (
+from abdiff.repo.revs import (
     WORKTREE,
     RevRange,
     SideSpec,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fake_target import CONFIGS, SETTINGS, FakeLauncher, FakeTarget
 
-from abdiff.records import RoundRecord
-from abdiff.rounds import run_round
+from abdiff.run.rounds import run_round
+from abdiff.store.records import RoundRecord
 
 
 def test_a_worker_after_a_capture_death_is_still_asked_for_kernels(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from abdiff.errors import InfrastructureError
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import Confinement
 from abdiff.launchers.slurm import SrunLauncher
-from abdiff.targets.base import ABDIFF_ROOT
+from abdiff.launchers.spec import ABDIFF_ROOT
 
 AVAILABLE = sys.platform.startswith("linux") and sandbox.trial(Confinement()) is None
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason="no user namespaces here")
@@ -291,7 +291,7 @@ LEAVER = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process, sandbox
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state"):
     (folder / name).mkdir()
@@ -379,7 +379,7 @@ from pathlib import Path
 from abdiff.launchers import sandbox
 from abdiff.launchers.forkserver import ForkServer
 from abdiff.launchers.process import run_process
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state", "job"):
     (folder / name).mkdir()

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
-from abdiff.records import RoundRecord, load_run_file, write_run_file
-from abdiff.schedule import (
+from abdiff.run.schedule import (
     FAILURE_REPEATS,
     Measurement,
     Plan,
@@ -17,8 +16,9 @@ from abdiff.schedule import (
     empty_run,
     schedule,
 )
-from abdiff.sequential import Looks
+from abdiff.store.records import RoundRecord, load_run_file, write_run_file
 from abdiff.suites import Config
+from abdiff.verdict.sequential import Looks
 
 
 def test_abba_blocks_balance_both_sides() -> None:

@@ -43,7 +43,7 @@ from conftest import (
 from abdiff.cli import main
 from abdiff.demo import build_demo_repo
 from abdiff.demo.builder import RUNNER_PATH
-from abdiff.exposure import state_home
+from abdiff.host.exposure import state_home
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import Confinement
 from abdiff.launchers.process import worker_environment
@@ -238,7 +238,7 @@ PARENT = """
 import sys
 from pathlib import Path
 from abdiff.launchers.process import run_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 out = Path(sys.argv[1])
 spec = LaunchSpec([sys.executable, "-c", sys.argv[2], str(out / "seen.json")], out)
 sys.exit(run_process(spec, out / "logs", out / "progress", timeout_s=120).returncode)
@@ -842,7 +842,7 @@ def test_a_promisor_remote_planted_in_git_config_runs_nothing(tmp_path: Path) ->
                    capture_output=True, check=False)
     assert marker.exists(), "the planted remote did not run under plain git: test is void"
     marker.unlink()
-    from abdiff.revs import run_git
+    from abdiff.repo.revs import run_git
 
     assert run_git(repo, "cat-file", "-e", sha, check=False).returncode != 0
     assert not marker.exists()
@@ -860,7 +860,7 @@ def test_git_gets_an_allow_listed_environment(monkeypatch: pytest.MonkeyPatch,
     while they run: they get only what git needs (an alias prints what git got)."""
     monkeypatch.setenv("DOCKER_AUTH_CONFIG", "canary-docker")
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
-    from abdiff.revs import run_git
+    from abdiff.repo.revs import run_git
 
     git(tmp_path, "init", "-q")
     seen = run_git(tmp_path, "-c", "alias.seen=!env", "seen").stdout
@@ -872,7 +872,7 @@ def test_git_gets_an_allow_listed_environment(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_refs_the_benchmark_moves_are_named(tmp_path: Path) -> None:
-    from abdiff.revs import moved_refs, refs_of
+    from abdiff.repo.revs import moved_refs, refs_of
 
     git(tmp_path, "init", "-q", "-b", "main")
     git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from abdiff.sequential import Looks, spent
+from abdiff.verdict.sequential import Looks, spent
 
 
 def test_looks_follow_the_schedule() -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.launchers.standby import StandbyPool
 from abdiff.launchers.warm import prime, standing_by
-from abdiff.session import worker_start
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+from abdiff.run.session import worker_start
 
 REPORT = """
 import json, os, sys

@@ -1,4 +1,4 @@
-"""abdiff.stats: paired rounds, Huber location, moderated t, sign-flip max-T, looks."""
+"""abdiff.verdict.stats: paired rounds, Huber location, moderated t, sign-flip max-T, looks."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from scipy import special
 from scipy import stats as sps
 
-from abdiff import stats
-from abdiff.records import LatencyResult
-from abdiff.sequential import Looks
+from abdiff.store.records import LatencyResult
+from abdiff.verdict import stats
+from abdiff.verdict.sequential import Looks
 
 
 def suite(rng: np.random.Generator, rounds: int = 10, configs: int = 6,

@@ -1,5 +1,5 @@
 """`abdiff check-kernels`: golden kernel sets and launch counts per GPU architecture,
-checked against one measured side (abdiff/kernel_golden.py, commands/check_kernels.py).
+checked against one measured side (abdiff/verdict/kernel_golden.py, commands/check_kernels.py).
 
 The run files hold what the trtllm probe records per round (kernels with launch counts);
 the command runs for real in a subprocess.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from conftest import h200_with_kernels, run_abdiff
 
-from abdiff.kernel_golden import golden_path
-from abdiff.records import ConfigRuns, RoundRecord, RunFile, write_run_file
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, write_run_file
+from abdiff.verdict.kernel_golden import golden_path
 
 FMHA, XQA, GEMM = "fmha_v2_kernel", "xqa_kernel_spec_dec", "nvjet_gemm"
 

@@ -13,17 +13,17 @@ import pytest
 from test_launchers import fake_path  # noqa: F401 (fixture)
 from test_trtllm_target import cfg, checkouts, repo, run_worker  # noqa: F401 (fixtures)
 
-from abdiff.baselines import fingerprint, fingerprint_differences
-from abdiff.compare import compare_runs
 from abdiff.launchers import make_launcher
 from abdiff.launchers.mpirun import MpirunLauncher
 from abdiff.launchers.process import kernel_selecting_environment, worker_environment
 from abdiff.launchers.slurm import srun_has_containers
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.launchers.spec import LaunchSpec
 from abdiff.reports import common, markdown
 from abdiff.reports import json as json_report
-from abdiff.targets.base import LaunchSpec
+from abdiff.store.baselines import fingerprint, fingerprint_differences
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.targets.trtllm.target import TrtllmTarget
+from abdiff.verdict.compare import compare_runs
 
 SELECTING = {"TLLM_FMHA_LIBS": "trtllm-gen", "TRTLLM_ENABLE_PDL": "1", "NCCL_ALGO": "Ring",
              "CUDA_MODULE_LOADING": "EAGER"}

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from conftest import run_abdiff
 
-from abdiff.compare import compare_runs
 from abdiff.errors import InputError
-from abdiff.policy import parse_gates
-from abdiff.records import ConfigRuns, RoundRecord, RunFile, write_run_file
 from abdiff.reports import common, markdown
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, write_run_file
+from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.policy import parse_gates
 
 CONFIG = "GEN-TRTLLM-bs32-q4-kv2049"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from test_nsys import FMHA, GEMM, Export
 
-from abdiff.compare import compare_runs
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.reports import table
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.targets.trtllm import nsys
+from abdiff.verdict.compare import compare_runs
 
 COPY_TABLES = """
 CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL,

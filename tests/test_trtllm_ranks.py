@@ -11,7 +11,7 @@ import pytest
 from test_hooks import git, make_upstream_repo
 
 from abdiff.launchers.mpirun import MpirunLauncher
-from abdiff.rounds import RoundSettings, run_round
+from abdiff.run.rounds import RoundSettings, run_round
 from abdiff.suites import Config
 from abdiff.targets.trtllm.target import TrtllmTarget
 

@@ -19,8 +19,8 @@ from test_hooks import git, make_upstream_repo, write_upstream_tree
 from abdiff.errors import InputError
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import run_process
-from abdiff.protocol import read_round_log
-from abdiff.rounds import RoundSettings, run_round
+from abdiff.run.protocol import read_round_log
+from abdiff.run.rounds import RoundSettings, run_round
 from abdiff.suites import Config, load_suite
 from abdiff.targets import detect_target
 from abdiff.targets.base import RoundJob

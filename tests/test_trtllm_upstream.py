@@ -17,9 +17,8 @@ import pytest
 import yaml
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
-from abdiff.compare import compare_runs
 from abdiff.errors import InputError
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.suites import load_suite
 from abdiff.suites.loader import parse_suite
 from abdiff.targets.trtllm import seed
@@ -33,6 +32,7 @@ from abdiff.targets.trtllm.target import (
     run_py_options,
     translate_configs,
 )
+from abdiff.verdict.compare import compare_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 # the run.py options of today's upstream that the stand-in's run.py lacks (upstream's test

@@ -16,7 +16,7 @@ from test_trtllm_nsys_copies import step
 from test_trtllm_target import cfg, checkouts, repo, run_worker  # noqa: F401 (fixtures)
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigRuns, RoundRecord, RunFile, write_run_file
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, write_run_file
 from abdiff.targets.trtllm.upstream_runs import import_run_dir
 
 ARGS = ("Namespace(model='nvidia/DeepSeek-R1-0528-FP4-v2', layer_indices=[5], run_type='GEN', "

@@ -20,7 +20,7 @@ from test_trtllm_upstream import TODAYS_OPTIONS, args_for, todays_upstream
 
 from abdiff.errors import InputError
 from abdiff.launchers.local import LocalLauncher
-from abdiff.rounds import RoundSettings, run_round
+from abdiff.run.rounds import RoundSettings, run_round
 from abdiff.suites import load_suite
 from abdiff.suites.upstream_tests import TEST_FILE, parse_upstream_tests
 from abdiff.targets.trtllm.target import RUN_PY, TrtllmTarget, base_config, plan_block

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.validate import Len, Min, from_json
+from abdiff.store.validate import Len, Min, from_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

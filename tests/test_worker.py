@@ -18,12 +18,12 @@ from conftest import config_id, git
 
 from abdiff.demo import build_demo_repo
 from abdiff.launchers import make_launcher
-from abdiff.measure import WarmupRule, settled, warm_up
-from abdiff.records import RoundRecord
-from abdiff.rounds import RoundSettings, order_seed, run_round
+from abdiff.run.rounds import RoundSettings, order_seed, run_round
+from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.reference.target import ReferenceTarget
 from abdiff.targets.reference.worker import shuffled
+from abdiff.worker.measure import WarmupRule, settled, warm_up
 
 FACTS = ["attn_metadata.max_total_draft_tokens"]
 

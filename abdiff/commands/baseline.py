@@ -10,13 +10,14 @@ import dataclasses
 import datetime
 import math
 import sys
-import textwrap
 import time
 from pathlib import Path
 
-from tabulate import tabulate
-
-from abdiff.baselines import (
+from abdiff.commands.common import add_measure_options, measuring, positive_int
+from abdiff.repo.revs import open_repo
+from abdiff.reports.common import clip
+from abdiff.run.session import measure_one_side
+from abdiff.store.baselines import (
     SessionDrift,
     append_rounds,
     baseline_path,
@@ -28,12 +29,8 @@ from abdiff.baselines import (
     session_drift,
     sessions_with_rounds,
 )
-from abdiff.commands.common import add_measure_options, measuring, positive_int
-from abdiff.records import RunFile, write_run_file
-from abdiff.reports.common import clip
-from abdiff.revs import open_repo
-from abdiff.session import measure_one_side
-from abdiff.stats import DEFAULT_ALPHA
+from abdiff.store.records import RunFile, write_run_file
+from abdiff.verdict.stats import DEFAULT_ALPHA
 
 # Sessions a refresh records by default: with three, the between-session variance has two
 # df per config, pooled over the suite's configs (baselines.session_drift)
@@ -110,30 +107,31 @@ def refresh(args: argparse.Namespace) -> int:
 
 
 def show_list(args: argparse.Namespace) -> int:
+    from abdiff.reports.table import grid, terminal_width
+
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
-    rows = [[name, run.rev, run.sha[:12], run.suite, run.target, len(run.configs),
-             run.env.get("device_name") or run.env.get("device"), run.env.get("recorded_at")]
+    rows = [[str(cell) for cell in (
+                name, run.rev, run.sha[:12], run.suite, run.target, len(run.configs),
+                run.env.get("device_name") or run.env.get("device"), run.env.get("recorded_at"))]
             for name, run in list_baselines(folder)]
-    print(tabulate(rows, headers=["name", "rev", "sha", "suite", "target", "configs", "device",
-                                  "recorded"]) if rows else f"no baselines in {folder}")
+    print(grid(["name", "rev", "sha", "suite", "target", "configs", "device", "recorded"], rows,
+               terminal_width()) if rows else f"no baselines in {folder}")
     return 0
 
 
 def show(args: argparse.Namespace) -> int:
     """The baseline's provenance, then a block per config (time per step with its spread,
     facts, kernels), wrapped to the terminal's width."""
-    from abdiff.history import machine_of, measured_at, snapshot
     from abdiff.reports.history import facts_text, kernels_text, latency_text
-    from abdiff.reports.table import terminal_width
+    from abdiff.reports.table import terminal_width, wrap
+    from abdiff.store.history import machine_of, measured_at, snapshot
 
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     run = load_baseline(folder, args.name)
     width = terminal_width()
 
     def say(text: str, indent: str = "") -> None:
-        print("\n".join(textwrap.wrap(text, width, initial_indent=indent,
-                                       subsequent_indent=indent + "    ",
-                                       break_on_hyphens=False)))
+        print("\n".join(wrap([indent + text], width, indent + "    ")))
 
     say(f"baseline {args.name}: {run.rev} at commit {run.sha[:12]}, suite {run.suite}, target "
         f"{run.target}, {len(run.configs)} configs")

@@ -2,7 +2,7 @@
 
 Measures A..B, takes the change of each config to find (the given ones, or
 every unintended one), and binary-searches the first-parent path from A to B
-(abdiff/bisection.py). Each step is an ordinary interleaved comparison kept in
+(abdiff/verdict/bisection.py). Each step is an ordinary interleaved comparison kept in
 the state cache, so an interrupted bisect re-run with the same arguments
 reuses every comparison already finished and continues.
 """
@@ -12,19 +12,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from abdiff.bisection import (
-    BisectResult,
-    Commit,
-    Outcome,
-    classify,
-    culprits_of,
-    last_unchanged,
-    outcome_at,
-    result_signatures,
-    search,
-)
 from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
@@ -35,13 +25,25 @@ from abdiff.commands.common import (
     statistics_of,
 )
 from abdiff.errors import InputError, did_you_mean
-from abdiff.files import write_atomic
 from abdiff.options import Schedule, Statistics
-from abdiff.records import Result
+from abdiff.repo.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.reports import bisect as bisect_report
-from abdiff.revs import SideSpec, open_repo, resolve_range, run_git
-from abdiff.schedule import Plan
-from abdiff.session import Bench, measure_and_compare, prepare_bench, side_run
+from abdiff.run.schedule import Plan
+from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_runs
+from abdiff.store.files import write_atomic
+from abdiff.store.records import Result
+from abdiff.verdict.bisection import (
+    BisectResult,
+    ChangeSignature,
+    Commit,
+    Outcome,
+    classify,
+    culprits_of,
+    last_unchanged,
+    outcome_at,
+    result_signatures,
+    search,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,8 +99,8 @@ class StepRunner:
         if ids is not None:
             suite = dataclasses.replace(suite, configs=[c for c in suite.configs if c.id in ids])
         bench = dataclasses.replace(self.bench, suite=suite)
-        sides = {"A": side_run(bench, SideSpec(older.sha[:12], older.sha)),
-                 "B": side_run(bench, SideSpec(newer.sha[:12], newer.sha))}
+        bench, sides = side_runs(bench, {"A": SideSpec(older.sha[:12], older.sha),
+                                         "B": SideSpec(newer.sha[:12], newer.sha)})
         return measure_and_compare(self.schedule, self.statistics, bench, sides,
                                    sides["A"].run, self.expect, [])
 
@@ -111,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
     bench = prepare_bench(selection, schedule, repo_root)
+    if not bench.suite.configs:
+        raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
+                         "measures; list them in the suite's target.benchmarks")
     expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
                           [c.params for c in bench.suite.configs])
     known = {c.id for c in bench.suite.configs}
@@ -122,44 +127,15 @@ def run(args: argparse.Namespace) -> int:
     path = first_parent_path(repo_root, spec_a, spec_b)
     steps = StepRunner(schedule, statistics, bench, expect)
 
-    say = (lambda text: None) if schedule.quiet else (lambda text: print(text, file=sys.stderr))
+    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else \
+        (lambda text: print(text, file=sys.stderr))
     say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
         f"measuring {spec_a.rev}..{spec_b.rev}")
     ends = steps.compare(path[0], path[-1], args.config or None)
     signatures = result_signatures(ends, args.config)
     result = BisectResult(a=path[0], b=path[-1], configs=sorted(signatures))
     if signatures:
-
-        def test(commit: Commit, ids: list[str]) -> dict[str, Outcome]:
-            say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} configs)")
-            against_a = {c.id: c for c in steps.compare(path[0], commit, ids).configs}
-            moving = [i for i in ids if signatures[i].latency]
-            against_b = {c.id: c for c in steps.compare(commit, path[-1], moving).configs} \
-                if moving else {}
-            return {i: classify(signatures[i], against_a[i], against_b.get(i)) for i in ids}
-
-        first_new, result.unresolved, result.steps, skipped = search(
-            path, list(signatures), test)
-        result.skipped = [path[i] for i in sorted(skipped)]
-        result.culprits = culprits_of(first_new, path)
-        for culprit in result.culprits:
-            index = path.index(culprit.commit)
-            say(f"abdiff bisect: sandwich check {path[index - 1].sha[:12]}.."
-                f"{culprit.commit.sha[:12]}")
-            parent = path[index - 1]
-            culprit.evidence = steps.compare(parent, culprit.commit, culprit.configs)
-            shown = {c.id: c for c in culprit.evidence.configs}
-            # the whole change in one commit: its parent had none of it (A, or tested `old`;
-            # `partial` means part of it came earlier) and parent..culprit shows all of it
-            culprit.confirmed = all(
-                (index == 1 or outcome_at(result.steps, parent, i) == "old")
-                and signatures[i].shown_by(shown[i]) for i in culprit.configs)
-            culprit.latency_undecided = [i for i in culprit.configs
-                                         if signatures[i].latency_undecided(shown[i])]
-            if not culprit.confirmed:
-                culprit.spread_from = min(
-                    (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
-                    key=path.index)
+        _search_path(result, path, steps, signatures, say)
     text = bisect_report.render(result, ends, output.format)
     if output.output:
         write_atomic(output.output, text)
@@ -170,3 +146,39 @@ def run(args: argparse.Namespace) -> int:
     if output.html:
         write_atomic(output.html, bisect_report.render(result, ends, "html"))
     return result.exit_code
+
+
+def _search_path(result: BisectResult, path: list[Commit], steps: StepRunner,
+                 signatures: dict[str, ChangeSignature], say: Callable[[str], None]) -> None:
+    """Bisect `path` for the commits that made each signature's change, then check each
+    culprit against its parent (the sandwich check); fills `result`."""
+
+    def test(commit: Commit, ids: list[str]) -> dict[str, Outcome]:
+        say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} configs)")
+        against_a = {c.id: c for c in steps.compare(path[0], commit, ids).configs}
+        moving = [i for i in ids if signatures[i].latency]
+        against_b = {c.id: c for c in steps.compare(commit, path[-1], moving).configs} \
+            if moving else {}
+        return {i: classify(signatures[i], against_a[i], against_b.get(i)) for i in ids}
+
+    first_new, result.unresolved, result.steps, skipped = search(path, list(signatures), test)
+    result.skipped = [path[i] for i in sorted(skipped)]
+    result.culprits = culprits_of(first_new, path)
+    for culprit in result.culprits:
+        index = path.index(culprit.commit)
+        say(f"abdiff bisect: sandwich check {path[index - 1].sha[:12]}.."
+            f"{culprit.commit.sha[:12]}")
+        parent = path[index - 1]
+        culprit.evidence = steps.compare(parent, culprit.commit, culprit.configs)
+        shown = {c.id: c for c in culprit.evidence.configs}
+        # the whole change in one commit: its parent had none of it (A, or tested `old`;
+        # `partial` means part of it came earlier) and parent..culprit shows all of it
+        culprit.confirmed = all(
+            (index == 1 or outcome_at(result.steps, parent, i) == "old")
+            and signatures[i].shown_by(shown[i]) for i in culprit.configs)
+        culprit.latency_undecided = [i for i in culprit.configs
+                                     if signatures[i].latency_undecided(shown[i])]
+        if not culprit.confirmed:
+            culprit.spread_from = min(
+                (last_unchanged(result.steps, path, i, index) for i in culprit.configs),
+                key=path.index)

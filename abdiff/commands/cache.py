@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.checkouts import clean_cache, default_cache_dir
 from abdiff.errors import InputError
-from abdiff.revs import open_repo
-from abdiff.schedule import clean_runs
+from abdiff.repo.checkouts import clean_cache, default_cache_dir
+from abdiff.repo.revs import open_repo
+from abdiff.run.schedule import clean_runs
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,7 +1,7 @@
 """`abdiff check-kernels RUNFILE --arch sm100 [--update]`: per-architecture kernel tripwires.
 
 Compares one measured side (a run file of `abdiff run`, or a baseline) with the golden
-kernel baseline of its suite and GPU architecture (abdiff/kernel_golden.py); no A side
+kernel baseline of its suite and GPU architecture (abdiff/verdict/kernel_golden.py); no A side
 is measured. Exit 0 when every golden config ran the same kernels with a launch count
 inside its band, 1 when one changed, 2 for bad input (no golden file: --update writes it).
 """
@@ -11,14 +11,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.kernel_golden import (
+from abdiff.store.records import load_run_file
+from abdiff.verdict.kernel_golden import (
     check,
     golden_path,
     load_golden,
     make_golden,
     write_golden,
 )
-from abdiff.records import load_run_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:

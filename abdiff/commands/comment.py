@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abdiff.errors import InputError
-from abdiff.files import read_text
-from abdiff.github import (
+from abdiff.reports.github import (
     DEFAULT_API_URL,
     GitHubClient,
     check_head_sha,
@@ -38,9 +37,10 @@ from abdiff.github import (
     upsert_comment,
     validate_target,
 )
+from abdiff.store.files import read_text
 
 if TYPE_CHECKING:  # imported when rendering, like the rest of that path
-    from abdiff.records import Result
+    from abdiff.store.records import Result
 
 # A real result of a thousand configs is about 2 MB; a forged artifact may be anything.
 MAX_RESULT_BYTES = 16 * 2**20
@@ -92,7 +92,7 @@ def _read_body(path: Path) -> str:
 
 def _load_result(path: Path) -> Result:
     """The validated result file; too large, unreadable or invalid is an InputError."""
-    from abdiff.records import load_result
+    from abdiff.store.records import load_result
 
     try:
         size = path.stat().st_size

@@ -8,19 +8,22 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from abdiff import stats
 from abdiff.errors import InputError, did_you_mean
-from abdiff.exposure import refuse_secrets
-from abdiff.files import write_atomic
+from abdiff.host.exposure import refuse_secrets
+from abdiff.launchers import LAUNCHERS
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
-from abdiff.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
-from abdiff.records import Result
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line, next_step
-from abdiff.schedule import Plan
+from abdiff.reports.common import clip, final_line, next_step, time_line
+from abdiff.run.devices import parse_devices
+from abdiff.run.schedule import Plan
+from abdiff.store.files import write_atomic
+from abdiff.store.records import Result
+from abdiff.verdict import stats
+from abdiff.verdict.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
 
 MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -41,12 +44,34 @@ def positive_float(text: str) -> float:
     return value
 
 
-def probability(text: str) -> float:
-    """A family false-alarm rate: a number in (0, 0.5)."""
-    value = positive_float(text)
-    if value >= 0.5:
-        raise argparse.ArgumentTypeError(f"{text!r} must be below 0.5 (e.g. 0.01 for 1%)")
-    return value
+def share(option: str, low: float, high: float) -> Callable[[str], float]:
+    """The one unit convention of every option that is a share (--min-effect, --alpha): a
+    percentage with its sign (`2%`) or a fraction (`0.02`), the same value; a value outside
+    [low, high] is refused in one line that names both spellings (a bare `2` is 200%)."""
+    example = f"{high / 25:.0%} or {high / 25:g}"
+
+    def parse(text: str) -> float:
+        spelled = text.strip()
+        percent = spelled.endswith("%")
+        try:
+            number = float(spelled.removesuffix("%"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a percentage with "
+                                             f"its sign or a fraction, e.g. {example}") from None
+        value = number / 100.0 if percent else number
+        if low <= value <= high:  # NaN fails both
+            return value
+        meant = (f"; a bare number is a fraction: for {number:g} percent write {number:g}% or "
+                 f"{number / 100:g}" if not percent and high < value <= 100 else
+                 f"; e.g. {example}")
+        raise argparse.ArgumentTypeError(f"{text!r} is {value * 100:.6g}%, outside "
+                                         f"{low * 100:g}% to {high * 100:g}%{meant}")
+    parse.__name__ = option  # argparse names the type in its messages
+    return parse
+
+
+MIN_EFFECT = share("--min-effect", 0.001, 0.5)
+ALPHA = share("--alpha", 1e-6, 0.25)
 
 
 def memory_size(text: str) -> int:
@@ -76,7 +101,7 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         "package registers (docs/targets.md; default: detected)")
     parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                         help="extra argument passed to the target's benchmark (repeatable)")
-    parser.add_argument("--launcher", choices=["local", "mpirun", "srun", "torchrun"],
+    parser.add_argument("--launcher", choices=list(LAUNCHERS),
                         default=None, help="how workers start (default: local; mpirun for trtllm)")
     parser.add_argument("--np", type=positive_int, default=None,
                         help="ranks for mpirun/srun/torchrun")
@@ -89,6 +114,12 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="accepted and ignored: graph replays are the default on CUDA")
     parser.add_argument("--cpu-threads", type=positive_int, default=1,
                         help="torch threads per worker on the CPU (default 1)")
+    parser.add_argument("--devices", metavar="LIST",
+                        help="run rounds on several devices at once, pairs within a device: "
+                             "devices separated by ':', each a comma list of numbers or "
+                             "ranges: GPU indices on a GPU host (0:1:2:3, each worker sees its "
+                             "own), CPU sets on a CPU host (0-3:4-7, each worker pinned to "
+                             "its set) (docs/commands.md)")
     parser.add_argument("--prestart", choices=["auto", "fork", "on", "off"], default="auto",
                         help="how local workers skip Python's start and the torch import: "
                              "fork (each a fork of one process that imported torch once), on "
@@ -120,11 +151,13 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
 def add_compare_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expect", action="append", default=[], metavar="KEY=VALUE",
                         help="configs allowed to change (repeatable; default: the suite's)")
-    parser.add_argument("--min-effect", type=positive_float, default=stats.DEFAULT_MIN_EFFECT * 100,
-                        metavar="PCT", help="smallest latency change that matters, in percent")
-    parser.add_argument("--alpha", type=probability, default=stats.DEFAULT_ALPHA,
+    parser.add_argument("--min-effect", type=MIN_EFFECT, default=stats.DEFAULT_MIN_EFFECT,
+                        metavar="SHARE", help="smallest latency change that matters: 2%% or "
+                        f"0.02, the same (default {stats.DEFAULT_MIN_EFFECT * 100:g}%%)")
+    parser.add_argument("--alpha", type=ALPHA, default=stats.DEFAULT_ALPHA, metavar="SHARE",
                         help="family false-alarm rate of the latency verdicts over all configs "
-                             f"and looks (default {stats.DEFAULT_ALPHA:g})")
+                             "and looks: 1%% or 0.01, the same (default "
+                             f"{stats.DEFAULT_ALPHA * 100:g}%%)")
     parser.add_argument("--small-changes", choices=SMALL_CHANGES, default="report",
                         help="a latency change that is real but below --min-effect: report it "
                              "(exit 0, the default) or gate on it like any change")
@@ -161,11 +194,14 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
     elif ceiling < args.rounds:
         raise InputError(f"--max-rounds {ceiling} is below --rounds {args.rounds}: the first "
                          f"look is after --rounds; give --max-rounds {args.rounds} or more")
+    if args.devices:
+        parse_devices(args.devices, gpu=True)  # the syntax, before any git (the CPUs later)
     return Schedule(
         rounds=args.rounds, max_rounds=ceiling,
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
         device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
-        prestart=args.prestart, sandbox=args.sandbox, cache_dir=args.cache_dir,
+        devices=args.devices, prestart=args.prestart, sandbox=args.sandbox,
+        cache_dir=args.cache_dir,
         pass_env=tuple(args.pass_env),
         unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
         resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
@@ -182,12 +218,9 @@ def measuring(args: argparse.Namespace) -> tuple[Selection, Schedule]:
 
 
 def statistics_of(args: argparse.Namespace) -> Statistics:
-    """The verdict options; a --min-effect of 100% or more and a typo in --gate are refused
-    here, before anything is measured."""
-    if args.min_effect >= 100:
-        raise InputError(f"--min-effect {args.min_effect}: a percentage below 100 is "
-                         "expected, e.g. 2")
-    return Statistics(min_effect=args.min_effect / 100.0, alpha=args.alpha,
+    """The verdict options (--min-effect and --alpha already fractions, `share`); a typo in
+    --gate is refused here, before anything is measured."""
+    return Statistics(min_effect=args.min_effect, alpha=args.alpha,
                       small_changes=args.small_changes, require_all=args.require_all,
                       gates=parse_gates(args.gate))
 
@@ -245,6 +278,9 @@ def emit_reports(result: Result, output: Output) -> None:
         step = next_step(result)
         if step:
             print(step, file=stream)
+        spent = time_line(result)
+        if spent:
+            print(spent, file=stream)
         print(final_line(result), file=stream, flush=True)
 
 
@@ -265,7 +301,7 @@ def finish(result: Result, output: Output) -> int:
 def expect_scope(given: tuple[str, ...], suite_expect: dict[str, list[str]],
                  keys: list[str], params: list[dict]) -> dict[str, list[str]]:
     """--expect (checked against the configs' own values), else the suite's scope."""
-    from abdiff.policy import parse_expect
+    from abdiff.verdict.policy import parse_expect
 
     if not given:
         return suite_expect

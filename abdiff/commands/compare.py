@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from abdiff.baselines import drift_allowance, interleaved
 from abdiff.commands.common import (
     add_compare_options,
     check_expect_values,
@@ -13,16 +12,28 @@ from abdiff.commands.common import (
     output_of,
     statistics_of,
 )
-from abdiff.compare import compare_runs
-from abdiff.policy import parse_expect
-from abdiff.records import RunFile, load_run_file
+from abdiff.errors import InputError
+from abdiff.store.baselines import drift_allowance, interleaved
+from abdiff.store.records import RunFile, load_run_file
 from abdiff.suites import builtin_suites, load_suite
+from abdiff.targets.command.files import (
+    benchmark_file_note,
+    benchmark_metrics,
+    import_benchmark_file,
+    sniff,
+)
+from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.policy import parse_expect
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("compare", help="compare two run files (no execution)")
+    parser = sub.add_parser("compare", help="compare two run files, or two Google Benchmark or "
+                            "nvbench JSON files (no execution)")
     parser.add_argument("run_a", type=Path, metavar="RUNFILE_A")
     parser.add_argument("run_b", type=Path, metavar="RUNFILE_B")
+    parser.add_argument("--metric", action="append", metavar="NAME",
+                        help="Google Benchmark files: real_time (default), cpu_time or a "
+                        "counter; repeat for several (one config each)")
     add_compare_options(parser)
     parser.set_defaults(run=run)
 
@@ -39,25 +50,38 @@ def load_side(path: Path) -> RunFile:
 def run(args: argparse.Namespace) -> int:
     statistics, output = statistics_of(args), output_of(args)
     min_effect = statistics.min_effect
-    run_a, run_b = load_side(args.run_a), load_side(args.run_b)
+    formats = {sniff(args.run_a), sniff(args.run_b)}
+    if formats - {None} and len(formats) > 1:
+        raise InputError(f"{args.run_a} and {args.run_b}: give two run files, or two JSON files "
+                         "of the same benchmark library")
+    fmt = formats.pop()
+    notes = []
+    if fmt is not None:
+        metrics = benchmark_metrics(args.metric, fmt)
+        run_a, run_b = (import_benchmark_file(p, fmt, metrics) for p in (args.run_a, args.run_b))
+        notes.append(benchmark_file_note(fmt, run_a, run_b))
+    elif args.metric:
+        raise InputError("--metric chooses what a benchmark's JSON file is compared on; run "
+                         "files hold what was measured: leave it out")
+    else:
+        run_a, run_b = load_side(args.run_a), load_side(args.run_b)
     keys = sorted({k for r in (run_a, run_b) for c in r.configs for k in c.params})
     expect = parse_expect(args.expect, keys)
     check_expect_values(expect, [c.params for r in (run_a, run_b) for c in r.configs])
     if not args.expect and run_b.suite in builtin_suites():
         expect = load_suite(run_b.suite).expect  # the suite's own scope, as `abdiff A..B` uses
-    notes = []
     mismatched = sorted({c.id for c in run_a.configs} ^ {c.id for c in run_b.configs})
     if mismatched:
         notes.append(f"compared on the configs both files hold; {len(mismatched)} "
                      "config(s) are in one file only")
     together = interleaved(run_a, run_b)
     allowed = None
-    if together is False:
+    if together is False and fmt is None:
         allowed = drift_allowance(run_a, run_b, f"run file A ({args.run_a.name})",
                                   statistics.gates)
         notes.append(f"the two run files were measured in different sessions, not interleaved: "
                      f"{allowed.why}")
-    elif together is None:
+    elif together is None and fmt is None:
         notes.append("a run file predates session records, so whether A and B were measured "
                      "interleaved is unknown; latency is compared as if they were")
     result = compare_runs(run_a, run_b, expect, min_effect, statistics.alpha, notes,

@@ -16,9 +16,9 @@ from abdiff.cli import main as cli_main
 from abdiff.commands.common import positive_int
 from abdiff.demo.builder import RUNNER_PATH, build_demo_repo
 from abdiff.errors import InputError
+from abdiff.repo.revs import run_git
 from abdiff.reports import FORMATS
-from abdiff.revs import run_git
-from abdiff.schedule import Plan
+from abdiff.run.schedule import Plan
 
 DEMO_BRANCHES = ("main", "pr-v1", "pr")
 

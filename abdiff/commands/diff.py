@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
-from abdiff.baselines import parse_baseline_range
 from abdiff.commands.common import (
     add_compare_options,
     add_measure_options,
@@ -21,9 +21,11 @@ from abdiff.commands.common import (
     positive_int,
     statistics_of,
 )
-from abdiff.revs import open_repo, resolve_range
-from abdiff.schedule import Plan
-from abdiff.session import against_baseline, measure_and_compare, prepare_bench, side_run
+from abdiff.repo.revs import open_repo, resolve_range
+from abdiff.run.schedule import Plan
+from abdiff.run.session import against_baseline, measure_and_compare, prepare_bench, side_runs
+from abdiff.store.baselines import parse_baseline_range
+from abdiff.suites import Suite
 
 
 def looks_like_range(word: str) -> bool:
@@ -47,6 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def expect_of(given: tuple[str, ...], suite: Suite) -> dict[str, list[str]]:
+    """--expect checked against the configs (known once the sides are prepared)."""
+    return expect_scope(given, suite.expect, suite.param_keys(), [c.params for c in suite.configs])
+
+
 def run(args: argparse.Namespace) -> int:
     # every option is read (and a typo in --gate or --min-effect refused) before measuring
     statistics, output = statistics_of(args), output_of(args)
@@ -56,12 +63,11 @@ def run(args: argparse.Namespace) -> int:
     # the range before the bench: a typo is refused before a worker process starts
     specs = resolve_range(repo_root, args.range) if baseline is None else None
     bench = prepare_bench(selection, schedule, repo_root)
-    expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
-                          [c.params for c in bench.suite.configs])
     if baseline is not None:
         name, rev_b = baseline
         return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,
-                                       rev_b, args.range, expect), output)
+                                       rev_b, args.range, partial(expect_of, selection.expect)),
+                      output)
     assert specs is not None  # resolved above whenever there is no baseline
     spec_a, spec_b = specs
     notes = []
@@ -69,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
                      "every change reported is noise or flakiness")
         print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
-    sides = {"A": side_run(bench, spec_a), "B": side_run(bench, spec_b)}
+    bench, sides = side_runs(bench, {"A": spec_a, "B": spec_b})
+    expect = expect_of(selection.expect, bench.suite)
     return finish(measure_and_compare(schedule, statistics, bench, sides, sides["A"].run,
                                       expect, notes), output)

@@ -1,5 +1,5 @@
 """`abdiff history CONFIG... [--html FILE]`: configs across release baselines and recorded
-runs (latency, facts, kernels), as a table and as a plot in an HTML page (abdiff/history.py
+runs (latency, facts, kernels), as a table and as a plot in an HTML page (abdiff/store/history.py
 collects, reports/history.py renders)."""
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "history", help="configs across baselines and recorded runs: latency, facts, kernels",
         description="The time per step, facts and kernels of configs across the release "
-        "baselines (baselines/*.json) and the runs kept in the cache, oldest first.")
+        "baselines (baselines/*.json) and the runs kept in the cache, by commit (in the "
+        "order first measured), each point with what changed from the commit before.")
     parser.add_argument("config", nargs="+", metavar="CONFIG",
                         help="config id, e.g. GEN-TRTLLM-bs8-q2-kv2049")
-    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
+    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd): "
+                        "only its baselines and runs are shown (the cache is shared)")
+    parser.add_argument("--target", help="only the baselines and runs of this target")
     parser.add_argument("--baselines-dir", type=Path, metavar="DIR",
                         help="default: baselines/ in the repository")
     parser.add_argument("--cache-dir", type=Path, help="where the recorded runs are kept "
@@ -27,18 +30,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from abdiff.baselines import baselines_dir
-    from abdiff.checkouts import default_cache_dir
-    from abdiff.files import write_atomic
-    from abdiff.history import collect
+    from abdiff.repo.checkouts import default_cache_dir
+    from abdiff.repo.revs import open_repo
     from abdiff.reports.history import render_html, render_table
     from abdiff.reports.table import terminal_width
-    from abdiff.revs import open_repo
+    from abdiff.store.baselines import baselines_dir
+    from abdiff.store.files import write_atomic
+    from abdiff.store.history import collect
 
     repo_root = open_repo(args.repo)
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,
-                      list(dict.fromkeys(args.config)))
+                      list(dict.fromkeys(args.config)), args.target)
     sys.stdout.write(render_table(history, terminal_width()))
     if args.html:
         write_atomic(args.html, render_html(history))

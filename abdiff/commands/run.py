@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from abdiff.commands.common import add_measure_options, measuring, output_path
-from abdiff.records import write_run_file
-from abdiff.session import measure_one_side
+from abdiff.run.session import measure_one_side
+from abdiff.store.records import write_run_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.revs import GIT_HARDENING
+from abdiff.repo.revs import GIT_HARDENING
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):

@@ -3,41 +3,34 @@ ranks."""
 
 from __future__ import annotations
 
+import importlib
+
 from abdiff.errors import InputError
 from abdiff.launchers.base import Launcher
+
+# --launcher NAME -> "module:class", imported only when chosen. A new launcher is one module
+# and one line here (docs/architecture.md).
+LAUNCHERS: dict[str, str] = {
+    "local": "abdiff.launchers.local:LocalLauncher",
+    "mpirun": "abdiff.launchers.mpirun:MpirunLauncher",
+    "srun": "abdiff.launchers.slurm:SrunLauncher",
+    "torchrun": "abdiff.launchers.torchrun:TorchrunLauncher",
+}
 
 
 def make_launcher(name: str, np: int | None = None, nodes: int | None = None,
                   srun_container: str | None = None) -> Launcher:
     """The launcher for `--launcher NAME --np N --nodes M` (`srun_container`: the target's
     default container name for srun)."""
-    if name == "local":
-        if (np or 1) > 1 or (nodes or 1) > 1:
-            raise InputError("--np/--nodes need --launcher mpirun, srun or torchrun")
-        from abdiff.launchers.local import LocalLauncher
-
-        return LocalLauncher()
-    if name == "mpirun":
-        if (nodes or 1) > 1:
-            raise InputError("--nodes needs --launcher srun (mpirun here runs on one node)")
-        from abdiff.launchers.mpirun import MpirunLauncher
-
-        return MpirunLauncher(np or 1)
-    if name == "srun":
-        from abdiff.launchers.slurm import SrunLauncher
-
-        return SrunLauncher(np or 1, nodes or 1, container_default=srun_container)
-    if name == "torchrun":
-        if (nodes or 1) > 1:
-            raise InputError("--nodes needs --launcher srun (torchrun here runs on one node)")
-        from abdiff.launchers.torchrun import TorchrunLauncher
-
-        return TorchrunLauncher(np or 1)
-    raise InputError(f"--launcher {name!r} is unknown; choose local, mpirun, srun or torchrun")
+    if name not in LAUNCHERS:
+        raise InputError(f"--launcher {name!r} is unknown; choose {', '.join(LAUNCHERS)}")
+    module, _, cls_name = LAUNCHERS[name].partition(":")
+    cls: type[Launcher] = getattr(importlib.import_module(module), cls_name)
+    return cls.for_options(np or 1, nodes or 1, srun_container)
 
 
 # Each rank leaves a file (launchers may drop the stdout of ranks that exit at once).
-HELLO = ("import pathlib, sys; from abdiff.protocol import rank_from_env; "
+HELLO = ("import pathlib, sys; from abdiff.run.protocol import rank_from_env; "
          "pathlib.Path(sys.argv[1], f'hello.rank{rank_from_env()[0]}').touch()")
 
 
@@ -53,7 +46,7 @@ def launcher_hello(name: str, np: int = 2, timeout_s: float = 120.0) -> str:
 
     from abdiff.errors import InfrastructureError
     from abdiff.launchers.process import last_meaningful_line, run_process
-    from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec
+    from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 
     launcher = make_launcher(name, np)
     with tempfile.TemporaryDirectory(prefix="abdiff-hello-") as tmp:

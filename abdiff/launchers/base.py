@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.process import ProcessOutcome, run_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 
 class Launcher(ABC):
@@ -28,6 +28,11 @@ class Launcher(ABC):
     # where the benchmark's processes start, when not below abdiff (so not in its sandbox)
     ranks_start_elsewhere: ClassVar[str | None] = None
     standby: WorkerPool | None = None  # set for a measurement by warm.standing_by
+
+    @classmethod
+    @abstractmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> Launcher:
+        """This launcher for `--np RANKS --nodes NODES` (InputError where it cannot)."""
 
     @abstractmethod
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:

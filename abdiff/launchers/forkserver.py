@@ -27,14 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from abdiff import procfs
 from abdiff.errors import InfrastructureError
+from abdiff.host import procfs
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
-FORK_WAIT_S = 120.0  # for the first job the server may still be importing torch
+# for the first job the server may still be importing torch and the target's preimport
+FORK_WAIT_S = 300.0
 SWEEP_WAIT_S = 30.0
 
 
@@ -90,6 +91,10 @@ class ForkServer:
         self.pending = b""
         self.taken = 0
         self.failure: str | None = None  # why the server stopped: the run's summary says it
+        self.preimport_sent = False
+        self.answered = False  # the server's word on the preimport came
+        # what the preimport did, in words, once the server said (the run file's env)
+        self.preimported: str | None = None
 
     def start_waiting(self, env: dict[str, str]) -> None:
         """Start the server now (its torch import overlaps the run's own set-up)."""
@@ -114,7 +119,7 @@ class ForkServer:
             return None
         home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
-               "stderr": str(stderr),
+               "stderr": str(stderr), "cpus": list(spec.cpus),
                "env": worker_environment(spec.env, self.pass_env, Path(home.name))}
         pid = None
         try:  # unbuffered: nothing is left to flush (and fail) when it is closed
@@ -130,6 +135,28 @@ class ForkServer:
         # the server may run in a pid namespace of its own (launchers/sandbox.py)
         here = procfs.seen_from_here(pid, server.proc.pid)
         return StartedProcess(ForkedProcess(self, pid, here), home)
+
+    def send_preimport(self, cwd: Path, modules: tuple[str, ...]) -> None:
+        """Have the server import `modules` from the checkout `cwd` before its first fork
+        (forkserver_process.preimport; none: it only answers, once torch is imported)."""
+        server = self.server
+        if server is None or self.failure or self.preimport_sent:
+            return
+        self.preimport_sent = True
+        message = {"preimport": {"cwd": str(cwd), "modules": list(modules)}}
+        try:
+            os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
+                     (json.dumps(message) + "\n").encode())
+        except BrokenPipeError:
+            self._fail(f"it ended (exit {server.proc.wait()})")
+
+    def wait_preimport(self) -> None:
+        """Wait for the server's word on the preimport (it is ready to fork then)."""
+        deadline = time.monotonic() + FORK_WAIT_S
+        while self.server is not None and self.preimport_sent and not self.answered \
+                and not self.failure:
+            if self._next_message(self.server.proc, deadline) is None and not self.answered:
+                self._fail("no word after the preimport")
 
     def returncode(self, pid: int, timeout: float | None) -> int | None:
         """The exit of worker `pid`, waiting up to `timeout` seconds (None: to its end or
@@ -196,7 +223,21 @@ class ForkServer:
                 return None
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
-        message = json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            self._fail(f"it wrote something that is not a message: {line[:80]!r}")
+            return None
+        if "preimported" in message:
+            self.answered = True
+            if message.get("failed"):
+                self.preimported = (f"not imported ahead: {message['failed']} (each worker "
+                                    "imports it)")
+            elif message["preimported"]:
+                self.preimported = (f"{', '.join(message['preimported'])} imported once in the "
+                                    f"fork server ({message['seconds']:.1f} s)")
         if "exit" in message:
             self.exits[message["exit"]] = message["returncode"]
         if "error" in message:
@@ -245,13 +286,36 @@ class ForkServers:
             self.waiting = self.make(len(self.servers))
         self.waiting.start_waiting(env)
 
-    def take(self, spec: LaunchSpec, stdout: Path,
-             stderr: Path) -> StartedProcess[ForkedProcess] | None:
-        server = self.by_checkout.get(spec.cwd)
+    def prepare(self, checkouts: list[Path], env: dict[str, str],
+                preimport: tuple[str, ...]) -> None:
+        """Start the server of every checkout now, so that their imports overlap, have each
+        import `preimport` from its checkout, and wait until all are ready to fork: nothing
+        of theirs then runs beside a timed worker."""
+        servers = [self.server_of(cwd) for cwd in checkouts]
+        for cwd, server in zip(checkouts, servers, strict=True):
+            server.start_waiting(env)
+            server.send_preimport(cwd, preimport)
+        for server in servers:
+            server.wait_preimport()
+
+    def preimported(self, cwd: Path) -> str | None:
+        server = self.by_checkout.get(cwd)
+        if server is None:
+            return None
+        if server.preimported is None and server.failure and server.preimport_sent:
+            return f"not imported ahead: {server.failure}; that side's workers started cold"
+        return server.preimported
+
+    def server_of(self, cwd: Path) -> ForkServer:
+        server = self.by_checkout.get(cwd)
         if server is None:
             server, self.waiting = self.waiting or self.make(len(self.servers)), None
-            self.by_checkout[spec.cwd] = server
-        return server.take(spec, stdout, stderr)
+            self.by_checkout[cwd] = server
+        return server
+
+    def take(self, spec: LaunchSpec, stdout: Path,
+             stderr: Path) -> StartedProcess[ForkedProcess] | None:
+        return self.server_of(spec.cwd).take(spec, stdout, stderr)
 
     def sweep(self) -> None:
         for server in self.servers:

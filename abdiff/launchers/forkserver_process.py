@@ -7,9 +7,19 @@ forks one worker per job; the fork becomes the job (standby_worker.become) in
 a process group of its own. While workers measure, it only sleeps: unlike a
 worker started ahead (standby.py), it takes no core from the timed work.
 
+A target may name modules that are safe to import ahead (`Target.preimport`: its
+package under test, nothing that starts CUDA, MPI or threads): before the first
+job, abdiff sends {"preimport": {"cwd", "modules"}} and this process imports
+them from that checkout (one server per checkout: forkserver.ForkServers), so
+each worker finds them imported. Then it checks that forking is still safe (no
+CUDA context, no thread but this one); where it is not, it says so and ends,
+and abdiff starts that side's workers cold.
+
 One JSON object per line. In, on stdin: a job {"cwd", "argv", "stdout",
-"stderr", "env"}, or {"sweep": true} between jobs (see `sweep`). Out, on stdout:
-{"swept": true|false} after a sweep, {"pid": N} once the job's process exists,
+"stderr", "env", "cpus"?}, {"preimport": {...}}, or {"sweep": true} between jobs
+(see `sweep`). Out, on stdout: {"preimported": [modules] | null, "seconds": S,
+"failed": LINE?} after a preimport, {"swept": true|false} after a sweep, {"pid":
+N} once the job's process exists,
 {"exit": N, "returncode": R} when it ended (R < 0: killed by signal -R, as
 subprocess reports it), or {"error": "..."} and the server ends (it cannot
 fork safely). End of stdin ends the server; a worker it leaves is killed with
@@ -19,11 +29,13 @@ it (parent-death signal).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import select
 import signal
 import sys
+import time
 from pathlib import Path
 
 from abdiff.launchers.guard import arm_parent_death, not_dumpable
@@ -66,22 +78,64 @@ def sweep() -> None:
     tell({"swept": os.getpid() == 2})
 
 
-def serve() -> dict | None:
-    """Fork per job until stdin ends. Returns the job in a forked worker, None in the
-    server when it is done."""
-    not_dumpable()  # its workers run the benchmark: they must not reach into the server
-    prepare()
+def unsafe_to_fork() -> str | None:
+    """Why a fork of this process would be unsafe now, None when it is safe: a CUDA context
+    (a fork cannot carry one: the child's first CUDA call fails), or a thread besides this
+    one (a fork copies only the forking thread: a lock another thread held stays locked in
+    the copy)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        return "a CUDA context exists"
     if thread_count() > 1:
-        # A fork copies only the forking thread: a lock another thread held stays locked
-        # in the copy. numpy's OpenBLAS starts a thread pool on import and stops it before
-        # every fork (pthread_atfork); a trial fork shows whether all extra threads do.
+        # numpy's OpenBLAS starts a thread pool on import and stops it before every fork
+        # (pthread_atfork); a trial fork shows whether all extra threads do
         trial = os.fork()
         if trial == 0:
             os._exit(0)
         os.waitpid(trial, 0)
     if thread_count() > 1:
-        tell({"error": f"{thread_count()} threads after importing torch that a fork does "
-                       "not stop; forking is unsafe"})
+        return f"{thread_count()} threads that a fork does not stop"
+    return None
+
+
+def preimport(cwd: str, modules: list[str]) -> dict:
+    """Import `modules` from the checkout at `cwd` (first on the path, as `python -m` there
+    puts it, and the working folder while they import); their output goes to this
+    process's stderr, never into the message pipe. A module that fails to import is left
+    to the workers, which fail on it the same way, each with its own stderr."""
+    started = time.monotonic()
+    here = os.getcwd()
+    saved_out = os.dup(1)
+    os.dup2(2, 1)
+    sys.path.insert(0, cwd)
+    failed = None
+    try:
+        os.chdir(cwd)
+        for module in modules:
+            importlib.import_module(module)
+    except BaseException as exc:  # noqa: BLE001 - the benchmark's code: anything may come
+        failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_out, 1)
+        os.close(saved_out)
+        sys.path.remove(cwd)
+        os.chdir(here)
+    seconds = round(time.monotonic() - started, 3)
+    if failed is not None:
+        return {"preimported": [], "seconds": seconds, "failed": failed}
+    return {"preimported": modules, "seconds": seconds}
+
+
+def serve() -> dict | None:
+    """Fork per job until stdin ends. Returns the job in a forked worker, None in the
+    server when it is done."""
+    not_dumpable()  # its workers run the benchmark: they must not reach into the server
+    prepare()
+    unsafe = unsafe_to_fork()
+    if unsafe:
+        tell({"error": f"after importing torch: {unsafe}; forking is unsafe"})
         return None
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
@@ -101,8 +155,20 @@ def serve() -> dict | None:
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            if json.loads(line).get("sweep"):
+            message = json.loads(line)
+            if message.get("sweep"):
                 sweep()
+                continue
+            if "preimport" in message:
+                modules = message["preimport"]["modules"]
+                done = preimport(message["preimport"]["cwd"], modules)
+                unsafe = unsafe_to_fork()
+                if unsafe:
+                    tell({"error": f"after importing {', '.join(modules)} from the checkout "
+                                   f"ahead (the target's preimport): {unsafe}; forking is "
+                                   "unsafe"})
+                    return None
+                tell(done)
                 continue
             server = os.getpid()
             pid = os.fork()
@@ -114,7 +180,9 @@ def serve() -> dict | None:
                 os.setpgid(0, 0)
                 if not arm_parent_death(server):
                     os._exit(1)
-                return json.loads(line)
+                if message.get("cpus"):  # --devices: this worker's CPU set
+                    os.sched_setaffinity(0, message["cpus"])
+                return message
             # set here too, so that a kill of the group cannot come before the child's own call
             # (it fails where the child has already ended and was reaped above)
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,5 +1,6 @@
 """The exec wrapper every worker command starts through (run by path, standard library
-only): `python guard.py PARENT_PID MAX_MEMORY_BYTES [--confine JSON] -- COMMAND...`.
+only): `python guard.py PARENT_PID MAX_MEMORY_BYTES [--cpus LIST] [--confine JSON] --
+COMMAND...` (--cpus: the CPU set of a `--devices` lane, set before anything else).
 
 It sets what used to be set between fork and exec with `preexec_fn`, which is unsafe
 once the parent has threads (tqdm starts one): the parent-death signal, so a worker
@@ -276,10 +277,14 @@ def run_confined(confinement: Confinement, command: list[str]) -> int:
 def main(argv: list[str]) -> int:
     parent, max_memory, *rest = argv
     confinement = None
+    if rest[:1] == ["--cpus"] and len(rest) > 1:  # --devices: the CPU set it runs on
+        os.sched_setaffinity(0, [int(cpu) for cpu in rest[1].split(",")])
+        rest = rest[2:]
     if rest[:1] == ["--confine"] and len(rest) > 1:
         confinement, rest = Confinement.decode(rest[1]), rest[2:]
     if rest[:1] != ["--"] or len(rest) < 2:
-        print("usage: guard.py PARENT_PID MAX_MEMORY_BYTES [--confine JSON] -- COMMAND...",
+        print("usage: guard.py PARENT_PID MAX_MEMORY_BYTES [--cpus LIST] [--confine JSON] -- "
+              "COMMAND...",
               file=sys.stderr)
         return 2
     command = rest[1:]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from abdiff.errors import InputError
 from abdiff.launchers.base import Launcher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 
 class LocalLauncher(Launcher):
@@ -13,6 +14,12 @@ class LocalLauncher(Launcher):
 
     name: ClassVar[str] = "local"
     can_prestart: ClassVar[bool] = True
+
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> LocalLauncher:
+        if ranks > 1 or nodes > 1:
+            raise InputError("--np/--nodes need --launcher mpirun, srun or torchrun")
+        return cls()
 
     def wrap(self, spec: LaunchSpec) -> LaunchSpec:
         return spec

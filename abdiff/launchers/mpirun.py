@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from abdiff.errors import InputError
 from abdiff.launchers.ranked import RankLauncher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 # upstream: unset $(env | awk -F= '{print $1}' | grep -E "SLURM_|SLURMD_|slurm_|MPI_|PMIX_")
 CLEARED = re.compile(r"SLURM_|SLURMD_|slurm_|MPI_|PMIX_")
@@ -33,6 +33,12 @@ class MpirunLauncher(RankLauncher):
     """`mpirun [--allow-run-as-root] --np N -x VAR ... <target command>` on this node."""
 
     name: ClassVar[str] = "mpirun"
+
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> MpirunLauncher:
+        if nodes > 1:
+            raise InputError("--nodes needs --launcher srun (mpirun here runs on one node)")
+        return cls(ranks)
 
     def __init__(self, np: int, extra_args: list[str] | None = None,
                  environ: Mapping[str, str] | None = None) -> None:

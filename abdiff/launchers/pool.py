@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 
 class WorkerProcess(Protocol):
@@ -81,6 +81,14 @@ class WorkerPool(Protocol):
 
     def start_waiting(self, env: dict[str, str]) -> None:
         """Start a process waiting now, for jobs with `env`."""
+
+    def prepare(self, checkouts: list[Path], env: dict[str, str],
+                preimport: tuple[str, ...]) -> None:
+        """Before the first round: get ready for the jobs of these checkouts (with `env`),
+        importing `preimport` from each ahead where the pool can."""
+
+    def preimported(self, cwd: Path) -> str | None:
+        """What became of checkout `cwd`'s preimport, in words (None: nothing asked)."""
 
     def sweep(self) -> None:
         """Between rounds: end what the benchmark left running where the pool's processes

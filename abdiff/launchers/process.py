@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from abdiff import procfs
 from abdiff.errors import InfrastructureError
-from abdiff.files import open_for_worker, read_worker_file
+from abdiff.host import procfs
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import not_dumpable
 from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.files import open_for_worker, read_worker_file
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
@@ -120,9 +120,10 @@ def adopt_leftovers() -> None:
 
 def _start_ticks(pid: int) -> int | None:
     """When `pid` started (clock ticks since boot), None if it is gone."""
+    stat = procfs.read_stat(pid)
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return stat.start_ticks if stat else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -186,10 +187,12 @@ def hide_environment(pass_env: list[str] | None = None) -> None:
     if not sys.platform.startswith("linux"):
         return
     not_dumpable()
+    stat = procfs.read_stat("self")
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
-    except (OSError, IndexError, ValueError):
+        start, end = stat.environ_span if stat else (0, 0)
+    except (IndexError, ValueError):
+        return
+    if end <= start:
         return
     block = (ctypes.c_char * (end - start)).from_address(start)
     offset = 0
@@ -240,13 +243,15 @@ def _kill_group(proc: WorkerProcess) -> int:
     return proc.wait()
 
 
-def guarded(argv: list[str], max_memory_bytes: int | None) -> list[str]:
+def guarded(argv: list[str], max_memory_bytes: int | None, cpus: tuple[int, ...] = ()
+            ) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
-    limit inside the new process, and enters the sandbox in force (launchers/sandbox.py),
-    before it execs `argv` (no preexec_fn: see guard.py)."""
+    limit inside the new process, pins it to `cpus` (where given), and enters the sandbox
+    in force (launchers/sandbox.py), before it execs `argv` (no preexec_fn: see guard.py)."""
     # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
+    pinned = ["--cpus", ",".join(map(str, cpus))] if cpus else []
     return [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), str(max_memory_bytes or 0),
-            *sandbox.guard_options(), "--", *argv]
+            *pinned, *sandbox.guard_options(), "--", *argv]
 
 
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
@@ -268,7 +273,7 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 os.fdopen(open_for_worker(stdout), "ab"))
             err = files.enter_context(os.fdopen(open_for_worker(stderr), "ab"))
             proc = subprocess.Popen(
-                guarded(spec.argv, max_memory_bytes),
+                guarded(spec.argv, max_memory_bytes, spec.cpus),
                 cwd=spec.cwd,
                 env=worker_environment(spec.env, pass_env, Path(home.name)),
                 stdin=stdin,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.guard import CANNOT_CONFINE_LINE, NOBODY, Confinement
-from abdiff.targets.base import ABDIFF_ROOT
+from abdiff.launchers.spec import ABDIFF_ROOT
 
 MODES = ("auto", "on", "off")
 PROBE_TIMEOUT_S = 30.0

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from abdiff.errors import InputError
 from abdiff.launchers.ranked import RankLauncher
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 MPI_ENV = "ABDIFF_SRUN_MPI"
 NO_CONTAINER = "none"  # ABDIFF_SRUN_CONTAINER=none: no container even where a target has one
@@ -57,6 +57,10 @@ class SrunLauncher(RankLauncher):
 
     name: ClassVar[str] = "srun"
     ranks_start_elsewhere: ClassVar[str | None] = "srun starts the ranks under slurmd"
+
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> SrunLauncher:
+        return cls(ranks, nodes, container_default=srun_container)
 
     def __init__(self, np: int, nodes: int = 1, container_name: str | None = None,
                  container_mounts: list[str] | None = None, extra_args: list[str] | None = None,

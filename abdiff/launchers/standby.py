@@ -20,7 +20,7 @@ from pathlib import Path
 
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 STANDBY_MODULE = "abdiff.launchers.standby_worker"
 
@@ -46,8 +46,8 @@ class StandbyPool:
              stderr: Path) -> StartedProcess[subprocess.Popen[bytes]] | None:
         """The waiting process, running `spec` with these output files, or None: start it
         cold. Either way the next process starts waiting."""
-        if self.failure or not python_module_job(spec):
-            return None
+        if self.failure or not python_module_job(spec) or spec.cpus:
+            return None  # (a CPU set of --devices: started cold, pinned from its start)
         ready, self.waiting = self.waiting, None
         if ready is not None and not self._hand_over(ready, spec, stdout, stderr):
             ready.close()
@@ -55,6 +55,14 @@ class StandbyPool:
         if not self.failure:
             self._start_next(spec)
         return ready
+
+    def prepare(self, checkouts: list[Path], env: dict[str, str],
+                preimport: tuple[str, ...]) -> None:
+        """Nothing to do: a worker started ahead imports nothing of a checkout before its
+        job names one."""
+
+    def preimported(self, cwd: Path) -> str | None:
+        return None
 
     def sweep(self) -> None:
         """Nothing to do: each worker started ahead is a sandbox of its own, which ends with

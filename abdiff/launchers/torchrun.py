@@ -16,7 +16,7 @@ from typing import ClassVar
 from abdiff.errors import InputError
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.signals import LAUNCHER_LINES, rank_signal
-from abdiff.targets.base import LaunchSpec
+from abdiff.launchers.spec import LaunchSpec
 
 # torchrun's own lines that mean no rank ever ran.
 LAUNCH_FAILURES = re.compile(r"No module named '?torch|RendezvousError|"
@@ -28,6 +28,12 @@ class TorchrunLauncher(Launcher):
 
     name: ClassVar[str] = "torchrun"
     own_lines = LAUNCHER_LINES
+
+    @classmethod
+    def for_options(cls, ranks: int, nodes: int, srun_container: str | None) -> TorchrunLauncher:
+        if nodes > 1:
+            raise InputError("--nodes needs --launcher srun (torchrun here runs on one node)")
+        return cls(ranks)
 
     def __init__(self, np: int) -> None:
         if np < 1:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from abdiff.errors import InputError
-from abdiff.records import Result
 from abdiff.reports import csv, html, json, markdown, table
+from abdiff.store.records import Result
 
 FORMATS: dict[str, ModuleType] = {
     "table": table,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import html as html_lib
 
-from abdiff.bisection import BisectResult, Commit, Culprit
 from abdiff.errors import InputError
-from abdiff.records import Result, dump_json
-from abdiff.reports import FORMATS
+from abdiff.reports import FORMATS, table
+from abdiff.reports.common import NOTE_LIMIT
 from abdiff.reports.markdown import escape
+from abdiff.store.records import Result, dump_json
+from abdiff.verdict.bisection import BisectResult, Commit, Culprit
 
 
 def commit_line(commit: Commit) -> str:
@@ -55,29 +56,32 @@ def path_rows(result: BisectResult) -> list[tuple[str, str, str]]:
             for s in result.steps]
 
 
-def _table(result: BisectResult, ends: Result) -> str:
+def _table(result: BisectResult, ends: Result, width: int | None = None) -> str:
+    """The terminal report, every line within `width` (the terminal's by default): the
+    sentences and the path taken wrap at spaces, the evidence is the ordinary table."""
+    width = width or table.terminal_width()
     out = [f"abdiff bisect {result.a.sha[:12]}..{result.b.sha[:12]}: {len(result.steps)} "
            "commits tested", *headline(result)]
     for culprit in result.culprits:
         if culprit.evidence is not None:
             out += ["", f"evidence: {culprit.commit.sha[:12]}^..{culprit.commit.sha[:12]}",
-                    FORMATS["table"].render(culprit.evidence).rstrip()]
+                    table.render(culprit.evidence, width=width).rstrip()]
     out += ["", "path taken:"]
     out += [f"  {sha} {subject}: {outcomes}" for sha, subject, outcomes in path_rows(result)]
     out += ["", f"the change searched (A..B): {len(ends.configs)} configs compared"]
-    return "\n".join(out) + "\n"
+    return table.fit("\n".join(out), width) + "\n"
 
 
 def _markdown(result: BisectResult, ends: Result) -> str:
     out = [f"### abdiff bisect `{result.a.sha[:12]}..{result.b.sha[:12]}`", ""]
-    out += [f"- {escape(line)}" for line in headline(result)]
+    out += [f"- {escape(line, NOTE_LIMIT)}" for line in headline(result)]
     for culprit in result.culprits:
         if culprit.evidence is not None:
             out += ["", f"<details><summary>evidence: {escape(culprit.commit.sha[:12])}^.."
                     f"{escape(culprit.commit.sha[:12])}</summary>", "",
                     FORMATS["markdown"].render(culprit.evidence).rstrip(), "", "</details>"]
     out += ["", "| tested commit | subject | outcome per config |", "|---|---|---|"]
-    out += [f"| `{sha}` | {escape(subject)} | {escape(outcomes)} |"
+    out += [f"| `{sha}` | {escape(subject)} | {escape(outcomes, NOTE_LIMIT)} |"
             for sha, subject, outcomes in path_rows(result)]
     return "\n".join(out) + "\n"
 
@@ -103,9 +107,12 @@ def _html(result: BisectResult, ends: Result) -> str:
     return "\n".join(parts) + "\n"
 
 
-def render(result: BisectResult, ends: Result, fmt: str) -> str:
+def render(result: BisectResult, ends: Result, fmt: str, width: int | None = None) -> str:
+    """`result` in `fmt`; `width` (the terminal's by default) only for the table."""
     if fmt == "json":
         return dump_json(result.to_json())
+    if fmt == "table":
+        return _table(result, ends, width)
     renderers = {"table": _table, "markdown": _markdown, "html": _html}
     if fmt not in renderers:
         raise InputError(f"unknown report format '{fmt}' (choose from json, "

@@ -15,8 +15,16 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from abdiff import policy
-from abdiff.records import MOST_ROUNDS_ADVISED, ConfigResult, LatencyResult, Result, Side
+from abdiff.store.records import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
+    MOST_ROUNDS_ADVISED,
+    ConfigResult,
+    LatencyResult,
+    Result,
+    Side,
+)
+from abdiff.verdict import policy
 
 # Reading order of every report: what needs a human first. `still-failing` (fails on both
 # sides) leads: it hides whatever else the change did to that config.
@@ -25,8 +33,10 @@ VERDICT_ORDER: tuple[str, ...] = (
 # Order of the counts in the summary sentence ("2 unintended, 4 expected, ...").
 SUMMARY_ORDER: tuple[str, ...] = (
     "unintended", "expected", "small-change", "unchanged", "inconclusive", "still-failing")
-DEFAULT_MIN_EFFECT = 0.02
 TEXT_LIMIT = 200
+# our own sentences (notes, a latency's explanation): long enough never to be cut; the cap
+# is for text a benchmark made huge
+NOTE_LIMIT = 2000
 ELLIPSIS = "\u2026"
 
 
@@ -86,22 +96,66 @@ def counts(result: Result) -> dict[str, int]:
     return tally
 
 
-def _count_field(result: Result, key: str, default: int) -> int:
+@dataclass(frozen=True)
+class RunFacts:
+    """Every count a report states about a run, derived once from its Result: the
+    headline, the `next:` line, the notes, the summary and the last line of every format
+    read these, so no two of them can count the same thing differently."""
+
+    exit_code: int
+    verdicts: dict[str, int]  # configs per verdict (`counts`)
+    total: int  # configs of the run, those never compared included
+    measured: int  # ran on both sides (policy.measured)
+    failed_both: int
+    failed_one: int
+    not_run: int  # neither failed nor measured: no rounds on a side
+    timed: int  # configs with a latency on both sides
+    undecided: tuple[ConfigResult, ...]  # of those, the ones whose latency is inconclusive
+    min_effect: float
+    alpha: float
+    max_rounds: int | None  # the adaptive plan's ceiling per side, where the result has it
+    machine: tuple[str, ...]  # what made the machine noisy, where it was
+
+
+def _count_field(result: Result, key: str) -> int | None:
     value = result.summary.get(key)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
+    return None
+
+
+def _share_field(result: Result, key: str, default: float) -> float:
+    value = result.summary.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
     return default
 
 
-def measured_counts(result: Result) -> tuple[int, int]:
-    """(configs measured on both sides, configs the suite planned).
+def run_facts(result: Result) -> RunFacts:
+    """The counts of `result`, from its configs (a hand-built or partial summary cannot
+    make a report disagree with its rows); the summary only adds the configs never
+    compared, the exit code, the thresholds and the machine."""
+    measured = sum(map(policy.measured, result.configs))
+    total = max(len(result.configs) + (_count_field(result, "not_compared") or 0),
+                _count_field(result, "configs") or 0)  # a run that compared none has none
+    both = sum(c.status_a != "ok" and c.status_b != "ok" for c in result.configs)
+    one = sum((c.status_a == "ok") != (c.status_b == "ok") for c in result.configs)
+    timed = [c for c in result.configs if c.latency.verdict != "n/a"]
+    machine = result.summary.get("machine")
+    return RunFacts(
+        exit_code=exit_code(result), verdicts=counts(result), total=total, measured=measured,
+        failed_both=both, failed_one=one, not_run=max(total - measured - both - one, 0),
+        timed=len(timed), undecided=tuple(c for c in timed if c.latency.verdict == "inconclusive"),
+        min_effect=_share_field(result, "min_effect", DEFAULT_MIN_EFFECT),
+        alpha=_share_field(result, "alpha", DEFAULT_ALPHA),
+        max_rounds=_count_field(result, "max_rounds"),
+        machine=tuple(map(str, machine)) if isinstance(machine, list) else ())
 
-    From the summary's `measured` and `configs` when present; a result without
-    them counts every config it holds as measured.
-    """
-    measured = _count_field(result, "measured", len(result.configs))
-    planned = max(_count_field(result, "configs", len(result.configs)), measured)
-    return measured, planned
+
+def measured_counts(result: Result) -> tuple[int, int]:
+    """(configs measured on both sides, configs of the run)."""
+    facts = run_facts(result)
+    return facts.measured, facts.total
 
 
 def measured_sentence(result: Result) -> str:
@@ -109,34 +163,24 @@ def measured_sentence(result: Result) -> str:
 
     Measured means ran on both sides. Configs with no rounds on a side (an interrupted
     or one-sided run) count as not measured."""
-    measured, total = _measured_of_total(result)
-    return "; ".join([f"{measured} of {total} config{'' if total == 1 else 's'} measured",
-                      *unmeasured_parts(result)])
-
-
-def _measured_of_total(result: Result) -> tuple[int, int]:
-    """(configs that ran on both sides, configs of the run, those never compared included)."""
-    missing = result.summary.get("not_compared")
-    total = len(result.configs) + (missing if isinstance(missing, int) and missing > 0 else 0)
-    return sum(map(policy.measured, result.configs)), total
+    facts = run_facts(result)
+    return "; ".join([f"{facts.measured} of {facts.total} config{'' if facts.total == 1 else 's'}"
+                      " measured", *unmeasured_parts(result)])
 
 
 def unmeasured_parts(result: Result) -> list[str]:
     """Why the configs not measured were not: ["3 failed on both sides", "1 failed on one
     side", "2 not run on both sides"], the same words in the headline and the summary."""
-    measured, total = _measured_of_total(result)
-    both = sum(c.status_a != "ok" and c.status_b != "ok" for c in result.configs)
-    one = sum((c.status_a == "ok") != (c.status_b == "ok") for c in result.configs)
-    parts = [f"{both} failed on both sides"] if both else []
-    parts += [f"{one} failed on one side"] if one else []
-    rest = total - measured - both - one
-    return parts + ([f"{rest} not run on both sides"] if rest > 0 else [])
+    facts = run_facts(result)
+    parts = [f"{facts.failed_both} failed on both sides"] if facts.failed_both else []
+    parts += [f"{facts.failed_one} failed on one side"] if facts.failed_one else []
+    return parts + ([f"{facts.not_run} not run on both sides"] if facts.not_run else [])
 
 
 def summary_sentence(result: Result) -> str:
     """"9 of 12 configs measured; 3 failed on both sides; 2 unintended, 4 expected, 3
     unchanged, 0 inconclusive, 3 still-failing" (still-failing only when there are any)."""
-    tally = counts(result)
+    tally = run_facts(result).verdicts
     extra = [v for v in tally if v not in SUMMARY_ORDER]
     parts = [f"{tally[v]} {v}" for v in (*SUMMARY_ORDER, *extra)
              if tally[v] or v not in ("still-failing", "small-change")]
@@ -145,30 +189,37 @@ def summary_sentence(result: Result) -> str:
 
 def latency_undecided(result: Result) -> str | None:
     """"latency undecided for 3 of the 12 configs timed on both sides" when any config with
-    latency on both sides got no latency verdict; None otherwise. Such a run checked status,
-    facts and kernels, but not all speeds: its headline says so, `next_step` what would
-    decide them."""
-    timed = [c for c in result.configs if c.latency.verdict != "n/a"]
-    undecided = [c for c in timed if c.latency.verdict == "inconclusive"]
-    if not undecided:
+    latency on both sides got no latency verdict (whatever its config verdict: an unintended
+    fact change can sit beside an undecided latency); None otherwise. The headline, the
+    `next:` line and the notes all say it in these words, from `RunFacts.undecided`."""
+    facts = run_facts(result)
+    if not facts.undecided:
         return None
-    return (f"latency undecided for {len(undecided)} of the {len(timed)} configs timed on "
-            "both sides")
+    by_verdict: dict[str, int] = {}
+    for cfg in facts.undecided:
+        by_verdict[cfg.verdict] = by_verdict.get(cfg.verdict, 0) + 1
+    # which verdict counts hold them, when not all are `inconclusive`: "7 of the 8 ... (4
+    # inconclusive, 3 unintended)" agrees with the summary's "4 inconclusive"
+    split = (f" ({', '.join(f'{n} {v}' for v, n in by_verdict.items())})"
+             if set(by_verdict) != {"inconclusive"} else "")
+    return (f"latency undecided for {len(facts.undecided)} of the {facts.timed} "
+            f"config{'' if facts.timed == 1 else 's'} timed on both sides{split}")
 
 
 def verdict_line(result: Result) -> str:
     """The headline: is there anything a reviewer must look at, and was anything measured?
     Sides measured under different kernel-selecting variables say so here too."""
     differs = result.summary.get("kernel_env_differs")
-    env = (f"; kernel-selecting environment differs: {clip(', '.join(map(str, differs)), 120)}"
+    env = (f"; kernel-selecting environment differs: {clip(', '.join(map(str, differs)), 400)}"
            if isinstance(differs, list) and differs else "")
     return _verdict(result) + env
 
 
 def _verdict(result: Result) -> str:
-    if exit_code(result) == policy.NOTHING_MEASURED_EXIT:
-        return f"nothing measured (0 of {measured_counts(result)[1]} configs ran on both sides)"
-    tally = counts(result)
+    facts = run_facts(result)
+    if facts.exit_code == policy.NOTHING_MEASURED_EXIT:
+        return f"nothing measured (0 of {facts.total} configs ran on both sides)"
+    tally = facts.verdicts
     n = tally["unintended"]
     undecided = latency_undecided(result)
     if n:
@@ -179,12 +230,11 @@ def _verdict(result: Result) -> str:
             line += (f" (soft gates: {', '.join(map(str, soft))}; {len(only)} of them in soft "
                      "classes only, reported, not failing)")
         return line  # the summary sentence counts the undecided
-    if exit_code(result) == 1 and result.summary.get("require_all") is True:
+    if facts.exit_code == 1 and result.summary.get("require_all") is True:
         return "not every config measured (--require-all)"
-    measured, planned = measured_counts(result)
-    if measured == 0:
-        return f"nothing measured (0 of {planned} configs ran on both sides)"
-    words = [f"{measured} measured"]
+    if facts.measured == 0:
+        return f"nothing measured (0 of {facts.total} configs ran on both sides)"
+    words = [f"{facts.measured} measured"]
     if tally["still-failing"]:
         words.append(f"{tally['still-failing']} still failing")
     if tally["inconclusive"]:
@@ -201,8 +251,8 @@ def _verdict(result: Result) -> str:
 def passed(result: Result) -> bool:
     """Exit 0, something measured and every latency decided: the run is green (an
     undecided latency keeps exit 0 but not the green mark)."""
-    return (exit_code(result) == 0 and measured_counts(result)[0] > 0
-            and latency_undecided(result) is None)
+    facts = run_facts(result)
+    return facts.exit_code == 0 and facts.measured > 0 and not facts.undecided
 
 
 # what each exit status of a compared run means, on its last line
@@ -213,11 +263,29 @@ EXIT_MEANINGS = {
 }
 
 
+def time_line(result: Result) -> str | None:
+    """Where the run's wall time went (Result.time), in one line; None when this run
+    measured nothing (a re-print of kept rounds, an older result)."""
+    split = result.time
+    if split is None:
+        return None
+    parts = []
+    for name, side in split.sides.items():
+        parts.append(
+            f"{name} {side.workers} worker{'' if side.workers == 1 else 's'}: start "
+            f"{side.start_s:.1f}, set-up {side.setup_s:.1f}, warm-up {side.warmup_s:.1f}, "
+            f"timed {side.timed_s:.1f}, kernel capture {side.capture_s:.1f}, ending "
+            f"{side.exit_s:.1f}")
+    devices = f" on {split.devices} devices at once" if split.devices > 1 else ""
+    return (f"time: {split.wall_s:.1f} s{devices}; " + "; ".join(parts)
+            + f"; abdiff itself {split.abdiff_s:.1f} (seconds)")
+
+
 def final_line(result: Result) -> str:
     """The one line every command ends with, whatever went to files: the verdict, each
     count said once, and what the exit status means."""
-    code = exit_code(result)
-    tally = counts(result)
+    facts = run_facts(result)
+    code, tally = facts.exit_code, facts.verdicts
     meaning = EXIT_MEANINGS.get(code, "")
     if code == policy.NOTHING_MEASURED_EXIT:
         head = "nothing measured"
@@ -236,31 +304,41 @@ def final_line(result: Result) -> str:
     verdicts = ", ".join(f"{tally[v]} {v}" for v in order if tally.get(v))
     differs = result.summary.get("kernel_env_differs")
     if isinstance(differs, list) and differs:  # the sides did not run the same kernels' inputs
-        names = clip(", ".join(map(str, differs)), 120)
+        names = clip(", ".join(map(str, differs)), 400)
         head += f" (kernel-selecting environment differs: {names})"
     return f"abdiff: {head}: {measured_sentence(result)}; {verdicts} (exit {code}: {meaning})"
 
 
+def rounds_span(configs: tuple[ConfigResult, ...]) -> str:
+    """"10 rounds per side", or "10 to 35 rounds per side" when the configs stopped at
+    different looks."""
+    rounds = [min(c.latency.rounds_a, c.latency.rounds_b) for c in configs]
+    low, high = min(rounds), max(rounds)
+    return f"{low} rounds per side" if low == high else f"{low} to {high} rounds per side"
+
+
 def next_step(result: Result) -> str | None:
-    """What to do about the configs the run could not decide (latency inconclusive), or
-    None: the rounds per side that each one's measured spread says would decide it
-    (`LatencyResult.rounds_needed`, the largest of them); beyond 100, a quieter machine."""
-    undecided = [c for c in result.configs if c.verdict == "inconclusive"]
-    if not undecided:
+    """What to do about the configs whose latency the run could not decide, or None: the
+    rounds per side that each one's measured spread says would decide it
+    (`LatencyResult.rounds_needed`, the largest of them); beyond MOST_ROUNDS_ADVISED, or
+    on a machine that was noisy, a quieter machine."""
+    facts = run_facts(result)
+    if not facts.undecided:
         return None
-    rounds = max(max(c.latency.rounds_a, c.latency.rounds_b) for c in undecided)
-    needed = max((c.latency.rounds_needed or 2 * rounds for c in undecided), default=30)
-    timed = sum(c.latency.verdict != "n/a" for c in result.configs)
-    text = (f"next: latency undecided for {len(undecided)} of the {timed} configs timed on "
-            f"both sides after {rounds} rounds per side")
-    machine = result.summary.get("machine")
-    if isinstance(machine, list) and machine:  # the machine explains the noise: say that first
-        return (f"{text}; the machine was noisy ({clip('; '.join(map(str, machine)), 80)}): "
-                "measure on an idle machine")
+    projected = [c.latency.rounds_needed for c in facts.undecided if c.latency.rounds_needed]
+    text = f"next: {latency_undecided(result)}, after {rounds_span(facts.undecided)}"
+    if facts.machine:  # the machine explains the noise: say that first
+        return (f"{text}; the machine was noisy ({'; '.join(facts.machine)}): measure on an "
+                "idle machine")
+    if not projected:
+        return f"{text}; more rounds would decide them: re-run with a larger --max-rounds"
+    needed = max(projected)
     if needed <= MOST_ROUNDS_ADVISED:
-        return f"{text}; about {needed} would decide them: re-run with --max-rounds {needed}"
+        return (f"{text}; about {needed} rounds per side would decide them at the spread "
+                f"measured: re-run with --max-rounds {needed} (a config whose spread grows "
+                "stops early and says so)")
     return (f"{text}; their rounds vary too much to decide here (about {needed} rounds): "
-            "measure on an idle machine (the report's notes say how much rounds vary)")
+            "measure on an idle machine (the notes say how much rounds vary)")
 
 
 def exit_code(result: Result) -> int:
@@ -273,10 +351,12 @@ def exit_code(result: Result) -> int:
 
 def min_effect(result: Result) -> float:
     """The practical threshold of the run (fraction), 0.02 when the summary lacks it."""
-    value = result.summary.get("min_effect")
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    return DEFAULT_MIN_EFFECT
+    return run_facts(result).min_effect
+
+
+def percent(share: float) -> str:
+    """A share as a percentage with as many digits as it has: 2%, 0.5%, 12.5%."""
+    return f"{share * 100:.3g}%"
 
 
 def side_label(side: Side) -> str:
@@ -309,6 +389,9 @@ def context_items(result: Result) -> list[tuple[str, str]]:
     if result.summary.get("timing"):
         items.append(("timing", clip(result.summary["timing"], 80)))
     items.append(("expected to change", expect_text(result)))
+    facts = run_facts(result)  # the units the verdicts were reached with, spelled out
+    items.append(("threshold", f"±{percent(facts.min_effect)} (--min-effect)"))
+    items.append(("alpha", f"{percent(facts.alpha)} family-wise (--alpha)"))
     return items
 
 
@@ -412,11 +495,12 @@ def kernel_changes(cfg: ConfigResult, limit: int = KERNEL_LINES, width: int = 12
     return lines
 
 
-def latency_cell(latency: LatencyResult) -> str:
+def latency_cell(latency: LatencyResult, max_rounds: int | None = None) -> str:
     """"1.043x [1.021, 1.066] p=0.003 (slower)"; "n/a" when not comparable.
 
     The statistics' own short note, when it has one, joins the verdict:
-    "(unchanged; below the 2% threshold)".
+    "(unchanged; below the 2% threshold)". `max_rounds`: the run's ceiling, so that a
+    config stopped below it says why (`latency_details`).
     """
     if latency.ratio is None:
         return "n/a" if latency.verdict in ("n/a", "", None) else f"({latency.verdict})"
@@ -425,23 +509,28 @@ def latency_cell(latency: LatencyResult) -> str:
         text += f" [{latency.ci[0]:.3f}, {latency.ci[1]:.3f}]"
     if latency.p is not None:
         text += f" p={_p_text(latency.p)}"
-    return "; ".join([f"{text} ({latency.verdict})", *latency_details(latency)])
+    return "; ".join([f"{text} ({latency.verdict})", *latency_details(latency, max_rounds)])
 
 
-def latency_details(latency: LatencyResult) -> list[str]:
-    """Detectable effect, set-aside rounds and note, where the result has them (absolute
-    times have their own cell, `times_cell`): ["detects ≥ 2.2%", "set aside B r1 67.58 µs"].
+def latency_details(latency: LatencyResult, max_rounds: int | None = None) -> list[str]:
+    """Detectable effect and note, where the result has them (absolute times have their own
+    cell, `times_cell`): ["detects ≥ 2.2%", ...].
+
+    A detectable change of 100% or more is no latency statement (a step cannot get more
+    than 100% faster): "undecidable at this noise" instead. An undecided config that
+    stopped below the run's --max-rounds says so: the adaptive plan found more rounds
+    futile at the spread it had by then (stats.futile).
     """
     parts = []
     if latency.detectable is not None:
-        parts.append(f"detects ≥ {latency.detectable:.1%}")
-    aside = [f"{side} r{r['round']} {us_text(r['median_us'])}"
-             for side, rounds in (("A", latency.set_aside_a), ("B", latency.set_aside_b))
-             for r in rounds]
-    if aside:
-        parts.append("set aside " + ", ".join(aside))
+        parts.append(f"detects ≥ {latency.detectable:.1%}" if latency.detectable < 1 else
+                     "undecidable at this noise (detects only changes over 100%)")
     if latency.note:
-        parts.append(clip(latency.note, 80))
+        parts.append(clip(latency.note, NOTE_LIMIT))
+    rounds = min(latency.rounds_a, latency.rounds_b)
+    if latency.verdict == "inconclusive" and max_rounds and 0 < rounds < max_rounds:
+        parts.append(f"stopped at {rounds} of --max-rounds {max_rounds}: at the spread "
+                     "measured by then, more rounds could not decide it")
     return parts
 
 
@@ -539,17 +628,26 @@ def kernel_cell(cfg: ConfigResult, groups: list[KernelGroup], limit: int = KERNE
 
 
 def root_cause_lines(cfg: ConfigResult, width: int = 120) -> list[str]:
-    """"Δ +2.07 µs spin_kernel": per kernel, B's time minus A's in the profiled call, for
-    the kernels behind a changed config (kernel_times.py), largest first. Where latency
-    moved, a last line says how much of the move those kernels make up: time spent
-    outside kernels (on the host) is not in them."""
-    lines = [clip(f"Δ {significant(d.delta_us, 3, sign=True)} µs {d.kernel}", width)
-             for d in cfg.kernel_deltas]
-    lat = cfg.latency
-    if lines and lat.verdict in ("slower", "faster") and lat.a_us and lat.b_us:
-        named = sum(d.delta_us for d in cfg.kernel_deltas)
-        lines.append(f"(these: {significant(named, 3, sign=True)} µs of the "
-                     f"{significant(lat.b_us - lat.a_us, 4, sign=True)} µs change)")
+    """The kernels behind a changed config (kernel_times.py), largest difference first, as
+    shares of the profiled call: "aten::bmm: 64% -> 0% (Δ -5370 µs)".
+
+    Kernel times come from one call per round under the profiler, after the timed
+    iterations: not the timed step (a profiled call runs slower, and on a busy machine
+    its kernels vary from round to round). Shares of that call can never read as larger
+    than the step; a first line names the pass and its total per side. A result from
+    before the totals were kept shows the differences alone."""
+    totals = (cfg.profiled_a_us, cfg.profiled_b_us)
+    lines = []
+    if cfg.kernel_deltas and all(t is not None and t > 0 for t in totals):
+        a_total, b_total = float(totals[0] or 0), float(totals[1] or 0)
+        lines.append(f"profiled call (one per round, not the timed step): A {us_text(a_total)}, "
+                     f"B {us_text(b_total)} in kernels")
+        lines += [clip(f"{d.kernel}: {d.a_us / a_total:.0%} -> {d.b_us / b_total:.0%} "
+                       f"(Δ {significant(d.delta_us, 3, sign=True)} µs)", width)
+                  for d in cfg.kernel_deltas]
+    else:
+        lines += [clip(f"Δ {significant(d.delta_us, 3, sign=True)} µs {d.kernel} (profiled "
+                       "call)", width) for d in cfg.kernel_deltas]
     return lines + [clip(f"Δ {significant(d.delta_us, 3, sign=True)} µs in module {d.kernel}",
                          width) for d in cfg.module_deltas]
 
@@ -586,12 +684,10 @@ def only_in_lines(result: Result) -> list[str]:
     return lines
 
 
-NOTE_LIMIT = 400
-
-
 def notes(result: Result) -> list[str]:
-    """Result.notes, one clipped line each; a note too long is cut after its last whole
-    clause ("; " or ". ") that fits, not mid-word (the JSON keeps it whole)."""
+    """Result.notes, one line each, whole: a report wraps them (in the terminal at word
+    boundaries, elsewhere the medium does), never cuts them. Only a note past NOTE_LIMIT
+    (text a benchmark made huge) is cut, after its last whole clause that fits."""
     suffix = f" {ELLIPSIS} (whole in the JSON)"
     room = NOTE_LIMIT - len(suffix)
     out = []

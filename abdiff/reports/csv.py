@@ -17,8 +17,8 @@ import csv
 import io
 from typing import Any
 
-from abdiff.records import ConfigResult, Result
 from abdiff.reports.common import ordered, side_times, value_text
+from abdiff.store.records import ConfigResult, Result
 from abdiff.targets.layerwise import MATRIX_KEYS
 
 SIDE_COLUMNS = ("rev", "sha", "status", "error", "rounds", "time_us", "spread_us",

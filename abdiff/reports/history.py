@@ -7,15 +7,14 @@ the facts or the kernels changed from the point before.
 
 from __future__ import annotations
 
-import textwrap
 from importlib import resources
 from typing import Any
 
 from jinja2 import Environment
 
-from abdiff.history import History, Point, Snapshot
-from abdiff.reports import common
+from abdiff.reports import common, table
 from abdiff.reports.html import PLOT_LEFT, PLOT_RIGHT, ticks
+from abdiff.store.history import History, Point, Snapshot
 
 _PAGE = Environment(autoescape=True).from_string(
     resources.files("abdiff.reports").joinpath("history.html.j2").read_text(encoding="utf-8"))
@@ -80,14 +79,34 @@ def changes(before: Snapshot | None, now: Snapshot, shown: int = KERNELS_SHOWN,
 
 def _series(history: History, config_id: str, shown: int = KERNELS_SHOWN, width: int = 200
             ) -> list[tuple[Point, Snapshot, list[str]]]:
-    """The config's points, oldest first, each with what changed from the one before."""
-    out = []
-    before: Snapshot | None = None
+    """The config's points (grouped by commit, store.history.collect), each with what
+    changed: the first point of a commit against the last point of the commit before it,
+    a later point of the same commit against that commit's first point (they should
+    agree). A point measured another way (launcher, device, timing) than the one it is
+    compared with says so and leaves its kernels out: they differ without a change."""
+    out: list[tuple[Point, Snapshot, list[str]]] = []
+    before: tuple[Point, Snapshot] | None = None  # the previous commit's last point
+    opened: tuple[Point, Snapshot] | None = None  # this commit's first point
+    last: tuple[Point, Snapshot] | None = None
     for point in history.points:
         shot = point.configs.get(config_id)
-        if shot is not None:
-            out.append((point, shot, changes(before, shot, shown, width)))
-            before = shot
+        if shot is None:
+            continue
+        if opened is not None and opened[0].sha != point.sha:
+            before, opened = last, None
+        against = opened or before
+        if against is None:
+            said = changes(None, shot, shown, width)
+        elif against[0].setup != point.setup and against[0].setup and point.setup:
+            said = [f"measured as {point.setup} ({against[0].source}: {against[0].setup}): "
+                    "kernels not compared",
+                    *(line for line in changes(against[1], shot, shown, width)
+                      if not line.startswith("kernels"))]
+        else:
+            said = changes(against[1], shot, shown, width)
+        out.append((point, shot, said))
+        opened = opened or (point, shot)
+        last = (point, shot)
     return out
 
 
@@ -96,28 +115,34 @@ def _when(iso: str) -> str:
 
 
 def render_table(history: History, width: int) -> str:
-    """A block per config: one line per point (when, source, rev, status, time), then
-    what changed from the point before, indented and wrapped to `width`."""
-    lines = textwrap.wrap(f"abdiff history: {len(history.points)} baselines and recorded runs "
-                          f"({history.searched})", width, subsequent_indent="    ")
+    """A block per config, and in it a block per commit (its rev and sha once, then a line
+    per point of that commit: when, source, status, time, how it was measured), each point
+    followed by what changed (`_series`), indented; every line wrapped to `width`."""
+    lines = table.wrap([f"abdiff history: {len(history.points)} baselines and recorded runs "
+                        f"({history.searched})"], width, "    ")
+    header = ("measured", "source", "status", "time per step", "measured as")
     for config_id in history.config_ids:
         series = _series(history, config_id, TERMINAL_KERNELS, 48)
-        lines += ["", f"{config_id}: {len(series)} points"]
-        rows = [(_when(p.when), p.source, f"{p.rev} ({p.sha[:10]})", s.status,
-                 latency_text(s), p.machine) for p, s, _ in series]
+        commits = len({p.sha for p, _, _ in series})
+        lines += ["", f"{config_id}: {len(series)} points on {commits} commit"
+                  f"{'' if commits == 1 else 's'}"]
+        rows = [(_when(p.when), p.source, s.status, latency_text(s), p.setup or "?")
+                for p, s, _ in series]
         widths = [max([len(h)] + [len(common.clip(r[i], 40)) for r in rows])
-                  for i, h in enumerate(("measured", "source", "rev (commit)", "status",
-                                         "time per step"))]
-        header = ("measured", "source", "rev (commit)", "status", "time per step")
-        lines.append(("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-                     .rstrip())
-        for row, (_, _, said) in zip(rows, series, strict=True):
-            cells = [common.clip(cell, 40).ljust(w) for cell, w in zip(row, widths, strict=False)]
-            lines.append(("  " + "  ".join(cells)).rstrip()[:width])
-            for text in said:
-                lines += textwrap.wrap(text, width=width, initial_indent="      ",
-                                       subsequent_indent="        ", break_on_hyphens=False)
-    return "\n".join(lines) + "\n"
+                  for i, h in enumerate(header)]
+        lines += table.wrap(["    " + "  ".join(h.ljust(w) for h, w in zip(header, widths,
+                                                                          strict=True))],
+                            width, "        ")
+        sha = ""
+        for row, (point, _, said) in zip(rows, series, strict=True):
+            if point.sha != sha:
+                sha = point.sha
+                lines += table.wrap([f"  {common.clip(point.rev, 80)} ({point.sha[:10]})"],
+                                    width, "      ")
+            cells = [common.clip(cell, 40).ljust(w) for cell, w in zip(row, widths, strict=True)]
+            lines += table.wrap([("    " + "  ".join(cells)).rstrip()], width, "        ")
+            lines += table.wrap([f"      {text}" for text in said], width, "        ")
+    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def _plot(history: History, config_id: str) -> dict:

@@ -21,8 +21,8 @@ import statistics
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from abdiff.records import ConfigResult, LatencyResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, LatencyResult, Result
 
 # Direction colours (forest plot, legend) and side colours (strip plots).
 DIRECTION_COLOURS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#607d8b",
@@ -96,7 +96,8 @@ def _decided_ratio(cfg: ConfigResult) -> tuple[float, float, float] | None:
     return _ratio_ci(cfg.latency)
 
 
-def _forest(configs: list[ConfigResult], effect: float) -> tuple[list[dict], list, list]:
+def _forest(configs: list[ConfigResult], effect: float, max_rounds: int | None
+            ) -> tuple[list[dict], list, list]:
     """Rows, grid lines and ticks of the forest plot of the decided configs."""
     rows = [(c, r) for c in configs if (r := _decided_ratio(c)) is not None]
     if not rows:
@@ -108,7 +109,8 @@ def _forest(configs: list[ConfigResult], effect: float) -> tuple[list[dict], lis
              for e in (1.0 - effect, 1.0 + effect)]
     out = []
     for cfg, (ratio, low, high) in rows:
-        out.append({"id": common.clip(cfg.id, 120), "value": common.latency_cell(cfg.latency),
+        out.append({"id": common.clip(cfg.id, 120),
+                    "value": common.latency_cell(cfg.latency, max_rounds),
                     "ratio": axis.pos(ratio), "low": axis.pos(low), "high": axis.pos(high),
                     "colour": DIRECTION_COLOURS.get(cfg.latency.verdict, "#333")})
     return out, grid, axis.ticks("g")
@@ -135,22 +137,18 @@ def _strip(lat: LatencyResult) -> dict | None:
 
 
 def _extras(lat: LatencyResult) -> list[tuple[str, str]]:
-    """Statistics worth a line when present: detectable change, rounds set aside."""
+    """Statistics worth a line when present: the detectable change, the rounds."""
     out = []
-    detectable = getattr(lat, "detectable", None)
-    if _finite(detectable):
-        out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"))
-    for side in ("a", "b"):
-        aside = getattr(lat, f"set_aside_{side}", None) or []
-        rounds = [f"round {r.get('round')} ({common.us_text(r['median_us'])})" for r in aside
-                  if isinstance(r, dict) and _finite(r.get("median_us"))]
-        if rounds:
-            out.append((f"set aside ({side.upper()})", ", ".join(rounds)))
+    detectable = lat.detectable
+    if detectable is not None and _finite(detectable):
+        out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"
+                    if detectable < 1 else "undecidable at this noise (only changes over "
+                    "100%, 80% power)"))
     out.append(("rounds", f"A {lat.rounds_a}, B {lat.rounds_b}"))
     return out
 
 
-def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
+def _card(cfg: ConfigResult, groups: list[common.KernelGroup], max_rounds: int | None) -> dict:
     group = common.group_of(cfg, groups)
     facts = []
     for name in sorted(cfg.facts_changed):
@@ -160,7 +158,7 @@ def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
                       common.value_text(b, 200)))
     extras = _extras(cfg.latency)
     if cfg.kernel_deltas:
-        extras.append(("kernel time, B - A", "; ".join(common.root_cause_lines(cfg, 2000))))
+        extras.append(("kernels behind it", "; ".join(common.root_cause_lines(cfg, 2000))))
     return {
         "id": common.clip(cfg.id, 120),
         "anchor": "cfg-" + "".join(ch if ch.isalnum() or ch in "-_" else "_"
@@ -169,7 +167,7 @@ def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
         "status": common.status_cell(cfg),
         "errors": common.error_lines(cfg, limit=2000),
         "times": common.times_cell(cfg.latency),
-        "latency": common.latency_cell(cfg.latency),
+        "latency": common.latency_cell(cfg.latency, max_rounds),
         "method": common.clip(cfg.latency.method or "", 160),
         "extras": extras,
         "facts": facts,
@@ -181,9 +179,10 @@ def _card(cfg: ConfigResult, groups: list[common.KernelGroup]) -> dict:
 
 def render(result: Result) -> str:
     """The whole page for `result`, self-contained."""
-    effect = common.min_effect(result)
+    facts = common.run_facts(result)
+    effect = facts.min_effect
     configs = common.ordered(result)
-    forest, grid, forest_ticks = _forest(configs, effect)
+    forest, grid, forest_ticks = _forest(configs, effect, facts.max_rounds)
     kernel_groups = common.kernel_groups(configs)
     tally = common.counts(result)
     tone = "fail" if tally["unintended"] else "pass" if common.passed(result) else "warn"
@@ -191,8 +190,7 @@ def render(result: Result) -> str:
         headline=common.verdict_line(result),
         tone=tone,
         summary=common.summary_sentence(result),
-        context=[*common.context_items(result), ("min effect", f"{effect:.1%}"),
-                 *common.environment_items(result)],
+        context=[*common.context_items(result), *common.environment_items(result)],
         notes=[*common.notes(result), *common.only_in_lines(result)],
         directions=list(DIRECTION_COLOURS.items()),
         sides=list(SIDE_COLOURS.items()),
@@ -200,6 +198,6 @@ def render(result: Result) -> str:
         forest=forest, grid=grid, ticks=forest_ticks,
         groups=[{"verdict": verdict, "title": verdict.capitalize(),
                  "open": verdict in OPEN_VERDICTS,
-                 "cards": [_card(cfg, kernel_groups) for cfg in cfgs]}
+                 "cards": [_card(cfg, kernel_groups, facts.max_rounds) for cfg in cfgs]}
                 for verdict, cfgs in common.grouped(result).items()],
     )

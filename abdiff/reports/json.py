@@ -6,7 +6,7 @@ this format is only the adapter to the `render(result) -> str` interface.
 
 from __future__ import annotations
 
-from abdiff.records import Result, dump_json
+from abdiff.store.records import Result, dump_json
 
 
 def render(result: Result) -> str:

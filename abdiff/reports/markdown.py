@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, Result
 
 MARKER = "<!-- abdiff -->"
 # GitHub rejects comment bodies over 65536 characters; stay well below.
@@ -72,7 +72,7 @@ def _cell(lines: Iterable[str]) -> str:
 
 
 def _row(cfg: ConfigResult, groups: list[common.KernelGroup], with_verdict: bool,
-         with_times: bool) -> str:
+         with_times: bool, max_rounds: int | None) -> str:
     cells = [escape(cfg.verdict)] if with_verdict else []
     cells += [
         escape(cfg.id, 120),
@@ -82,12 +82,13 @@ def _row(cfg: ConfigResult, groups: list[common.KernelGroup], with_verdict: bool
     ]
     if with_times:
         cells.append(escape(common.times_cell(cfg.latency)))
-    cells.append(escape(common.latency_cell(cfg.latency)))
+    # whole: GitHub wraps a cell at spaces; cut, the explanation would end mid-word
+    cells.append(escape(common.latency_cell(cfg.latency, max_rounds), common.NOTE_LIMIT))
     return "| " + " | ".join(cells) + " |"
 
 
 def _table(configs: list[ConfigResult], groups: list[common.KernelGroup], with_verdict: bool,
-           budget: int) -> list[str]:
+           budget: int, max_rounds: int | None) -> list[str]:
     """A Markdown table; rows past `budget` characters are counted, not shown.
 
     The time column only when the statistics gave some config its times.
@@ -100,7 +101,7 @@ def _table(configs: list[ConfigResult], groups: list[common.KernelGroup], with_v
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     used = sum(len(x) + 1 for x in lines)
     for shown, cfg in enumerate(configs):
-        row = _row(cfg, groups, with_verdict, with_times)
+        row = _row(cfg, groups, with_verdict, with_times, max_rounds)
         if used + len(row) + 1 > budget:
             lines.append("")
             lines.append(f"... {len(configs) - shown} more not shown; see the JSON result.")
@@ -147,15 +148,16 @@ def render(result: Result, details_url: str | None = None) -> str:
     link under it.
     """
     groups = common.grouped(result)
+    max_rounds = common.run_facts(result).max_rounds
     kernel_groups = common.kernel_groups(common.ordered(result))[:MAX_KERNEL_GROUPS]
     failing = groups.pop("still-failing", [])
     unintended = groups.pop("unintended", [])
     rest = [cfg for cfgs in groups.values() for cfg in cfgs]
     lines = [
         MARKER,
-        f"{icon(result)} **abdiff: {escape(common.verdict_line(result))}**",
+        f"{icon(result)} **abdiff: {escape(common.verdict_line(result), common.NOTE_LIMIT)}**",
         "",
-        f"{escape(common.summary_sentence(result))}.",
+        f"{escape(common.summary_sentence(result), common.NOTE_LIMIT)}.",
         "",
         " · ".join(f"{escape(k)}: {escape(v)}" for k, v in common.context_items(result)),
         *(f"\n{escape(k)}: {escape(v, 600)}" for k, v in common.environment_items(result)),
@@ -164,11 +166,11 @@ def render(result: Result, details_url: str | None = None) -> str:
         lines += ["", f"[Full report and run artifacts]({check_url(details_url)})"]
     step = common.next_step(result)
     if step:  # what to do about the inconclusive configs, before the notes that explain them
-        lines += ["", escape(step[0].upper() + step[1:], 600)]
+        lines += ["", escape(step[0].upper() + step[1:], common.NOTE_LIMIT)]
     notes = [*common.notes(result), *common.only_in_lines(result)]
     used = 0
     for shown, note in enumerate(notes):
-        line = f"Note: {escape(note, 400)}"
+        line = f"Note: {escape(note, common.NOTE_LIMIT)}"
         if used + len(line) > NOTES_CHARS:
             lines += ["", f"... {len(notes) - shown} more notes in the JSON result."]
             break
@@ -180,7 +182,8 @@ def render(result: Result, details_url: str | None = None) -> str:
                             failing), ("Unintended changes", unintended)):
         if configs:
             lines += ["", f"#### {title}", ""]
-            lines += _table(configs, kernel_groups, with_verdict=False, budget=MAX_CHARS // 3)
+            lines += _table(configs, kernel_groups, with_verdict=False, budget=MAX_CHARS // 3,
+                            max_rounds=max_rounds)
     if kernel_groups:  # what the tables left, less room for the other configs' header
         lines += _kernel_groups(kernel_groups,
                                 MAX_CHARS - sum(len(x) + 1 for x in lines) - 8000)
@@ -194,7 +197,8 @@ def render(result: Result, details_url: str | None = None) -> str:
             "",
             f"<details><summary>Other configs: {', '.join(parts)}</summary>",
             "",
-            *_table(rest, kernel_groups, with_verdict=True, budget=MAX_CHARS - used - 4000),
+            *_table(rest, kernel_groups, with_verdict=True, budget=MAX_CHARS - used - 4000,
+                    max_rounds=max_rounds),
             "",
             "</details>",
         ]

@@ -22,12 +22,13 @@ import sys
 import textwrap
 from typing import TextIO
 
-from abdiff.records import ConfigResult, Result
 from abdiff.reports import common
+from abdiff.store.records import ConfigResult, Result
 
 WIDE = 120  # below this many columns, the per-config block layout
 DEFAULT_WIDTH = 160  # off a terminal without COLUMNS
 MIN_WIDTH = 40
+MAX_WIDTH = 200  # wider lines are hard to read, whatever the terminal
 HEADERS = ("verdict", "config", "status", "facts changed", "kernels", "A / B time",
            "latency B/A")
 # The narrowest each column may get, and how readily it gives way (0: never).
@@ -41,8 +42,9 @@ _COLOURS = {"unintended": "1;31", "still-failing": "1;35", "inconclusive": "33",
 
 
 def terminal_width() -> int:
-    """COLUMNS when set, else the terminal's width, else DEFAULT_WIDTH (pipes, CI logs)."""
-    return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
+    """COLUMNS when set, else the terminal's width, else DEFAULT_WIDTH (pipes, CI logs);
+    kept within MIN_WIDTH..MAX_WIDTH. Every command's output fits it (`wrap`)."""
+    return min(max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH), MAX_WIDTH)
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -72,15 +74,70 @@ def _fit_kernels(lines: list[str], width: int) -> list[str]:
     return out
 
 
-class _Wrapper(textwrap.TextWrapper):
+class _NameWrapper(textwrap.TextWrapper):
     """Breaks at spaces, and inside long names after '.', '/' or '_'
-    (`attn_metadata.` / `max_total_draft_tokens`), never in the middle of a word part."""
+    (`attn_metadata.` / `max_total_draft_tokens`), never in the middle of a word part:
+    for the narrow cells of the table, where a fact's name would not fit whole."""
 
     wordsep_re = re.compile(r"(\s+|(?<=[./_])(?=[^\s./_0-9]))")  # not inside 1.370
 
 
-def _wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
-    wrapper = _Wrapper(width, subsequent_indent=indent)
+def wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
+    """Sentences wrapped to `width` at spaces only (`DG_HOST_ASSERT(` stays whole); a word
+    longer than the line, and only such a word, is broken where it must be."""
+    wrapper = textwrap.TextWrapper(width, subsequent_indent=indent, break_on_hyphens=False)
+    out: list[str] = []
+    for line in lines:
+        out += wrapper.wrap(line) or [""]
+    return out
+
+
+def fit(text: str, width: int) -> str:
+    """Every line of `text` wrapped to `width` at spaces, a continuation indented four
+    more than its line: how a command's own lines (doctor, bisect, baseline show, history)
+    stay within the terminal."""
+    out: list[str] = []
+    for line in text.splitlines():
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        out += wrap([line], width, lead + "    ")
+    return "\n".join(out)
+
+
+MIN_CELL = 20  # a column narrower than this reads worse than one block per row
+
+
+def grid(headers: list[str], rows: list[list[str]], width: int, lead: int = 1) -> str:
+    """A plain table of text cells within `width` (`tabulate`'s "simple" look): columns at
+    their natural width when they fit; else the widest give way (their cells wrap at spaces
+    inside the column) down to MIN_CELL; when even that does not fit, one block per row:
+    its first `lead` cells on a line, then a `header: cell` line for each other cell that
+    holds something (not empty, not `-`)."""
+    natural = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    least = [min(w, MIN_CELL) for w in natural]
+    widths = list(natural)
+    budget = width - len(SEP) * (len(headers) - 1)
+    while sum(widths) > budget and any(w > m for w, m in zip(widths, least, strict=True)):
+        widest = max(range(len(widths)), key=lambda i: widths[i] - least[i])
+        widths[widest] -= 1
+    if sum(widths) > budget:
+        out: list[str] = []
+        for row in rows:
+            out += wrap([SEP.join(cell for cell in row[:lead] if cell)], width, "    ")
+            out += [line for h, cell in zip(headers[lead:], row[lead:], strict=True)
+                    if cell not in ("", "-")  # nothing to say in this column
+                    for line in wrap([f"    {h}: {cell}"], width, "        ")]
+        return "\n".join(out)
+    lines = []
+    for row in [headers, ["-" * w for w in widths], *rows]:
+        cells = [wrap([cell], w) for cell, w in zip(row, widths, strict=True)]
+        for n in range(max(len(c) for c in cells)):
+            lines.append(SEP.join((c[n] if n < len(c) else "").ljust(w)
+                                  for c, w in zip(cells, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _wrap_cell(lines: list[str], width: int, indent: str = "") -> list[str]:
+    wrapper = _NameWrapper(width, subsequent_indent=indent)
     out: list[str] = []
     for line in lines:
         out += wrapper.wrap(line) or [""]
@@ -91,8 +148,8 @@ def _verdict_word(cfg: ConfigResult) -> str:
     return cfg.verdict.upper() if cfg.verdict in ("unintended", "still-failing") else cfg.verdict
 
 
-def _cells(cfg: ConfigResult, groups: list[common.KernelGroup], marks: list[str]
-           ) -> list[list[str]]:
+def _cells(cfg: ConfigResult, groups: list[common.KernelGroup], marks: list[str],
+           max_rounds: int | None) -> list[list[str]]:
     """A config's fields as lists of lines, in HEADERS order."""
     return [
         [_verdict_word(cfg)],
@@ -101,7 +158,7 @@ def _cells(cfg: ConfigResult, groups: list[common.KernelGroup], marks: list[str]
         common.fact_changes(cfg),
         common.kernel_cell(cfg, groups, limit=5, width=100),
         [t for t in common.times_cell(cfg.latency).split(", ") if t],
-        [common.latency_cell(cfg.latency)],
+        [common.latency_cell(cfg.latency, max_rounds)],
     ]
 
 
@@ -132,7 +189,7 @@ def _wide(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour: 
     for cfg, cells in rows:
         if kernels >= 0:
             cells[kernels] = _fit_kernels(cells[kernels], widths[kernels])
-        wrapped = [_wrap(cell, w, "  ") if cell else [""] for cell, w in zip(cells, widths,
+        wrapped = [_wrap_cell(cell, w, "  ") if cell else [""] for cell, w in zip(cells, widths,
                                                                            strict=True)]
         for n in range(max(len(c) for c in wrapped)):
             parts = [(c[n] if n < len(c) else "").ljust(w) for c, w in zip(wrapped, widths,
@@ -155,7 +212,7 @@ def _narrow(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour
         for label, lines in zip(labels, cells[2:], strict=True):
             if label == "kernels":
                 lines = _fit_kernels(lines, width - pad)
-            for n, line in enumerate(_wrap(lines, width - pad, "  ")):
+            for n, line in enumerate(_wrap_cell(lines, width - pad, "  ")):
                 out.append(("    " + label if n == 0 else "").ljust(pad) + line)
     return out
 
@@ -173,7 +230,7 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
         head.append("  ".join(details))
     head += [f"note: {n}" for n in common.notes(result)]
     head += [f"note: {line}" for line in common.only_in_lines(result)]
-    lines = _wrap(head, width, "  ")
+    lines = wrap(head, width, "  ")
     configs = common.ordered(result)
     groups = common.kernel_groups(configs)
     rows = []
@@ -186,7 +243,7 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
             ids = errors.setdefault(line, [])
             ids.append(cfg.id)
             marks.append(f"[{list(errors).index(line) + 1}]")
-        rows.append((cfg, _cells(cfg, groups, marks)))
+        rows.append((cfg, _cells(cfg, groups, marks, common.run_facts(result).max_rounds)))
     lines.append("")
     if not rows:
         lines.append("(no configs)")
@@ -195,17 +252,27 @@ def render(result: Result, *, width: int | None = None, colour: bool | None = No
     else:
         lines += _narrow(rows, width, colour)
     for group in groups:
-        lines += ["", *_wrap([f"{group.label}: same kernel change in {len(group.ids)} configs: "
+        lines += ["", *wrap([f"{group.label}: same kernel change in {len(group.ids)} configs: "
                               + ", ".join(group.ids)], width, "  ")]
         lines += [f"  {line}" for line in _fit_kernels(group.lines, width - 2)]
     if errors:
         notes = [f"[{n}] {', '.join(ids)} {line}"
                  for n, (line, ids) in enumerate(errors.items(), start=1)]
-        lines += ["", *_wrap(notes, width, "    ")]
-    step = common.next_step(result)
-    lines += ["", *(_wrap([step], width, "      ") if step else []),
-              _paint(common.final_line(result), _final_tone(result), colour)]
+        lines += ["", *wrap(notes, width, "    ")]
+    lines += ["", *ending(result, width, colour)]
     return "\n".join(lines) + "\n"
+
+
+def ending(result: Result, width: int, colour: bool = False) -> list[str]:
+    """The `next:` line, if any, the time line (a run that measured), and the verdict line,
+    wrapped to `width` at spaces: what every compared run ends with, after the table or
+    alone (the verdict's first words, its exit status, stay on the first line)."""
+    step = common.next_step(result)
+    spent = common.time_line(result)  # where the run's wall time went
+    lines = wrap([step], width, "      ") if step else []
+    lines += wrap([spent], width, "      ") if spent else []
+    return lines + [_paint(line, _final_tone(result), colour)
+                    for line in wrap([common.final_line(result)], width, "        ")]
 
 
 def _final_tone(result: Result) -> str:

@@ -17,10 +17,10 @@ from typing import Annotated, Any
 import yaml
 
 from abdiff.errors import InputError, did_you_mean
-from abdiff.files import read_text
+from abdiff.store.files import read_text
+from abdiff.store.validate import Len, from_json
 from abdiff.suites.model import Config, Suite
 from abdiff.targets.layerwise import MATRIX_KEYS, Matrix, NonNegative, Positive, config_id
-from abdiff.validate import Len, from_json
 
 MAX_CONFIGS = 256  # larger matrices need --yes: a typo in a list should not start a day-long run
 Scalar = str | int | float | bool

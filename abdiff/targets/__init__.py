@@ -109,7 +109,7 @@ def detect_target(root: Path, requested: str | None = None) -> type[Target]:
     for target in classes:
         if target.detect(root):
             return target
-    from abdiff.revs import run_git
+    from abdiff.repo.revs import run_git
 
     head = run_git(root, "rev-parse", "--short=10", "HEAD", check=False).stdout.strip()
     looked = "; ".join(f"{t.layout} ({t.name})" for t in classes if t.layout)

@@ -20,31 +20,27 @@ name; a target is found by name through the `abdiff.targets` entry point group
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from abdiff.errors import InputError
-from abdiff.protocol import RoundJob
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.protocol import RoundJob
 from abdiff.targets.hooks import Hook, missing_hooks
 
 if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no import at run time
     from abdiff.suites import Config, Suite
 
-# The folder holding the abdiff package: on a worker's PYTHONPATH, so it imports this
-# abdiff also where abdiff is not installed (run from a source tree)
-ABDIFF_ROOT = Path(__file__).resolve().parents[2]
-
-__all__ = ["ABDIFF_ROOT", "Finding", "LaunchSpec", "RoundJob", "Target"]
+__all__ = ["Finding", "Prepared", "RoundJob", "Target"]
 
 
-@dataclass
-class LaunchSpec:
-    """A command for a launcher: argv (never a shell string), working folder, extra env."""
+@dataclass(frozen=True)
+class Prepared:
+    """What `Target.prepare` made of one side's checkout."""
 
-    argv: list[str]
-    cwd: Path
-    env: dict[str, str] = field(default_factory=dict)
+    configs: list[Config] | None = None  # the configs this side lists (None: the suite's)
+    failure: str | None = None  # why nothing of this side can run (one line): its status
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,7 @@ class Target(ABC):
     name: ClassVar[str]
     # what the worker relies on in a checkout (checked with the ast module, no GPU)
     hooks: ClassVar[tuple[Hook, ...]] = ()
-    # machine component (abdiff/doctor.py names them) -> what this target loses without it
+    # machine component (abdiff/host/doctor.py names them) -> what this target loses without it
     needs: ClassVar[dict[str, str]] = {}
     # the components without which this target cannot run at all
     requires: ClassVar[tuple[str, ...]] = ()
@@ -70,6 +66,11 @@ class Target(ABC):
     capture_pass: ClassVar[bool] = False
     # what `detect` looks for, as a user reads it ("no benchmark found ... looked for ...")
     layout: ClassVar[str] = ""
+    # modules safe to import ahead of the benchmark, from each checkout, in that side's
+    # fork server (the package under test; nothing that starts CUDA, MPI or threads a fork
+    # cannot carry): its workers then find them imported (launchers/forkserver_process.py
+    # checks, after the import, that forking is still safe, else that side starts cold)
+    preimport: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abstractmethod
@@ -88,6 +89,12 @@ class Target(ABC):
             raise InputError(f"{suite.source}: target {self.name} needs a 'matrix' in the "
                              "suite (the configs to measure)")
         return suite.configs
+
+    def prepare(self, suite: Suite, checkout: Path, folder: Path) -> Prepared:
+        """Once per side per run, before its first round: `folder` is the side's own, kept
+        with its caches and writable to the benchmark (the command target builds there).
+        Nothing by default."""
+        return Prepared()
 
     @abstractmethod
     def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:

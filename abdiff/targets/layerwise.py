@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Annotated, Any, Literal, get_args
 
-from abdiff.validate import Len, Min
+from abdiff.store.validate import Len, Min
 
 RunType = Literal["GEN", "CTX"]
 Backend = Literal["DSA", "TRTLLM"]

@@ -16,7 +16,10 @@ seconds, which are then the latencies.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,9 @@ TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 # context keys that change from one process to the next: not the machine's fingerprint
 VOLATILE_CONTEXT = ("date", "load_avg", "executable")
 NVBENCH_MEAN = "nv/cold/time/gpu/mean"
+TIMES = ("real_time", "cpu_time")
+DEFAULT_METRICS = ("real_time",)
+RATE_SUFFIX = "per_second"  # bytes_per_second, items_per_second: higher is faster
 NVBENCH_SAMPLES = "nv/json/bin:nv/cold/sample_times"
 
 
@@ -58,13 +64,15 @@ def nvbench_id(benchmark: str, state: str) -> str:
     return f"{benchmark}[{state}]" if state else benchmark
 
 
-def config_params(fmt: Format, config_id: str) -> dict[str, str]:
-    """The params of a config id, for `expect` and --expect: gbench's `benchmark` (the full
-    name) and `family` (the name before its arguments); nvbench's `benchmark` and `state`."""
+def config_params(fmt: Format, benchmark: str, metric: str = DEFAULT_METRICS[0]
+                  ) -> dict[str, str]:
+    """The params of a config, for `expect` and --expect: gbench's `benchmark` (the full
+    name), `family` (the name before its arguments) and `metric`; nvbench's `benchmark` and
+    `state` (`benchmark` is then its config id)."""
     if fmt == "nvbench":
-        name, _, state = config_id.partition("[")
+        name, _, state = benchmark.partition("[")
         return {"benchmark": name, "state": state.removesuffix("]")}
-    return {"benchmark": config_id, "family": config_id.split("/", 1)[0]}
+    return {"benchmark": benchmark, "family": benchmark.split("/", 1)[0], "metric": metric}
 
 
 def _picked(row: dict[str, Any], facts: Sequence[str]) -> dict[str, Any]:
@@ -83,45 +91,139 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-def gbench_report(document: Any, facts: Sequence[str] = ()) -> BenchmarkReport:
-    """Google Benchmark JSON -> a result per benchmark name, in the order it ran them."""
+def gbench_document(text: str) -> tuple[dict[str, Any], bool]:
+    """Google Benchmark JSON text -> (the document, whether it was complete). A process
+    that died mid-run leaves its `--benchmark_out` cut after the last benchmark it reported
+    (the reporter flushes after each one): the context and every whole row before the cut
+    are read, and the document says it is incomplete."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        return _mapping(document, "the document"), True
+    decoder = json.JSONDecoder()
+    context: Any = {}
+    position = 0
+    opening = re.search(r'"context"\s*:\s*', text)
+    if opening is not None:
+        with contextlib.suppress(ValueError):  # cut inside the context: no context
+            context, position = decoder.raw_decode(text, opening.end())
+    rows: list[Any] = []
+    array = re.compile(r'"benchmarks"\s*:\s*\[').search(text, position)
+    if array is not None:
+        position, separator = array.end(), re.compile(r"[\s,]*")
+        while True:
+            position = separator.match(text, position).end()  # type: ignore[union-attr]
+            try:
+                row, position = decoder.raw_decode(text, position)
+            except ValueError:
+                break
+            rows.append(row)
+    if opening is None and array is None:
+        raise FormatError("no JSON object of Google Benchmark (no context, no benchmarks)")
+    return {"context": context, "benchmarks": rows}, False
+
+
+def metric_value(row: dict[str, Any], metric: str) -> float | str:
+    """One repetition's value of `metric` (a time in microseconds; a counter as written,
+    a rate counter, named `..._per_second`, as its reciprocal: microseconds per item), or
+    why there is none."""
+    if metric in TIMES:
+        unit, value = row.get("time_unit", "ns"), row.get(metric)
+        if unit not in TIME_UNIT_US or not isinstance(value, int | float):
+            raise FormatError(f"{metric} {value!r} in unit {unit!r} is not a time")
+        number = float(value) * TIME_UNIT_US[unit]
+    else:
+        value = row.get(metric)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return f"no counter {metric!r} in its row"
+        number = 1e6 / float(value) if metric.endswith(RATE_SUFFIX) and value else float(value)
+    if not math.isfinite(number) or number <= 0:
+        return f"{metric} {value!r} is not a positive value"
+    return number
+
+
+def gbench_id(benchmark: str, metric: str, metrics: Sequence[str]) -> str:
+    """The config id of a benchmark's metric: the name for the first metric of the suite,
+    `NAME metric` for the others."""
+    return benchmark if metric == metrics[0] else f"{benchmark} {metric}"
+
+
+def context_warnings(context: dict[str, Any]) -> list[str]:
+    """What the benchmark's own context says is wrong with its timings."""
+    warnings = []
+    if str(context.get("library_build_type", "")).lower() == "debug":
+        warnings.append("the Google Benchmark library was built as DEBUG (its own timing "
+                        "loop is slower; the benchmark's code is as you built it)")
+    if context.get("cpu_scaling_enabled") is True:
+        warnings.append("CPU frequency scaling was enabled while the benchmark ran: its "
+                        "timings vary with the clock (pin the governor to performance)")
+    return warnings
+
+
+def gbench_report(document: Any, facts: Sequence[str] = (),
+                  metrics: Sequence[str] = DEFAULT_METRICS, complete: bool = True
+                  ) -> BenchmarkReport:
+    """Google Benchmark JSON -> a result per config (`gbench_id`: a benchmark's metric), in
+    the order it ran them. Each `iteration` row (one repetition) is one value; a benchmark
+    reported with aggregates only (`--benchmark_report_aggregates_only`) gives its `median`
+    (else `mean`) row as its one value. An incomplete document (`gbench_document`) drops
+    its last benchmark unless all of that benchmark's repetitions are there."""
     root = _mapping(document, "the document")
     context = _mapping(root.get("context", {}), "context")
     env = {"device": "cpu", "host": context.get("host_name"),
-           "timing": "Google Benchmark real time",  # the report's `timing`
-           "benchmark_context": {k: v for k, v in context.items() if k not in VOLATILE_CONTEXT}}
-    times: dict[str, list[float]] = {}
-    errors: dict[str, str] = {}
-    picked: dict[str, dict[str, Any]] = {}
+           "timing": f"Google Benchmark {metrics[0].replace('_', ' ')}",  # the report's `timing`
+           "benchmark_context": {k: v for k, v in context.items() if k not in VOLATILE_CONTEXT},
+           "warnings": context_warnings(context)}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    aggregates: dict[str, dict[str, dict[str, Any]]] = {}
     for index, row in enumerate(_list(root.get("benchmarks"), "benchmarks")):
         row = _mapping(row, f"benchmarks[{index}]")
-        if row.get("run_type", "iteration") != "iteration" or "aggregate_name" in row:
-            continue  # mean, median, stddev, cv, BigO, RMS: abdiff's statistics, not theirs
         name = row.get("run_name") or row.get("name")
         if not isinstance(name, str):
             raise FormatError(f"benchmarks[{index}] has no name")
-        picked.setdefault(name, _picked(row, facts))
-        times.setdefault(name, [])
-        if row.get("error_occurred"):
-            errors.setdefault(name, str(row.get("error_message") or "error_occurred"))
+        if row.get("run_type", "iteration") != "iteration" or "aggregate_name" in row:
+            # mean, median, stddev, cv, BigO, RMS: abdiff's statistics, not theirs
+            aggregates.setdefault(name, {})[str(row.get("aggregate_name"))] = row
             continue
-        if row.get("skipped"):
-            errors.setdefault(name, f"skipped: {row.get('skip_message') or 'no reason given'}")
-            continue
-        unit = row.get("time_unit", "ns")
-        value = row.get("real_time")
-        if unit not in TIME_UNIT_US or not isinstance(value, int | float):
-            raise FormatError(f"benchmarks[{index}] ({name}): real_time {value!r} in unit "
-                              f"{unit!r} is not a time")
-        latency = float(value) * TIME_UNIT_US[unit]
-        if not math.isfinite(latency) or latency <= 0:
-            errors.setdefault(name, f"real_time {value!r} {unit} is not a positive time")
-            continue
-        times[name].append(latency)
-    results = {name: BenchmarkResult([] if name in errors else values, errors.get(name),
-                                     picked[name])
-               for name, values in times.items()}
+        rows.setdefault(name, []).append(row)
+    names = list(dict.fromkeys([*rows, *aggregates]))
+    if not complete and names:
+        last = names[-1]
+        wanted = next((r.get("repetitions") for r in rows.get(last, [])), None)
+        if not isinstance(wanted, int) or len(rows.get(last, [])) < wanted:
+            names.pop()  # cut inside its rows: not reported
+    results: dict[str, BenchmarkResult] = {}
+    for name in names:
+        measured = rows.get(name) or [aggregates[name][k] for k in ("median", "mean")
+                                      if k in aggregates.get(name, {})][:1]
+        for metric in metrics:
+            results[gbench_id(name, metric, metrics)] = _gbench_result(name, measured, facts,
+                                                                       metric)
     return BenchmarkReport(env, results)
+
+
+def _gbench_result(name: str, rows: list[dict[str, Any]], facts: Sequence[str],
+                   metric: str) -> BenchmarkResult:
+    picked = _picked(rows[0], facts) if rows else {}
+    values: list[float] = []
+    for row in rows:
+        if row.get("error_occurred"):
+            return BenchmarkResult([], str(row.get("error_message") or "error_occurred"), picked)
+        if row.get("skipped"):
+            return BenchmarkResult([], f"skipped: {row.get('skip_message') or 'no reason given'}",
+                                   picked)
+        try:
+            value = metric_value(row, metric)
+        except FormatError as exc:
+            raise FormatError(f"benchmarks ({name}): {exc}") from None
+        if isinstance(value, str):
+            return BenchmarkResult([], value, picked)
+        values.append(value)
+    if not values:
+        return BenchmarkResult([], "no iteration or median row", picked)
+    return BenchmarkResult(values, None, picked)
 
 
 def _summary_values(summary: dict[str, Any]) -> dict[str, str]:
@@ -191,27 +293,42 @@ def nvbench_report(document: Any, facts: Sequence[str] = (),
     return BenchmarkReport(env, results)
 
 
-def read_report(fmt: Format, document: Any, facts: Sequence[str],
-                folder: Path | None = None) -> BenchmarkReport:
+def read_report(fmt: Format, text: str, facts: Sequence[str],
+                metrics: Sequence[str] = DEFAULT_METRICS, folder: Path | None = None
+                ) -> tuple[BenchmarkReport, bool]:
+    """A benchmark's JSON output -> (what it reported, whether the document was whole).
+    Google Benchmark's is read up to its cut (`gbench_document`); nvbench's must be whole."""
     if fmt == "nvbench":
-        return nvbench_report(document, facts, folder)
-    return gbench_report(document, facts)
+        return nvbench_report(json.loads(text), facts, folder), True
+    document, complete = gbench_document(text)
+    return gbench_report(document, facts, metrics, complete), complete
 
 
 def benchmark_arguments(fmt: Format, out: Path, repetitions: int,
-                        config_ids: list[str] | None) -> list[str]:
+                        benchmarks: list[str] | None) -> list[str]:
     """What the benchmark is told, beside its own command: where to write its JSON, and
-    (gbench) how many repetitions and which benchmarks (`config_ids`; None: all)."""
+    (gbench) how many repetitions and which `benchmarks` (names; None: all)."""
+    chosen = None if benchmarks is None else list(dict.fromkeys(benchmarks))
     if fmt == "nvbench":
-        chosen = [] if config_ids is None else list(dict.fromkeys(
-            config_params("nvbench", c)["benchmark"] for c in config_ids))
-        return ["--jsonbin", str(out), *(a for name in chosen for a in ("--benchmark", name))]
+        return ["--jsonbin", str(out), *(a for name in chosen or [] for a in ("--benchmark", name))]
     arguments = [f"--benchmark_out={out}", "--benchmark_out_format=json",
                  f"--benchmark_repetitions={repetitions}"]
-    if config_ids is not None:  # POSIX extended regular expression, whole names only
-        names = "|".join(_ere_escape(c) for c in config_ids)
+    if chosen is not None:  # POSIX extended regular expression, whole names only
+        names = "|".join(_ere_escape(c) for c in chosen)
         arguments.append(f"--benchmark_filter=^({names})$")
     return arguments
+
+
+# what Google Benchmark writes to stderr that never says why it died: the context header
+# (date, "Running ./bench", "Run on (...)", caches, load average) and its ***WARNING*** lines
+GBENCH_NOISE = re.compile(r"\d{4}-\d\d-\d\dT|Running |Run on \(|CPU Caches:|Load Average:|"
+                          r"\*\*\*WARNING\*\*\*|\s")
+
+
+def death_line(stderr: str) -> str | None:
+    """The benchmark's last stderr line that can say why it died."""
+    lines = [line for line in stderr.splitlines() if line.strip() and not GBENCH_NOISE.match(line)]
+    return lines[-1].strip() if lines else None
 
 
 def _ere_escape(text: str) -> str:

@@ -13,38 +13,44 @@ the rest (gbench: only those, by --benchmark_filter).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from abdiff.protocol import RecordWriter, RoundJob
-from abdiff.records import RoundRecord
-from abdiff.targets.command.formats import BenchmarkReport, benchmark_arguments, read_report
-from abdiff.targets.command.target import CommandOptions
+from abdiff.run.protocol import RecordWriter, RoundJob
+from abdiff.store.records import RoundRecord
+from abdiff.targets.command.formats import (
+    BenchmarkReport,
+    benchmark_arguments,
+    death_line,
+    read_report,
+)
+from abdiff.targets.command.target import CommandOptions, build_environment
 
 
-def run_benchmark(job: RoundJob, options: CommandOptions, work: Path
+def run_benchmark(job: RoundJob, options: CommandOptions, work: Path, build: Path | None
                   ) -> tuple[int | None, BenchmarkReport | None, str]:
     """(exit status, or None where it could not start; what it reported, or None; why
     nothing) of one benchmark process."""
     out = work / "benchmark.json"
-    ids = [c["id"] for c in job.configs]
-    argv = [*options.command, *benchmark_arguments(options.format, out, job.run_times, ids),
+    names = [str(c["params"].get("benchmark", c["id"])) for c in job.configs]
+    argv = [*options.argv(build), *benchmark_arguments(options.format, out, job.run_times, names),
             *job.target_args]
     with open(work / "benchmark.stderr.txt", "wb") as stderr:
         try:
             returncode = subprocess.run(argv, stderr=stderr,  # stdout: the worker's own
-                                        check=False).returncode
+                                        env=build_environment(build), check=False).returncode
         except OSError as exc:
-            return None, None, f"cannot run {options.command[0]}: {exc}"
+            return None, None, f"cannot run {argv[0]}: {exc}"
     try:
-        document = json.loads(out.read_text(encoding="utf-8"))
-        return returncode, read_report(options.format, document, job.facts, work), ""
+        text = out.read_text(encoding="utf-8")
     except OSError:
-        return returncode, None, f"{options.command[0]} wrote no {out.name}"
+        return returncode, None, f"{argv[0]} wrote no {out.name}"
+    try:
+        report, _ = read_report(options.format, text, job.facts, options.metrics, work)
+        return returncode, report, ""
     except ValueError as exc:  # json's errors, FormatError
         return returncode, None, f"{out.name} is not {options.format} JSON: {exc}"
 
@@ -73,22 +79,34 @@ def record(writer: RecordWriter, job: RoundJob, report: BenchmarkReport | None,
 
 def main(argv: list[str]) -> int:
     job = RoundJob.read(Path(argv[1]))
+    build = Path(argv[2]) if len(argv) > 2 and argv[2] else None
     options = CommandOptions.parse(job.target_options, "the round's job")
     work = Path(job.record_path).parent
     writer = RecordWriter(Path(job.record_path))
+    built = argv[3] if len(argv) > 3 else None  # why this side cannot run (its build failed)
+    if built is not None:  # this side did not build: nothing of it can run
+        writer.env({})
+        for config in job.configs:
+            writer.done(config["id"], RoundRecord("failed", built, round=job.round))
+        writer.close()
+        return 0
     writer.phase("benchmark")  # restarts the inactivity timeout; names what hung
-    returncode, report, why = run_benchmark(job, options, work)
+    returncode, report, why = run_benchmark(job, options, work, build)
     writer.env(report.env if report is not None else {})
     if returncode is None:  # nothing ran: every config fails with this line (rounds.py)
         print(f"abdiff command worker: {why}", file=sys.stderr)
         return 1
     culprit = record(writer, job, report, complete=returncode == 0, why=why)
     stderr = (work / "benchmark.stderr.txt").read_text(encoding="utf-8", errors="replace")
+    sys.stderr.write(stderr)  # the benchmark's own lines, whole, before any start mark
+    sys.stderr.flush()
     if culprit is not None:
         writer.start(culprit)  # the death below is this config's status
-    # what abdiff saw first, the benchmark's own lines last: a death's reason is the last line
-    sys.stderr.write((f"{why}\n" if why and culprit is not None else "") + stderr)
-    sys.stderr.flush()
+        # after the mark, the reason only: a death's reason is the last line (rounds.py)
+        reason = [why, death_line(stderr) if options.format == "gbench" else
+                  next(reversed([ln for ln in stderr.splitlines() if ln.strip()]), None)]
+        sys.stderr.write("".join(f"{line}\n" for line in reason if line))
+        sys.stderr.flush()
     writer.close()
     if culprit is None:
         return 0

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
-from abdiff.targets.base import ABDIFF_ROOT, LaunchSpec, RoundJob, Target
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+from abdiff.targets.base import RoundJob, Target
 from abdiff.targets.hooks import Hook, run_pack_hooks
 
 HARNESS_PACKAGE = "tinyllm"
@@ -30,6 +31,8 @@ class ReferenceTarget(Target):
     layout: ClassVar[str] = RUNNER_FILE
     capture_pass: ClassVar[bool] = True
     hooks = REFERENCE_HOOKS
+    # the harness imports torch and its own modules only: no CUDA context, no thread
+    preimport: ClassVar[tuple[str, ...]] = (RUNNER_MODULE,)
     needs: ClassVar[dict[str, str]] = {
         "GPU": "CUDA kernel names and GPU latency (it runs on the CPU instead)",
         "GPU clocks": "clocks and throttling per round (NVML, nvidia-ml-py)",

@@ -32,11 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from abdiff.clocks import GpuSensor
 from abdiff.errors import exception_line
-from abdiff.files import path_under_root
+from abdiff.host.clocks import GpuSensor
 from abdiff.launchers.guard import arm_parent_death
-from abdiff.measure import (
+from abdiff.run.protocol import (
+    RecordWriter,
+    RoundJob,
+    rank_from_env,
+    rank_record_path,
+    redirect_rank_stderr,
+)
+from abdiff.store.files import path_under_root
+from abdiff.store.records import RoundRecord
+from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
+from abdiff.worker.measure import (
     WarmupRule,
     environment,
     find_attn_metadata,
@@ -47,15 +56,6 @@ from abdiff.measure import (
     time_iterations,
     timing_kind,
 )
-from abdiff.protocol import (
-    RecordWriter,
-    RoundJob,
-    rank_from_env,
-    rank_record_path,
-    redirect_rank_stderr,
-)
-from abdiff.records import RoundRecord
-from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
 
 
 def _import_runner(checkout: Path) -> type:

@@ -38,6 +38,7 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from abdiff.errors import InfrastructureError
 
@@ -162,43 +163,10 @@ def kernels_by_shape(path: Path) -> dict[tuple[int, int, int], ShapeKernels]:
     (`CUPTI_ACTIVITY_KIND_RUNTIME`, joined on `correlationId`) started inside
     that iteration's NVTX range, which is how upstream's parse.py assigns them.
     """
-    conn = _connect(path)
-    try:
-        tables = _tables(conn)
-        needed = {"NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
-                  "CUPTI_ACTIVITY_KIND_RUNTIME"}
-        if not needed <= tables:
-            return {}
-        event_type = _push_pop_type(conn)
-        nvtx_cols = _columns(conn, "NVTX_EVENTS")
-        text = "COALESCE(N.text, S.value)" if "text" in nvtx_cols else "S.value"
-        where = "WHERE N.eventType = ?" if event_type is not None else ""
-        params = (event_type,) if event_type is not None else ()
-        ranges = conn.execute(
-            f"SELECT N.start, N.end, {text} FROM NVTX_EVENTS AS N "
-            f"LEFT JOIN StringIds AS S ON N.textId = S.id {where} ORDER BY N.start",
-            params,
-        ).fetchall()
-        column = _name_column(conn)
-        # (host launch time, launch call start and end as captured, name): for graph
-        # replays the captured call is the node's original capture, as parse.py joins it
-        graph = "CUDA_GRAPH_NODE_EVENTS" in tables and "graphNodeId" in _columns(
-            conn, "CUPTI_ACTIVITY_KIND_KERNEL")
-        captured = ("COALESCE(G2.start, R.start), COALESCE(G2.end, R.end)" if graph
-                    else "R.start, R.end")
-        joins = ("LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G1 ON K.graphNodeId = G1.graphNodeId "
-                 "AND G1.originalGraphNodeId IS NOT NULL "
-                 "LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G2 "
-                 "ON G1.originalGraphNodeId = G2.graphNodeId " if graph else "")
-        kernels = conn.execute(
-            f"SELECT R.start, {captured}, S.value, K.end - K.start "
-            f"FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
-            f"JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS R ON K.correlationId = R.correlationId "
-            f"{joins}JOIN StringIds AS S ON K.{column} = S.id ORDER BY R.start"
-        ).fetchall()
-        kernels += _copies(conn, tables)
-    finally:
-        conn.close()
+    read = _ranges_and_kernels(path)
+    if read is None:
+        return {}
+    ranges, kernels = read
     runs: list[tuple[int, int, int]] = []  # (start, end, index into `marked`)
     marked: list[tuple[ShapeKernels, int]] = []  # (shape, index of the run in the shape)
     shapes: dict[tuple[int, int, int], ShapeKernels] = {}
@@ -232,6 +200,49 @@ def kernels_by_shape(path: Path) -> dict[tuple[int, int, int], ShapeKernels]:
         if module is not None:
             shape.modules_ns[n][module] += int(duration or 0)
     return shapes
+
+
+def _ranges_and_kernels(path: Path) -> tuple[list[Any], list[Any]] | None:
+    """The report's NVTX ranges (start, end, text) and kernels (host launch, launch call
+    start and end, name, duration), None where it lacks the tables needed."""
+    conn = _connect(path)
+    try:
+        tables = _tables(conn)
+        needed = {"NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
+                  "CUPTI_ACTIVITY_KIND_RUNTIME"}
+        if not needed <= tables:
+            return None
+        event_type = _push_pop_type(conn)
+        nvtx_cols = _columns(conn, "NVTX_EVENTS")
+        text = "COALESCE(N.text, S.value)" if "text" in nvtx_cols else "S.value"
+        where = "WHERE N.eventType = ?" if event_type is not None else ""
+        params = (event_type,) if event_type is not None else ()
+        ranges = conn.execute(
+            f"SELECT N.start, N.end, {text} FROM NVTX_EVENTS AS N "
+            f"LEFT JOIN StringIds AS S ON N.textId = S.id {where} ORDER BY N.start",
+            params,
+        ).fetchall()
+        column = _name_column(conn)
+        # (host launch time, launch call start and end as captured, name): for graph
+        # replays the captured call is the node's original capture, as parse.py joins it
+        graph = "CUDA_GRAPH_NODE_EVENTS" in tables and "graphNodeId" in _columns(
+            conn, "CUPTI_ACTIVITY_KIND_KERNEL")
+        captured = ("COALESCE(G2.start, R.start), COALESCE(G2.end, R.end)" if graph
+                    else "R.start, R.end")
+        joins = ("LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G1 ON K.graphNodeId = G1.graphNodeId "
+                 "AND G1.originalGraphNodeId IS NOT NULL "
+                 "LEFT JOIN CUDA_GRAPH_NODE_EVENTS AS G2 "
+                 "ON G1.originalGraphNodeId = G2.graphNodeId " if graph else "")
+        kernels = conn.execute(
+            f"SELECT R.start, {captured}, S.value, K.end - K.start "
+            f"FROM CUPTI_ACTIVITY_KIND_KERNEL AS K "
+            f"JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS R ON K.correlationId = R.correlationId "
+            f"{joins}JOIN StringIds AS S ON K.{column} = S.id ORDER BY R.start"
+        ).fetchall()
+        kernels += _copies(conn, tables)
+    finally:
+        conn.close()
+    return ranges, kernels
 
 
 def _innermost(ranges: list[tuple[int, int, str]], start: int, end: int) -> str | None:

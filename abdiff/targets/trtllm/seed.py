@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
-from abdiff.revs import run_git
+from abdiff.repo.revs import run_git
 
 SEED_PR = 17247
 SEED_MERGE = "6d72d24b8fb6c922ff896f51140f5a8a4f4d7f90"

@@ -52,10 +52,11 @@ from typing import Any, ClassVar
 import yaml
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.files import path_under_root
-from abdiff.revs import run_git
+from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+from abdiff.repo.revs import run_git
+from abdiff.store.files import path_under_root
 from abdiff.suites import Suite
-from abdiff.targets.base import ABDIFF_ROOT, Finding, LaunchSpec, RoundJob, Target
+from abdiff.targets.base import Finding, RoundJob, Target
 from abdiff.targets.hooks import Hook, HookChecker, missing_hooks, run_pack_hooks
 from abdiff.targets.layerwise import BACKENDS
 from abdiff.targets.layerwise import SHAPE_KEYS as SHAPES
@@ -396,36 +397,8 @@ def translate_configs(
     if backend is not None and backend not in BACKENDS:
         raise InputError(f"backend {backend!r} is unknown to the trtllm target; "
                          f"choose {' or '.join(BACKENDS)}")
-    # (value, explicit): explicit settings must be expressible, defaults may be dropped
-    settings: dict[str, tuple[Any, bool]] = {}
-    for key, value in {**DEFAULTS, **BACKEND_DEFAULTS.get(backend or "", {})}.items():
-        settings[key] = (value, False)
-    if "model" not in BACKEND_DEFAULTS.get(backend or "", {}) and "model" not in base:
-        settings["model"] = (FALLBACK_CONFIG["model"], False)
-    for key, value in {**options.options, **options.backend_options.get(backend or "", {})}.items():
-        settings[key] = (value, True)
-    model = options.model or options.models.get(backend or "")
-    if model:
-        settings["model"] = (model, True)
-    for key, value in params.items():
-        if key not in ("backend", "run_type", *SHAPES):
-            settings[key] = (value, True)
-    if not cuda_graph:  # --eager
-        settings["use_cuda_graph"] = (False, True)
-    # otherwise nothing unless the suite says: run.py takes use_cuda_graph from upstream's
-    # YAML of the run type (config_gen.yaml: true, config_ctx.yaml: false), as upstream runs
     lists = {k: list(dict.fromkeys(c["params"][k] for c in configs)) for k in SHAPES}
-    if "spec_max_draft_len" in settings:
-        settings["spec_max_draft_len"] = (
-            spec_max_draft_len(settings["spec_max_draft_len"][0], params["run_type"],
-                               max(lists["seq_len_q"])), True)
-    need = {"max_batch_size": max(lists["batch_size"]),
-            "max_seq_len": max(lists["seq_len_q"]) + max(lists["seq_len_kv_cache"]),
-            "max_num_tokens": max(lists["batch_size"]) * max(lists["seq_len_q"])}
-    for key, value in need.items():
-        current = settings.get(key, (base.get(key), False))[0]
-        if isinstance(current, int) and current < value:
-            settings[key] = (value, False)  # upstream's YAML value is too small for this block
+    settings = _block_settings(params, lists, options, cuda_graph, base)
     argv: list[str] = []
     fixed = [("run_type", params["run_type"]), *((k, lists[k]) for k in SHAPES)]
     for key, value in fixed:
@@ -446,6 +419,52 @@ def translate_configs(
         argv += args
     argv += ["--warmup-times", str(warmup_times), "--run-times", str(run_times), *target_args]
     return argv
+
+
+def _block_settings(params: dict[str, Any], lists: dict[str, list[Any]], options: TrtllmOptions,
+                    cuda_graph: bool, base: dict[str, Any]) -> dict[str, tuple[Any, bool]]:
+    """run.py's settings for one block: key -> (value, explicit). Explicit settings must be
+    expressible on run.py's command line; defaults may be dropped."""
+    backend = params.get("backend")
+    settings: dict[str, tuple[Any, bool]] = {}
+    for key, value in {**DEFAULTS, **BACKEND_DEFAULTS.get(backend or "", {})}.items():
+        settings[key] = (value, False)
+    if "model" not in BACKEND_DEFAULTS.get(backend or "", {}) and "model" not in base:
+        settings["model"] = (FALLBACK_CONFIG["model"], False)
+    for key, value in {**options.options, **options.backend_options.get(backend or "", {})}.items():
+        settings[key] = (value, True)
+    model = options.model or options.models.get(backend or "")
+    if model:
+        settings["model"] = (model, True)
+    for key, value in params.items():
+        if key not in ("backend", "run_type", *SHAPES):
+            settings[key] = (value, True)
+    if not cuda_graph:  # --eager
+        settings["use_cuda_graph"] = (False, True)
+    # otherwise nothing unless the suite says: run.py takes use_cuda_graph from upstream's
+    # YAML of the run type (config_gen.yaml: true, config_ctx.yaml: false), as upstream runs
+    if "spec_max_draft_len" in settings:
+        settings["spec_max_draft_len"] = (
+            spec_max_draft_len(settings["spec_max_draft_len"][0], params["run_type"],
+                               max(lists["seq_len_q"])), True)
+    need = {"max_batch_size": max(lists["batch_size"]),
+            "max_seq_len": max(lists["seq_len_q"]) + max(lists["seq_len_kv_cache"]),
+            "max_num_tokens": max(lists["batch_size"]) * max(lists["seq_len_q"])}
+    for key, value in need.items():
+        current = settings.get(key, (base.get(key), False))[0]
+        if isinstance(current, int) and current < value:
+            settings[key] = (value, False)  # upstream's YAML value is too small for this block
+    return settings
+
+
+def _check_job(job: RoundJob) -> None:
+    """Refuse a round upstream's run.py cannot time as asked."""
+    if job.device == "cpu":
+        raise InputError("the trtllm target runs upstream's benchmark on CUDA; --device cpu "
+                         "is for the reference target")
+    if job.warmup_times + job.run_times < 2:
+        raise InputError("the trtllm target needs warmup_times + run_times >= 2 to tell "
+                         "run.py's timed run pack from its warm-up ones")
 
 
 def uses_cuda_graph(argv: list[str], base: dict[str, Any]) -> bool:
@@ -636,6 +655,11 @@ class TrtllmTarget(Target):
     cuda_on_ranks: ClassVar[bool] = True
     # upstream's slurm_launch.sh: CONTAINER_NAME=${CONTAINER_NAME:-layer_wise_benchmarks}
     srun_container: ClassVar[str] = "layer_wise_benchmarks"
+    # what a fork server may import ahead from each checkout (tensorrt_llm imports its
+    # CUDA and MPI parts lazily); it applies where a worker is a fork server's `python -m`
+    # job, which upstream's run.py under mpirun/srun is not: those ranks still import it
+    # themselves (docs/trtllm.md)
+    preimport: ClassVar[tuple[str, ...]] = ("tensorrt_llm",)
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python
@@ -685,31 +709,12 @@ class TrtllmTarget(Target):
             return path
         return installed_package()
 
-    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
-        from abdiff.launchers.process import kernel_selecting_environment
-        from abdiff.targets.trtllm.probe import PLAN_ENV, SITE_DIR
-        from abdiff.targets.trtllm.probe.runtime import ProbePlan
-
-        checkout = Path(checkout).resolve()
-        work = Path(job_path).resolve().parent
-        known = run_py_options(checkout / RUN_PY)
-        options = TrtllmOptions.parse(job.target_options, known)
-        if job.device == "cpu":
-            raise InputError("the trtllm target runs upstream's benchmark on CUDA; --device cpu "
-                             "is for the reference target")
-        if job.warmup_times + job.run_times < 2:
-            raise InputError("the trtllm target needs warmup_times + run_times >= 2 to tell "
-                             "run.py's timed run pack from its warm-up ones")
-        lists_ok = not known or all(
-            known.get(k) and (known[k].list_flag or known[k].comma_list) for k in SHAPES)
-        block = plan_block(job.configs, lists=lists_ok)
-        params = block[0]["params"]
-        text, base = base_config(checkout, params["run_type"])
-        args = translate_configs(
-            block, options, list(job.target_args), warmup_times=job.warmup_times,
-            run_times=job.run_times, cuda_graph=job.cuda_graph, known=known, base=base)
-        config_path = work / "trtllm-config.yaml"
-        config_path.write_text(text, encoding="utf-8")
+    def _python_path(self, checkout: Path, options: TrtllmOptions,
+                     work: Path) -> tuple[list[str], list[str]]:
+        """(the ranks' PYTHONPATH entries, the folders their code may come from): the probe's
+        site folder, the checkout (or its overlay on a compiled package), abdiff, then the
+        user's own PYTHONPATH."""
+        from abdiff.targets.trtllm.probe import SITE_DIR
 
         path_entries = [str(SITE_DIR)]
         compiled = self.compiled_package(options)
@@ -722,7 +727,30 @@ class TrtllmTarget(Target):
                       *([str(compiled.parent)] if compiled is not None else [])]
         if os.environ.get("PYTHONPATH"):
             path_entries.append(os.environ["PYTHONPATH"])
+        return path_entries, rank_paths
 
+    def round_command(self, checkout: Path, job_path: Path, job: RoundJob) -> LaunchSpec:
+        from abdiff.launchers.process import kernel_selecting_environment
+        from abdiff.targets.trtllm.probe import PLAN_ENV
+        from abdiff.targets.trtllm.probe.runtime import ProbePlan
+
+        checkout = Path(checkout).resolve()
+        work = Path(job_path).resolve().parent
+        known = run_py_options(checkout / RUN_PY)
+        options = TrtllmOptions.parse(job.target_options, known)
+        _check_job(job)
+        lists_ok = not known or all(
+            known.get(k) and (known[k].list_flag or known[k].comma_list) for k in SHAPES)
+        block = plan_block(job.configs, lists=lists_ok)
+        params = block[0]["params"]
+        text, base = base_config(checkout, params["run_type"])
+        args = translate_configs(
+            block, options, list(job.target_args), warmup_times=job.warmup_times,
+            run_times=job.run_times, cuda_graph=job.cuda_graph, known=known, base=base)
+        config_path = work / "trtllm-config.yaml"
+        config_path.write_text(text, encoding="utf-8")
+
+        path_entries, rank_paths = self._python_path(checkout, options, work)
         nsys_pending = nsys_report = None
         if options.nsys:
             if shutil.which("nsys") is None:

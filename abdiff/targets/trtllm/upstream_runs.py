@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.records import ConfigRuns, RoundRecord, RunFile
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 from abdiff.targets.layerwise import config_id
 from abdiff.targets.trtllm import nsys
 from abdiff.targets.trtllm.upstream_config import DSA_MODEL

@@ -88,8 +88,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     returncode = child.wait()
     if rank == 0:
-        from abdiff.protocol import RecordWriter
-        from abdiff.records import parse_round
+        from abdiff.run.protocol import RecordWriter
+        from abdiff.store.records import parse_round
 
         writer = RecordWriter(Path(plan.record_path))
         for cid, record in _patched_records(plan, output.with_suffix(".nsys-rep")):

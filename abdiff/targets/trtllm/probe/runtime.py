@@ -34,7 +34,7 @@ Events follow the worker protocol (targets/base.py RoundJob): a `start` line
 whenever the config being executed changes (so the last start always names
 what was running if the process dies), `facts` as soon as they are read, and
 one `done` per config. Every rank writes its own log (protocol.rank_record_path);
-the parent merges them (abdiff/ranks.py).
+the parent merges them (abdiff/run/ranks.py).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import exception_line
-from abdiff.files import path_under_root
-from abdiff.protocol import KernelProfile
+from abdiff.run.protocol import KernelProfile
+from abdiff.store.files import path_under_root
 from abdiff.targets.layerwise import SHAPE_KEYS
 from abdiff.targets.trtllm.probe import PLAN_ENV
 
@@ -73,7 +73,7 @@ def _env_int(names: tuple[str, ...], default: int, environ: Any = None) -> int:
 
 def rank_from_env(environ: Any = None) -> int:
     """This process's global rank as mpirun, srun or torchrun announce it (0 alone)."""
-    from abdiff.protocol import rank_from_env as ranks_from_env
+    from abdiff.run.protocol import rank_from_env as ranks_from_env
 
     return ranks_from_env(environ)[0]
 
@@ -126,7 +126,7 @@ class Probe:
     """State of the probe in one rank."""
 
     def __init__(self, plan: ProbePlan, rank: int) -> None:
-        from abdiff.protocol import RecordWriter, rank_record_path
+        from abdiff.run.protocol import RecordWriter, rank_record_path
 
         self.plan = plan
         self.rank = rank
@@ -175,7 +175,7 @@ class Probe:
             self.done_writer.done(config["id"], record)
 
     def _failed(self, config: dict[str, Any], error: str, facts: dict | None = None) -> None:
-        from abdiff.records import RoundRecord
+        from abdiff.store.records import RoundRecord
 
         self._done(config, RoundRecord("failed", error, facts=facts or {}, round=self.plan.round))
 
@@ -235,7 +235,7 @@ class Probe:
 
     def _first_call(self) -> None:
         """Set-up deferred until run.py has imported torch, tensorrt_llm and MPI."""
-        from abdiff.measure import environment, gpu_sensor, resolve_device
+        from abdiff.worker.measure import environment, gpu_sensor, resolve_device
 
         self.started = True
         # registered now, after torch and mpi4py, so it runs before their exit handlers
@@ -277,7 +277,7 @@ class Probe:
             if key and key[0] == "CTX" and self.plan.run_type == "GEN":
                 self.set_phase("prefill")  # run.py fills the KV cache with CTX packs first
             return run_pack  # a pack run.py builds for something else (e.g. the KV prefill)
-        from abdiff.measure import find_attn_metadata, read_facts
+        from abdiff.worker.measure import find_attn_metadata, read_facts
 
         metadata = find_attn_metadata(run_pack)
         facts = read_facts({"attn_metadata": metadata}, self.plan.facts)
@@ -405,7 +405,7 @@ class Probe:
 
     def finish_current(self) -> None:
         """Turn the current pack into its config's record if it was the timed one."""
-        from abdiff.records import RoundRecord
+        from abdiff.store.records import RoundRecord
 
         pack, self.current = self.current, None
         if pack is None or pack.config["id"] in self.done:
@@ -447,7 +447,7 @@ class Probe:
         """Kernels of one extra call after the timed ones: autotuning is long over, and
         the profiler's overhead reaches no latency sample. Every rank makes this call (it
         runs the same collectives as a timed one)."""
-        from abdiff.measure import profile_kernels
+        from abdiff.worker.measure import profile_kernels
 
         self.depth += 1  # neither a sample nor a graph replay of the pack
         try:
@@ -525,7 +525,7 @@ def activate() -> Probe:
     plan = ProbePlan.read(os.environ[PLAN_ENV])
     probe = Probe(plan, rank_from_env())
     if _env_int(SIZE_VARS, 1) > 1:  # the launcher mixes the ranks' lines
-        from abdiff.protocol import redirect_rank_stderr
+        from abdiff.run.protocol import redirect_rank_stderr
 
         redirect_rank_stderr(plan.record_path, probe.rank)
     sys.meta_path.insert(0, _ImportWatcher(probe))

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.records import RunFile, load_run_file
-from abdiff.stats import Drift
+from abdiff.store.records import RunFile, load_run_file
+from abdiff.verdict.stats import Drift
 
 # What must match between the baseline's machine and this one for latency to be comparable
 # (cuda_graph too: graph replays and eager calls time different things).
@@ -126,7 +126,7 @@ def session_drift(run: RunFile) -> SessionDrift | None:
     """
     from scipy import stats as scipy_stats
 
-    from abdiff.stats import round_summary
+    from abdiff.verdict.stats import round_summary
 
     components: list[float] = []
     sessions: list[int] = []

@@ -24,12 +24,11 @@ import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.files import write_atomic
-from abdiff.records import RoundRecord, RunFile
-from abdiff.validate import from_json
+from abdiff.store.files import write_atomic
+from abdiff.store.records import RoundRecord, RunFile
+from abdiff.store.validate import from_json
 
 SCHEMA = "abdiff.kernels/1"
 ARCH = re.compile(r"sm\d{2,3}[a-z]?")
@@ -149,7 +148,3 @@ def check(run: RunFile, golden: Golden) -> list[Finding]:
         findings.append(Finding(cid, not problems, text))
     return findings
 
-
-def describe(golden: Golden) -> dict[str, Any]:
-    return {"arch": golden.arch, "suite": golden.suite, "rev": golden.rev,
-            "configs": len(golden.configs)}

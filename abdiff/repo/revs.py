@@ -5,7 +5,7 @@ Everything the user types is checked before git sees it: a side that starts with
 here, and git is also told where options end (`--end-of-options`). git is run
 with argv lists only, never through a shell.
 
-Decisions (DESIGN.md, "revs / checkouts"):
+Decisions:
 
 - `A..B`: A and B as given.  `A...B`: side A is the merge base of A and B (what
   the branch B changed since it forked), side B is B.  `A..`: side B is the

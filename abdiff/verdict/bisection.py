@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from abdiff.records import ConfigResult, Result
+from abdiff.store.records import ConfigResult, Result
 
 BISECT_SCHEMA = "abdiff.bisect/1"
 Outcome = Literal["old", "new", "partial", "skip", "inconclusive"]

@@ -3,7 +3,7 @@
 A config is in scope when its params match every `--expect KEY=VALUE` key (any
 listed value of a key matches). Outside the scope any change is unintended; a
 config that ran on A and fails on B is unintended even inside it, because a
-crash is never the intended outcome (DESIGN.md, "Result").
+crash is never the intended outcome.
 
 A verdict says what was measured: a config that failed on both sides with the
 same failure is `still-failing`, never `unchanged`; one whose failure differs
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError, did_you_mean
-from abdiff.records import ConfigResult, Verdict
+from abdiff.store.records import ConfigResult, Verdict
 
 VERDICTS = ("still-failing", "unintended", "inconclusive", "small-change", "expected", "unchanged")
 SMALL_CHANGES = ("report", "gate")  # --small-changes: a change below the threshold fails or not

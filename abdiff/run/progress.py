@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from abdiff.files import read_worker_file
+from abdiff.store.files import read_worker_file
 
 WATCH_INTERVAL_S = 0.5
 TAIL_BYTES = 16384  # the end of a record log holds its latest start event

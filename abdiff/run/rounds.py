@@ -9,17 +9,20 @@ so an abort costs one process start, never another config's data.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
-from abdiff.files import read_worker_file, remove_path
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
-from abdiff.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
-from abdiff.ranks import merge_rank_logs, read_rank_logs
-from abdiff.records import RoundRecord
+from abdiff.run.devices import Device
+from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
+from abdiff.run.ranks import merge_rank_logs, read_rank_logs
+from abdiff.run.time_split import added, worker_time
+from abdiff.store.files import read_worker_file, remove_path
+from abdiff.store.records import RoundRecord, SideTime
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
@@ -56,6 +59,7 @@ class RoundOutput:
     processes: int
     # per worker process: {"round", "worker", "seed", "ids"}, the order it timed its configs in
     orders: list[dict] = field(default_factory=list)
+    time: SideTime = field(default_factory=SideTime)  # where its workers' time went
 
 
 def order_seed(run_seed: int, side: str, round_index: int, worker: int) -> int:
@@ -118,7 +122,7 @@ def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_ind
 
 
 def read_launch(record_path: Path, ranks: int) -> RoundLog:
-    """The record logs of every rank of one launch, merged (abdiff/ranks.py)."""
+    """The record logs of every rank of one launch, merged (abdiff/run/ranks.py)."""
     return merge_rank_logs(read_rank_logs(record_path, ranks))
 
 
@@ -167,10 +171,12 @@ def run_round(
     work_dir: Path,
     on_record: Callable[[str, RoundRecord], None],
     seed: Callable[[int], int | None] = lambda worker: None,
+    device: Device | None = None,
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
-    `seed(worker)` is the seed of that worker's config order (`order_seed`).
+    `seed(worker)` is the seed of that worker's config order (`order_seed`); `device`
+    (--devices) the GPUs it sees or the CPUs it is pinned to.
     If abdiff itself is interrupted, the records the running worker already
     wrote are handed over before the interrupt propagates. Configs a worker timed
     but could not capture kernels of (it died first) are captured by the next
@@ -189,6 +195,7 @@ def run_round(
     profile = settings.profile_kernels and round_index < KERNEL_ROUNDS
     uncaptured: list[Config] = []
     captured: set[str] = set()
+    spent = SideTime()
     while remaining or uncaptured:
         attempt = work_dir / f"worker{processes}"
         # made here, empty: the worker before could have planted links in it
@@ -215,6 +222,10 @@ def run_round(
         job_path = attempt / "job.json"
         job.write(job_path)
         spec = launcher.wrap(target.round_command(checkout, job_path, job))
+        if device is not None:
+            spec.env.update(device.env)
+            spec.cpus = device.cpus
+        handed_at = time.time()
         try:
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
                                    settings.pass_env, settings.max_memory_bytes)
@@ -226,6 +237,7 @@ def run_round(
                 on_record(config.id, records[config.id])
             raise
         processes += 1
+        spent = added(spent, worker_time(record_path, handed_at, time.time()))
         if not record_path.exists():
             raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
                                                        launcher))
@@ -267,4 +279,4 @@ def run_round(
         for cid in [c.id for c in configs if c.id in records and c.id not in handed | waiting]:
             on_record(cid, records[cid])
             handed.add(cid)
-    return RoundOutput(env, processes, orders)
+    return RoundOutput(env, processes, orders, spent)

@@ -2,7 +2,7 @@
 
 Facts come from live objects (never from logs), kernels from torch.profiler,
 latencies from perf_counter_ns (CPU) or CUDA events (GPU); `environment` is the
-machine fingerprint. The results travel to the parent through abdiff.protocol.
+machine fingerprint. The results travel to the parent through abdiff.run.protocol.
 
 torch is imported inside the functions that need it.
 """
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abdiff.protocol import KernelProfile
+from abdiff.run.protocol import KernelProfile
 
 FACT_TEXT_LIMIT = 200
 # CPU operators that only make views, allocate or reshape: no compute runs, and
@@ -201,7 +201,7 @@ def time_iterations(
     are timed, as upstream's run.py does with use_cuda_graph: eager steps of a few
     hundred microseconds time the host's kernel launches instead of the GPU.
     `sensor` (CUDA) is read just before the first timed call and after the last one
-    has finished (abdiff/clocks.py): `Timed.clocks`.
+    has finished (abdiff/host/clocks.py): `Timed.clocks`.
     """
     rule = rule or warmup_rule(device)
     if device != "cuda":
@@ -318,7 +318,7 @@ def gpu_sensor(device: str) -> tuple[Any, dict[str, Any]]:
     entry saying whether it reads: {"clocks": "NVML"} or why not; (None, {}) off CUDA."""
     if device != "cuda":
         return None, {}
-    from abdiff.clocks import open_sensor
+    from abdiff.host.clocks import open_sensor
 
     sensor, why = open_sensor(current_gpu_uuid())
     return sensor, {"clocks": "NVML" if sensor else why}

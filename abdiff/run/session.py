@@ -8,38 +8,28 @@ prints reports.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import sys
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abdiff import __version__
-from abdiff.baselines import (
-    Allowance,
-    baselines_dir,
-    drift_allowance,
-    fingerprint,
-    fingerprint_differences,
-    fingerprint_notes,
-    load_baseline,
-    sessions_with_rounds,
-)
-from abdiff.checkouts import CheckoutCache, default_cache_dir
-from abdiff.compare import compare_runs
-from abdiff.doctor import preflight
 from abdiff.errors import InfrastructureError, InputError, internal_errors
-from abdiff.exposure import private_dir
+from abdiff.host.doctor import preflight
+from abdiff.host.exposure import private_dir
+from abdiff.host.machine_state import read_machine, summary_line
+from abdiff.host.machine_state import to_json as machine_json
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import adopt_leftovers
+from abdiff.launchers.process import adopt_leftovers, worker_environment
 from abdiff.launchers.warm import prime
-from abdiff.machine_state import read_machine, summary_line
-from abdiff.machine_state import to_json as machine_json
-from abdiff.measure import resolve_device, timing_kind
 from abdiff.options import Schedule, Selection, Statistics
-from abdiff.records import Result, RunFile
-from abdiff.revs import (
+from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
+from abdiff.repo.revs import (
     WORKTREE,
     SideSpec,
     moved_refs,
@@ -48,8 +38,9 @@ from abdiff.revs import (
     resolve_rev,
     resolve_side_b,
 )
-from abdiff.rounds import RoundSettings, worker_stderr
-from abdiff.schedule import (
+from abdiff.run.devices import Device, parse_devices
+from abdiff.run.rounds import RoundSettings, worker_stderr
+from abdiff.run.schedule import (
     Measurement,
     Plan,
     SideRun,
@@ -59,11 +50,25 @@ from abdiff.schedule import (
     settings_fingerprint,
     state_key,
 )
-from abdiff.stats import futile, needs_more_rounds
+from abdiff.run.time_split import time_split
+from abdiff.store.baselines import (
+    Allowance,
+    baselines_dir,
+    drift_allowance,
+    fingerprint,
+    fingerprint_differences,
+    fingerprint_notes,
+    load_baseline,
+    sessions_with_rounds,
+)
+from abdiff.store.records import Result, RunFile
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
+from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.stats import futile, needs_more_rounds
+from abdiff.worker.measure import resolve_device, timing_kind
 
 
 @dataclass
@@ -77,6 +82,8 @@ class Bench:
     cache: CheckoutCache
     cache_dir: Path
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
+    started: float = field(default_factory=time.monotonic)  # the wall time's start
+    devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
@@ -92,6 +99,9 @@ def worker_start(choice: str) -> str:
 def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git."""
+    started = time.monotonic()
+    devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
+        if schedule.devices else None
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
@@ -119,8 +129,9 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     if not schedule.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()),
               target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
-    # what the suite means for this target (the command target may run its benchmark once)
-    suite = with_configs(suite, target.configs(suite, repo_root))
+    # what the suite means for this target (none yet: what each side lists, side_runs)
+    configs = target.configs(suite, repo_root)
+    suite = with_configs(suite, configs) if configs else suite
     settings = RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
@@ -135,14 +146,59 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
     )
-    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in)
+    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
+                 devices)
 
 
-def side_run(bench: Bench, side: SideSpec) -> SideRun:
-    checkout = bench.cache.checkout(side)
+def side_folder(bench: Bench, checkout: Path) -> Path:
+    """The side's own writable folder (a build), kept with the cache, keyed as its checkout
+    is (the commit, or the working tree's content)."""
+    checkouts = bench.cache_dir / "checkouts"
+    key = Path(checkout).relative_to(checkouts) if checkouts in Path(checkout).parents \
+        else Path(Path(checkout).name)
+    return bench.cache_dir / "builds" / key
+
+
+def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str, SideRun]]:
+    """Each side checked out and prepared by the target (the command target builds it, once
+    per side per run); the configs both sides list, where the target takes them from the
+    sides; then each side's run."""
+    checkouts = {name: bench.cache.checkout(spec) for name, spec in specs.items()}
+    listed: dict[str, list] = {}
+    failures: dict[str, str] = {}
+    for name, spec in specs.items():
+        prepared = bench.target.prepare(bench.suite, checkouts[name],
+                                        side_folder(bench, checkouts[name]))
+        if prepared.failure is not None:
+            failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
+            print(f"abdiff: side {failures[name]}; its configs fail with this reason",
+                  file=sys.stderr, flush=True)
+        if prepared.configs is not None:
+            listed[name] = prepared.configs
+    if not bench.suite.configs:  # the target lists them per side: both sides' together
+        merged = {c.id: c for configs in listed.values() for c in configs}
+        if not merged:
+            raise InfrastructureError("nothing to measure: no side listed a benchmark ("
+                                      + "; ".join(failures.values()) + ")")
+        bench = dataclasses.replace(bench, suite=with_configs(bench.suite, list(merged.values())))
+        for name, configs in listed.items():
+            missing = [c for c in merged if c not in {d.id for d in configs}]
+            if missing:
+                print(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
+                      f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
+                      f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported",
+                      file=sys.stderr, flush=True)
+    return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
+
+
+def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
+    checkout = checkout or bench.cache.checkout(side)
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
+    # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
+    # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
-           "sandbox": bench.sandbox,
+           "sandbox": bench.sandbox, "launcher": launcher_text(bench),
+           "repository": str(bench.cache.repo_root.resolve()),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -155,6 +211,12 @@ def side_run(bench: Bench, side: SideSpec) -> SideRun:
     return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
 
 
+def launcher_text(bench: Bench) -> str:
+    """"local", or "mpirun x2" with more than one rank."""
+    launcher = bench.launcher
+    return launcher.name if launcher.ranks == 1 else f"{launcher.name} x{launcher.ranks}"
+
+
 def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
     """Where a measurement's rounds are kept, keyed by everything that shapes them."""
     parts = {
@@ -164,8 +226,13 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         "suite": bench.suite.source,
         "configs": [c.id for c in bench.suite.configs],
         "settings": settings_fingerprint(bench.settings),
-        "launcher": bench.launcher.name if bench.launcher.ranks == 1
-        else f"{bench.launcher.name} x{bench.launcher.ranks}",
+        "launcher": launcher_text(bench),
+        # what else changes what a worker does: a failed round stored under another sandbox
+        # or environment is not this measurement's (the values: a hash, not kept in clear)
+        "sandbox": bench.sandbox,
+        "environment": hashlib.sha256(json.dumps(
+            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            sort_keys=True).encode()).hexdigest(),
     }
     return bench.cache_dir / "runs" / state_key(parts)
 
@@ -206,14 +273,14 @@ def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: s
     repo_root = open_repo(selection.repo)
     spec = resolve_rev(repo_root, rev)  # refused before a worker starts
     bench = prepare_bench(selection, schedule, repo_root)
-    sides = {"A": side_run(bench, spec)}
+    bench, sides = side_runs(bench, {"A": spec})
     where = state_dir(bench, sides, kind)
     with exclusive(where), internal_errors(where):
         measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
         check_machine(schedule, [sides["A"].run])
         measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": sides["A"].run}))
+                stop_when_nothing_ran(measurement, {"A": sides["A"].run}), bench.devices)
     return sides["A"].run
 
 
@@ -281,7 +348,7 @@ def measure_and_compare(
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
                 schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}))
+                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
         allowed = allowance() if allowance is not None else None
@@ -302,16 +369,17 @@ def measure_and_compare(
                               statistics.gates, allowed.drift if allowed else None)
         if allowed is not None:
             result.summary.update(allowed.summary)
+        if measurement.processes:
+            result.time = time_split(time.monotonic() - bench.started, measurement.time,
+                                     len(bench.devices or [None]))
         return result
 
 
 def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,
                      bench: Bench, repo_root: Path, name: str, rev_b: str, rev_range: str,
-                     expect: dict) -> Result:
+                     expect_of: Callable[[Suite], dict]) -> Result:
     """B measured now against a stored side A; refuses another machine's baseline."""
     run_a = load_baseline(baselines_dir(repo_root, selection.baselines_dir), name)
-    wanted = {c.id for c in bench.suite.configs}
-    run_a.configs = [c for c in run_a.configs if c.id in wanted]
     spec_b = resolve_side_b(repo_root, rev_b or None, rev_range)
     # what the settings decide is checked before measuring; the machine after B's workers
     # have reported it from the benchmark's own interpreter (which may have another torch)
@@ -320,7 +388,10 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
     baseline_env = fingerprint(run_a)
     env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
                     selection.allow_env_mismatch)
-    sides = {"B": side_run(bench, spec_b)}
+    bench, sides = side_runs(bench, {"B": spec_b})
+    expect = expect_of(bench.suite)  # the configs are known now
+    wanted = {c.id for c in bench.suite.configs}
+    run_a.configs = [c for c in run_a.configs if c.id in wanted]
     # notes, each a whole sentence: a report clips a note, never mid-sentence here; what
     # the drift allows follows once B is measured (the machine it ran on decides it)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "

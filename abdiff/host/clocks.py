@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from abdiff.records import RunFile
+from abdiff.store.records import RunFile
 
 # NVML's clocks-event (throttle) reason bits that slow a GPU under load. Idle (0x1),
 # application-clock setting (0x2), sync boost (0x10) and display (0x100) are no slowdown.

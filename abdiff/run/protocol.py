@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abdiff.records import RoundRecord
+from abdiff.store.records import RoundRecord
 
 # Written to stderr as each config starts: a death's reason is read from the
 # worker's stderr after the last such line, never from an earlier config's output.
@@ -192,8 +192,8 @@ class RoundLog:
 def read_round_log(path: Path) -> RoundLog:
     """Parse a record log; a torn last line (process killed mid-write) is ignored."""
     from abdiff.errors import InputError
-    from abdiff.files import read_worker_file
-    from abdiff.records import parse_round
+    from abdiff.store.files import read_worker_file
+    from abdiff.store.records import parse_round
 
     log = RoundLog()
     lines = read_worker_file(Path(path)).split("\n")

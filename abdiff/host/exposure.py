@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.host import procfs
 
 # Names of variables that hold credentials (case-insensitive). `*TOKEN*` would also take
 # TOKENIZERS_PARALLELISM (Hugging Face), hence the underscores.
@@ -67,14 +68,12 @@ def _ancestors() -> Iterator[tuple[int, str]]:
     seen = set()
     while pid > 0 and pid not in seen:
         seen.add(pid)
-        try:
-            stat_line = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        stat = procfs.read_stat(pid)
+        if stat is None:
             return
-        name = stat_line[stat_line.find("(") + 1:stat_line.rfind(")")]
-        yield pid, name
+        yield pid, stat.name
         try:
-            pid = int(stat_line[stat_line.rfind(")") + 2:].split()[1])
+            pid = stat.parent
         except (IndexError, ValueError):
             return
 

@@ -13,14 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from abdiff import stats
-from abdiff.baselines import interleaved, kernel_env_differences
-from abdiff.clocks import clock_notes
-from abdiff.kernel_times import module_cause, root_cause
-from abdiff.machine_state import recorded_noise
-from abdiff.policy import apply_policy
-from abdiff.ranks import rank_notes
-from abdiff.records import (
+from abdiff.host.clocks import clock_notes
+from abdiff.host.machine_state import recorded_noise
+from abdiff.run.ranks import rank_notes
+from abdiff.store.baselines import interleaved, kernel_env_differences
+from abdiff.store.records import (
     ConfigResult,
     ConfigRuns,
     LatencyResult,
@@ -31,7 +28,10 @@ from abdiff.records import (
     Status,
     StatusChange,
 )
-from abdiff.sequential import Looks
+from abdiff.verdict import stats
+from abdiff.verdict.kernel_times import module_cause, profiled_total, root_cause
+from abdiff.verdict.policy import apply_policy
+from abdiff.verdict.sequential import Looks
 
 
 def side_status(rounds: list[RoundRecord]) -> tuple[Status, str | None]:
@@ -189,9 +189,10 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
         spreads.extend(v for v in values if v is not None)
     if not spreads or float(np.median(spreads)) <= min_effect:
         return None
-    count = sum(c.latency.verdict == "inconclusive" for c in configs)
-    note = (f"latency inconclusive for {count} config{'s' * (count != 1)}: round medians vary "
-            f"{min(spreads):.1%} to {max(spreads):.1%} between worker processes")
+    # no count here: the reports count the undecided configs once, from the configs
+    note = (f"where latency is undecided, round medians vary {min(spreads):.1%} to "
+            f"{max(spreads):.1%} between worker processes, more than the "
+            f"{min_effect * 100:g}% threshold")
     if eager_cuda:
         note += ("; eager CUDA timing of short steps is bound by kernel launches on the host, "
                  "drop --eager to time graph replays (the default)")
@@ -225,6 +226,16 @@ def side_of(run: RunFile, baseline: str | None = None) -> Side:
     env = {key: run.env[key] for key in SIDE_ENV_KEYS if key in run.env}
     env.update({key: value for key, value in run.env.items() if key.endswith(".version")})
     return Side(run.rev, run.sha, baseline, env, dict(run.sessions))
+
+
+def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
+    """What the benchmark itself said about its timings (its `warnings` in env: the command
+    target's Google Benchmark context), once per warning, naming the sides."""
+    said = {str(w): [n for n, run in (("A", run_a), ("B", run_b))
+                     if str(w) in map(str, run.env.get("warnings") or [])]
+            for run in (run_a, run_b) for w in run.env.get("warnings") or []}
+    return [f"the benchmark warns ({' and '.join(sides)}): {warning}"
+            for warning, sides in said.items()]
 
 
 def compare_runs(
@@ -278,10 +289,15 @@ def compare_runs(
             latency=latency,
             kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
             module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
+            profiled_a_us=profiled_total(config_a.rounds) if changed else None,
+            profiled_b_us=profiled_total(config_b.rounds) if changed else None,
         ))
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
     summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes,
                            gates)
+    plan = Looks.from_json(run_b.looks)
+    if plan is not None:  # the adaptive plan's ceiling: a config stopped below it was futile
+        summary["max_rounds"] = plan.max_rounds
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
     all_notes = list(notes or [])
@@ -304,12 +320,13 @@ def compare_runs(
     machine = recorded_noise(run_b.env) or recorded_noise(run_a.env)
     if machine:
         summary["machine"] = machine
-        undecided = sum(c.latency.verdict == "inconclusive" for c in configs)
+        undecided = any(c.latency.verdict == "inconclusive" for c in configs)
         all_notes.append(f"the machine was noisy while measuring ({'; '.join(machine)})"
-                         + (": latencies undecidable here; facts and kernels still checked"
-                            if undecided else ""))
+                         + ("; status, facts and kernels are checked all the same, latency "
+                            "only where the noise let it be decided" if undecided else ""))
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
+    all_notes += benchmark_warnings(run_a, run_b)
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
     return Result(
         a=side_of(run_a),

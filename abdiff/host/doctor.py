@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from tabulate import tabulate
-
-from abdiff.clocks import all_pinning
+from abdiff.host.clocks import all_pinning
 from abdiff.launchers import sandbox
 from abdiff.launchers.guard import Confinement
 from abdiff.targets import target_class
@@ -199,15 +197,16 @@ def preflight(target: str, device: str, launcher: str,
             "`abdiff doctor` says what each rules out, --skip-preflight measures anyway")
 
 
-def machine_table(checks: list[Check], targets: list[str]) -> str:
+def machine_rows(checks: list[Check], targets: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The machine table's headers and rows: per component, whether it is there, what was
+    found, and what each target loses without it (`-` when it is there)."""
     rows = []
     for check in checks:
         costs = [("-" if check.present else (check.rules_out.get(t) or "(not used)"))
                  for t in targets]
         rows.append([check.name, "ok" if check.present else "MISSING", check.detail, *costs])
     headers = ["component", "status", "found", *(f"without it, {t} loses" for t in targets)]
-    return tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=[None, None, 40]
-                    + [36] * len(targets))
+    return headers, rows
 
 
 @dataclass

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from abdiff import procfs
-from abdiff.clocks import open_nvml, throttled
+from abdiff.host import procfs
+from abdiff.host.clocks import open_nvml, throttled
 
 BUSY_SHARE = 0.3  # another process using this much of a core while abdiff waits is busy
 SAMPLE_S = 0.3  # how long process CPU use is sampled
@@ -51,12 +51,12 @@ def _cpu_times() -> dict[int, tuple[str, int, int]]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        stat = _read(entry / "stat")
-        if not stat or ")" not in stat:
+        stat = procfs.read_stat(entry.name)
+        try:
+            if stat:
+                times[int(entry.name)] = (stat.name, stat.parent, stat.cpu_ticks)
+        except (IndexError, ValueError):
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        times[int(entry.name)] = (name, int(fields[1]), int(fields[11]) + int(fields[12]))
     return times
 
 

@@ -3,9 +3,12 @@ recorded runs (`abdiff history CONFIG...`, reports/history.py renders it).
 
 Sources, each a run file (`abdiff.run/1`): the baselines (`baselines/NAME.json`)
 and the sides of the runs kept in the cache's state folders (`runs/*/a.json`,
-`b.json`), of this repository's commits only (the cache is shared between
-repositories). A point is one config in one source; points are ordered by when
-they were measured. `Snapshot` is also what `abdiff baseline show` prints per config.
+`b.json`), of this repository only (the cache is shared between repositories: a run
+file names the repository it measured; one from before that counts as this one's
+when its commit is one of this repository's), optionally of one target. A point is one
+config in one source; points are grouped by commit, the commits in the order they were
+first measured, and within a commit by when. `Snapshot` is also what `abdiff baseline
+show` prints per config.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from abdiff.compare import latency_samples, side_facts, side_kernels, side_status
 from abdiff.errors import InputError, did_you_mean
-from abdiff.records import ConfigRuns, RunFile, load_run_file
-from abdiff.stats import robust_spread
+from abdiff.store.records import ConfigRuns, RunFile, load_run_file
+from abdiff.verdict.compare import latency_samples, side_facts, side_kernels, side_status
+from abdiff.verdict.stats import robust_spread
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Point:
     when: str  # ISO 8601, UTC; "" when the file does not say
     machine: str
     configs: dict[str, Snapshot]
+    setup: str = ""  # how it was measured: "local, cpu, eager" (`setup_of`)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,15 @@ def machine_of(run: RunFile) -> str:
     return f"{device} on {host}" if host else str(device)
 
 
+def setup_of(run: RunFile) -> str:
+    """What shapes the kernels a run saw besides the commit: the launcher (where the run file
+    says), the device, the timing: "local, cpu, eager". Points of one commit measured
+    another way differ in kernels without any change to find."""
+    env = run.env
+    parts = [env.get("launcher"), env.get("device"), env.get("timing")]
+    return ", ".join(str(p) for p in parts if p)
+
+
 def _sources(baselines: Path, runs: Path) -> list[tuple[Literal["baseline", "run"], str, Path]]:
     found: list[tuple[Literal["baseline", "run"], str, Path]] = [
         ("baseline", f"baseline {p.stem}", p) for p in sorted(baselines.glob("*.json"))]
@@ -94,7 +107,7 @@ def _sources(baselines: Path, runs: Path) -> list[tuple[Literal["baseline", "run
 
 def commits_in(repo_root: Path, shas: set[str]) -> set[str]:
     """The shas that are commits of this repository (one git call)."""
-    from abdiff.revs import run_git
+    from abdiff.repo.revs import run_git
 
     if not shas:
         return set()
@@ -103,9 +116,11 @@ def commits_in(repo_root: Path, shas: set[str]) -> set[str]:
     return set(proc.stdout.split()) & shas
 
 
-def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str]) -> History:
-    """The history of `config_ids`; InputError naming what exists when a config is in no
-    source (with the closest id), or when there is no source at all."""
+def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str],
+            target: str | None = None) -> History:
+    """The history of `config_ids` in this repository (of `target` only, when given);
+    InputError naming what exists when a config is in no source (with the closest id), or
+    when there is no source at all."""
     searched = f"{baselines}/*.json and the runs in {runs}"
     loaded = []
     for kind, source, path in _sources(baselines, runs):
@@ -114,10 +129,15 @@ def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str])
         except InputError:
             continue  # a damaged or foreign file is not this history's concern
     ours = commits_in(repo_root, {run.sha for _, _, run in loaded if run.sha != "WORKTREE"})
+    here = str(repo_root.resolve())
     # a baseline refresh measures in a state folder too: its rounds are the baseline's
     in_baselines = {sid for k, _, r in loaded if k == "baseline" for sid in r.sessions}
     loaded = [(k, s, r) for k, s, r in loaded if k == "baseline" or (
-        r.sha in ours and not (r.sessions and set(r.sessions) <= in_baselines))]
+        r.sha in ours and r.env.get("repository", here) == here
+        and not (r.sessions and set(r.sessions) <= in_baselines))]
+    if target is not None:
+        loaded = [(k, s, r) for k, s, r in loaded if r.target == target]
+        searched += f" (target {target})"
     if not loaded:
         raise InputError(f"no baselines or recorded runs in {searched}; record one with "
                          "`abdiff baseline refresh NAME --rev REV --configs SUITE` or run "
@@ -133,6 +153,11 @@ def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str])
         shots = {c.id: snapshot(c) for c in run.configs if c.id in config_ids and c.rounds}
         if shots:
             points.append(Point(kind, source, run.rev, run.sha, measured_at(run),
-                                machine_of(run), shots))
-    points.sort(key=lambda p: (p.when, p.source))
+                                machine_of(run), shots, setup_of(run)))
+    # by commit (the A and B sides of runs alternate between two commits: in time order a
+    # fact would flip back and forth on every line), commits in the order first measured
+    first: dict[str, str] = {}
+    for point in sorted(points, key=lambda p: (p.when, p.source)):
+        first.setdefault(point.sha, point.when)
+    points.sort(key=lambda p: (first[p.sha], p.sha, p.when, p.source))
     return History(tuple(config_ids), tuple(points), searched)

@@ -23,8 +23,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from abdiff.protocol import RoundLog, rank_record_path, read_round_log
-from abdiff.records import RoundRecord, RunFile, Status
+from abdiff.run.protocol import RoundLog, rank_record_path, read_round_log
+from abdiff.store.records import RoundRecord, RunFile, Status
 
 
 def read_rank_logs(record_path: Path, ranks: int) -> list[RoundLog]:

@@ -19,6 +19,8 @@ stderr, `--resume` or not: stored rounds are never trusted unverified.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime
 import hashlib
 import json
@@ -26,34 +28,38 @@ import platform
 import random
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.exposure import authentic, authenticate, warn_if_root
-from abdiff.files import remove_path, write_atomic
+from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import end_orphans
 from abdiff.launchers.warm import standing_by
-from abdiff.progress import Progress
-from abdiff.records import (
+from abdiff.run.devices import Device
+from abdiff.run.progress import Progress
+from abdiff.run.rounds import RoundSettings, order_seed, run_round
+from abdiff.run.time_split import added
+from abdiff.store.files import remove_path, write_atomic
+from abdiff.store.records import (
     ConfigRuns,
     RoundRecord,
     RunFile,
+    SideTime,
     load_run_file,
     write_run_file,
 )
-from abdiff.rounds import RoundSettings, order_seed, run_round
-from abdiff.sequential import DEFAULT_STEP, Looks
 from abdiff.suites import Config
 from abdiff.targets.base import Target
+from abdiff.verdict.sequential import DEFAULT_STEP, Looks
 
 FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
 # What a session records of the benchmark's machine, from the worker's env event: enough to
@@ -112,8 +118,9 @@ class Measurement:
         self.processes = 0
         self.warm_starts = 0  # of those, started ahead or forked (--prestart)
         self.warm_words = ""  # what the pool calls them (launchers/warm.py)
+        self.time: dict[str, SideTime] = {}  # where each side's workers' time went this run
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
-        # were measured at another time than the ones it found (baselines.drift_margin).
+        # were measured at another time than the ones it found (baselines.drift_allowance).
         self.session = uuid.uuid4().hex[:12]
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for side in sides.values():
@@ -261,6 +268,24 @@ def exclusive(state_dir: Path) -> Iterator[None]:
         lock.release()
 
 
+@dataclass
+class Lane:
+    """Where one stream of rounds runs: a launcher (with its own warm pool) and, with
+    `--devices`, the device its workers are given (devices.py)."""
+
+    launcher: Launcher
+    device: Device | None = None
+
+
+@dataclass
+class Spread:
+    """What lanes running at once share: the lock over the measurement, and the stop that
+    keeps rounds ended by abdiff's own interruption out of it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
 def run_slots(
     measurement: Measurement,
     slots: list[tuple[str, int]],
@@ -269,14 +294,23 @@ def run_slots(
     launcher: Launcher,
     settings: RoundSettings,
     progress: Progress,
+    device: Device | None = None,
+    spread: Spread | None = None,
 ) -> None:
-    """Run each (side, round) slot for the configs that lack that round; save after each."""
+    """Run each (side, round) slot for the configs that lack that round; save after each.
+    With `spread`, other lanes run beside this one: the measurement is changed under its
+    lock, and what only one lane may do at a time (refresh a checkout, end the orphans)
+    is left to run_wave."""
+    guard = spread.lock if spread is not None else contextlib.nullcontext()
     for side, round_index in slots:
-        todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
-                and not measurement.settled_failure(side, c.id)]
-        if not todo:
-            progress.step(len(configs), None)
-            continue
+        if spread is not None and spread.stop.is_set():
+            return
+        with guard:
+            todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
+                    and not measurement.settled_failure(side, c.id)]
+            if not todo:
+                progress.step(len(configs), None)
+                continue
         started = time.monotonic()
         side_run = measurement.sides[side]
         work_dir = measurement.round_dir(side, round_index)
@@ -288,33 +322,121 @@ def run_slots(
                                           "benchmark ran; the measurement stops (run it again "
                                           "with a fresh --cache-dir)")
         remove_path(work_dir)
-        if side_run.refresh is not None:
+        if side_run.refresh is not None and spread is None:
             side_run.checkout = side_run.refresh()
-        progress.watch(work_dir, side)
+        if spread is None:
+            progress.watch(work_dir, side)
+
+        def keep(cid: str, record: RoundRecord, side: str = side) -> None:
+            if spread is not None and spread.stop.is_set():
+                return  # ended by abdiff's own stop, not by the benchmark
+            if device is not None:
+                record.device = device.name
+            with guard:
+                measurement.add(side, cid, record)
+
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
-                               round_index, work_dir, partial(measurement.add, side),
-                               partial(order_seed, measurement.seed, side, round_index))
+                               round_index, work_dir, keep,
+                               partial(order_seed, measurement.seed, side, round_index),
+                               device)
         finally:
-            progress.watch(None)
+            if spread is None:
+                progress.watch(None)
             # nothing the benchmark left running may rewrite what is saved, or run beside
-            # the other side's workers
+            # the other side's workers (a lane's pool sweeps only its own sandbox; the
+            # orphans of all lanes are ended after each wave, run_wave)
             if launcher.standby is not None:
                 launcher.standby.sweep()
-            end_orphans()
-            measurement.save(complete=False)
-        side_run.run.orders = [o for o in side_run.run.orders if o["round"] != round_index] \
-            + output.orders
-        measurement.processes += output.processes
-        if output.env and not side_run.run.env.get("device"):
-            side_run.run.env.update(output.env)
-            measurement.save(complete=False)
-        session = side_run.run.sessions[measurement.session]
-        machine = {k: output.env[k] for k in SESSION_ENV_KEYS if output.env.get(k)}
-        if any(session.get(k) != v for k, v in machine.items()):
-            session.update(machine)
-            measurement.save(complete=False)
-        progress.step(len(configs), time.monotonic() - started)
+            if spread is None:
+                end_orphans()
+                measurement.save(complete=False)
+        with guard:
+            side_run.run.orders = [o for o in side_run.run.orders
+                                   if o["round"] != round_index] + output.orders
+            measurement.processes += output.processes
+            measurement.time[side] = added(measurement.time.get(side, SideTime()),
+                                           output.time)
+            preimported = launcher.standby.preimported(side_run.checkout) \
+                if launcher.standby is not None else None
+            if preimported and side_run.run.env.get("preimport") != preimported:
+                side_run.run.env["preimport"] = preimported
+            if output.env and not side_run.run.env.get("device"):
+                side_run.run.env.update(output.env)
+            session = side_run.run.sessions[measurement.session]
+            machine = {k: output.env[k] for k in SESSION_ENV_KEYS if output.env.get(k)}
+            if any(session.get(k) != v for k, v in machine.items()):
+                session.update(machine)
+            if spread is None or not spread.stop.is_set():
+                measurement.save(complete=False)
+            progress.step(len(configs), time.monotonic() - started)
+
+
+def blocks_of(slots: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """`slots` (schedule's order) cut into their ABBA blocks: the slots of two consecutive
+    rounds (one at the end of an odd count). A block's A and B rounds are paired, so a
+    block runs on one device."""
+    blocks: list[list[tuple[str, int]]] = []
+    for slot in slots:
+        if blocks and slot[1] in (blocks[-1][0][1], blocks[-1][0][1] + 1):
+            blocks[-1].append(slot)
+        else:
+            blocks.append([slot])
+    return blocks
+
+
+def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, int]]]],
+             configs: list[Config], target: Target, settings: RoundSettings,
+             progress: Progress, spread: Spread) -> None:
+    """Each lane's slots at once, one thread a lane; then, with every lane idle, the
+    orphans ended and the measurement saved. The checkouts are refreshed before (a lane's
+    workers may be running in one while another lane would rewrite it)."""
+    for side in {side for _, slots in work for side, _ in slots}:
+        refresh = measurement.sides[side].refresh
+        if refresh is not None:
+            measurement.sides[side].checkout = refresh()
+    failures: list[BaseException] = []
+
+    def lane_work(lane: Lane, slots: list[tuple[str, int]]) -> None:
+        try:
+            run_slots(measurement, slots, configs, target, lane.launcher, settings, progress,
+                      lane.device, spread)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the measuring thread
+            failures.append(exc)
+            spread.stop.set()
+
+    threads = [threading.Thread(target=lane_work, args=(lane, slots), daemon=True)
+               for lane, slots in work if slots]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        spread.stop.set()  # abdiff is stopping: what the lanes record now is not kept
+        raise
+    end_orphans()
+    if failures:
+        raise failures[0]
+    measurement.save(complete=False)
+
+
+def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: list[Config],
+               target: Target, lanes: list[Lane], settings: RoundSettings, progress: Progress,
+               after_first_half: Callable[[], None] | None = None) -> None:
+    """`slots` on every lane at once: block k of them on lane k mod len(lanes), in waves of
+    one block a lane. `after_first_half` runs once the first wave's first rounds are in
+    (the first-round check); the rest of that wave after it."""
+    blocks = blocks_of(slots)
+    spread = Spread()
+    for start in range(0, len(blocks), len(lanes)):
+        wave = list(zip(lanes, blocks[start:start + len(lanes)], strict=False))
+        if start == 0 and after_first_half is not None:
+            run_wave(measurement, [(lane, block[:2]) for lane, block in wave], configs,
+                     target, settings, progress, spread)
+            after_first_half()
+            wave = [(lane, block[2:]) for lane, block in wave]
+        run_wave(measurement, wave, configs, target, settings, progress, spread)
 
 
 def measure(
@@ -327,6 +449,7 @@ def measure(
     undecided: Callable[[], set[str]] | None,
     quiet: bool = False,
     after_first_round: Callable[[], None] | None = None,
+    devices: list[Device] | None = None,
 ) -> Measurement:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
@@ -336,11 +459,15 @@ def measure(
     there (nothing could run: no more worker processes are spent), the rounds kept.
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
     baseline) use the same schedule, keeping the slots of the sides present.
+    With several `devices` (--devices), the ABBA blocks run on all of them at once
+    (run_spread), each device with its own launcher and warm pool.
     """
     warn_if_root()
     rng = random.Random(measurement.seed)
     for side in measurement.sides.values():
         side.run.looks = plan.looks().to_json()
+        if devices:
+            side.run.env["devices"] = [device.name for device in devices]
     slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
     progress = Progress(quiet)
     sides = len(measurement.sides)
@@ -349,14 +476,41 @@ def measure(
     progress.plan("first rounds", len(slots), len(slots) * len(configs),
                   sides * extra_rounds * len(configs))
     try:
-        with standing_by(launcher, settings.worker_start, measurement.state_dir / "standby",
-                         settings.pass_env, settings.max_memory_bytes) as pool:
-            first = [s for s in slots if s[1] == 0]  # a schedule starts with both sides' round 0
-            run_slots(measurement, first, configs, target, launcher, settings, progress)
-            if after_first_round is not None:
-                after_first_round()
-            run_slots(measurement, slots[len(first):], configs, target, launcher, settings,
-                      progress)
+        with contextlib.ExitStack() as stack:
+            lanes = [Lane(launcher, device) for device in devices] if devices \
+                else [Lane(launcher)]
+            for lane in lanes[1:]:
+                lane.launcher = copy.copy(launcher)  # a warm pool of its own (standing_by)
+                lane.launcher.standby = None
+            pools = [stack.enter_context(standing_by(
+                lane.launcher, settings.worker_start,
+                measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
+                settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
+            env = target.worker_env()
+            for lane, pool in zip(lanes, pools, strict=True):
+                if pool is not None and env is not None:
+                    # both sides' servers ready (and the target's preimport done) before
+                    # the first worker: no import runs beside a timed one
+                    pool.prepare([side.checkout for side in measurement.sides.values()],
+                                 {**env, **(lane.device.env if lane.device else {})},
+                                 target.preimport)
+
+            def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
+                    ) -> None:
+                if len(lanes) > 1:
+                    run_spread(measurement, some, configs, target, lanes, settings, progress,
+                               check)
+                    return
+                first = [s for s in some if s[1] == some[0][1]] if check else []
+                run_slots(measurement, first, configs, target, launcher, settings, progress,
+                          lanes[0].device)
+                if check is not None:
+                    check()
+                run_slots(measurement, some[len(first):], configs, target, launcher, settings,
+                          progress, lanes[0].device)
+
+            # a schedule starts with both sides' round 0: the first-round check after it
+            run(slots, after_first_round)
             done = plan.rounds
             while undecided is not None and done < plan.max_rounds:
                 ids = undecided()
@@ -369,14 +523,20 @@ def measure(
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
                               "configs", len(block_slots), len(block_slots) * len(block),
                               sides * (plan.max_rounds - done - extra) * len(block))
-                run_slots(measurement, block_slots, block, target, launcher, settings, progress)
+                if len(lanes) > 1:
+                    run_spread(measurement, block_slots, block, target, lanes, settings,
+                               progress)
+                else:
+                    run_slots(measurement, block_slots, block, target, launcher, settings,
+                              progress, lanes[0].device)
                 done += extra
-            if pool is not None:
-                measurement.warm_starts += pool.taken
-                measurement.warm_words = pool.words
-                if pool.failure:  # said once the rounds are in: it cost time, not data
-                    print(f"abdiff: {pool.failure}; the workers after it started cold",
-                          file=sys.stderr, flush=True)
+            for pool in pools:
+                if pool is not None:
+                    measurement.warm_starts += pool.taken
+                    measurement.warm_words = pool.words
+                    if pool.failure:  # said once the rounds are in: it cost time, not data
+                        print(f"abdiff: {pool.failure}; the workers after it started cold",
+                              file=sys.stderr, flush=True)
     finally:
         progress.close()
     end_orphans()

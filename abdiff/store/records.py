@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 from abdiff.errors import InputError
-from abdiff.files import read_text, write_atomic
-from abdiff.validate import Len, Min, from_json
+from abdiff.store.files import read_text, write_atomic
+from abdiff.store.validate import Len, Min, from_json
 
 RUN_SCHEMA: Final = "abdiff.run/1"
 RESULT_SCHEMA: Final = "abdiff.result/2"
@@ -30,6 +30,7 @@ Verdict = Literal["unchanged", "expected", "unintended", "inconclusive", "still-
                   "small-change"]
 Microseconds = Annotated[float, Min(0, exclusive=True)]
 Count = Annotated[int, Min(0)]
+Seconds = Annotated[float, Min(0)]
 
 
 @dataclass
@@ -42,7 +43,7 @@ class RoundRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     kernels: dict[str, Count] = field(default_factory=dict)
     round: int | None = None  # schedule position; lets `--resume` skip finished rounds
-    # multi-rank launches (abdiff/ranks.py): each rank's own record, and the facts whose
+    # multi-rank launches (abdiff/run/ranks.py): each rank's own record, and the facts whose
     # values differ between ranks (fact name -> value per rank)
     ranks: list[dict[str, Any]] | None = None
     rank_differences: dict[str, list[Any]] | None = None
@@ -54,12 +55,14 @@ class RoundRecord:
     # GPU time of each module range (NVTX, e.g. attention, MoE) in one timed iteration, us
     # (trtllm with nsys: the ranges upstream's runner marks)
     module_us: dict[str, Annotated[float, Min(0)]] = field(default_factory=dict)
-    # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/clocks.py)
+    # NVIDIA GPUs: NVML readings just before and after the timed iterations (abdiff/host/clocks.py)
     # {"start": {"sm_mhz", "mem_mhz", "temp_c", "power_w", "throttle"}, "end": {...}}
     clocks: dict[str, Any] = field(default_factory=dict)
     # timed beside the undecided configs of an adaptive round only so that the round's
     # process speed is known (stats.process_offsets); not in this config's latency test
     companion: bool = False
+    # --devices: the device it ran on ("GPU 1", "CPUs 0-3"); its paired round ran there too
+    device: str | None = None
 
 
 @dataclass
@@ -99,6 +102,12 @@ class RunFile:
         return {"schema": data.pop("schema"), **data}
 
 
+DEFAULT_MIN_EFFECT = 0.02
+"""Practical threshold (fraction): a real change within +-2% is `small-change`; a result
+without `summary.min_effect` was computed at it."""
+DEFAULT_ALPHA = 0.01
+"""Family-wise false-alarm rate: the chance that a run with no change flags any config
+slower or faster, over all configs and looks (calibrated: docs/statistics.md)."""
 MOST_ROUNDS_ADVISED = 100  # beyond this many rounds per side: advise a quieter machine
 
 
@@ -119,17 +128,12 @@ class LatencyResult:
     a_spread_us: float | None = None  # normal-consistent MAD of those round medians, us
     b_spread_us: float | None = None
     detectable: float | None = None  # smallest change seen with 80% power (fraction)
-    # result/2 files only (odd rounds set aside); v3's Huber location keeps every round
-    set_aside_a: list[dict[str, Any]] = field(default_factory=list)  # {"round", "median_us"}
-    set_aside_b: list[dict[str, Any]] = field(default_factory=list)
     note: str | None = None  # e.g. "below the 2% threshold"
     # slower/faster with the ratio inside +-min_effect: real, small (stats.latency_verdicts)
     below_threshold: bool = False
     level: float | None = None  # the family level spent up to the look that decided (p <= it)
     se: float | None = None  # standard error of log(ratio): interval = ratio * exp(+-q se)
     rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
-    # raw one-sided p that B has more slow rounds than A (stats), when it has
-    p_odd: float | None = None
     # Each side's round medians (us), in round order: the HTML report's distributions.
     a_rounds_us: list[float] = field(default_factory=list)
     b_rounds_us: list[float] = field(default_factory=list)
@@ -167,6 +171,40 @@ class ConfigResult:
     kernel_deltas: list[KernelDelta] = field(default_factory=list)
     # the same for module ranges (RoundRecord.module_us; `kernel` holds the module's name)
     module_deltas: list[KernelDelta] = field(default_factory=list)
+    # each side's total kernel (CPU: operator) time in the profiled call, us: what the
+    # kernel_deltas are shares of (the profiled call is not the timed step)
+    profiled_a_us: float | None = None
+    profiled_b_us: float | None = None
+
+
+@dataclass
+class SideTime:
+    """Where one side's worker processes spent their time, seconds summed over them
+    (time_split.py computes it from their record logs)."""
+
+    workers: Count = 0
+    start_s: Seconds = 0.0  # started (or forked) to its first config: Python, torch, the package
+    setup_s: Seconds = 0.0  # each config's set-up: run pack, facts, graph capture
+    warmup_s: Seconds = 0.0
+    timed_s: Seconds = 0.0  # the timed iterations
+    capture_s: Seconds = 0.0  # the kernel capture pass
+    exit_s: Seconds = 0.0  # its last record to abdiff seeing it end
+
+    @property
+    def total_s(self) -> float:
+        return (self.start_s + self.setup_s + self.warmup_s + self.timed_s + self.capture_s
+                + self.exit_s)
+
+
+@dataclass
+class TimeSplit:
+    """Where a run's wall time went: each measured side's workers, and abdiff itself (the
+    rest: checkouts, the fork servers' imports, scheduling, statistics, reports)."""
+
+    wall_s: Seconds
+    sides: dict[str, SideTime] = field(default_factory=dict)  # "A", "B" (measured sides)
+    abdiff_s: Seconds = 0.0
+    devices: Count = 1  # --devices: how many ran rounds at once
 
 
 @dataclass
@@ -194,6 +232,8 @@ class Result:
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # where this run's wall time went (None: nothing measured now, or an older abdiff)
+    time: TimeSplit | None = None
     schema: Literal["abdiff.result/1", "abdiff.result/2"] = RESULT_SCHEMA
 
     def to_json(self) -> dict[str, Any]:
@@ -269,15 +309,7 @@ def parse_result(data: Any, where: str) -> Result:
     every field is checked for its type before a report is rendered from it.
     """
     _check_schema(data, RESULT_SCHEMAS, "a result", where)
-    result = from_json(Result, data, where)
-    for i, config in enumerate(result.configs):
-        for key in ("set_aside_a", "set_aside_b"):  # rendered as "set aside B r1 67.58 us"
-            rounds = getattr(config.latency, key)
-            if not all(isinstance(r.get("round"), int) and not isinstance(r.get("round"), bool)
-                       and isinstance(r.get("median_us"), int | float) for r in rounds):
-                raise InputError(f"{where}: configs[{i}].latency: field '{key}' must be a list "
-                                 'of {"round": int, "median_us": number}')
-    return result
+    return from_json(Result, data, where)
 
 
 def load_result(path: Path) -> Result:

@@ -1,7 +1,7 @@
 """Cached checkouts: each commit materialized once as a detached git worktree, reused.
 
 Why worktrees: the user's working tree, index, HEAD and branches must never be
-touched (DESIGN.md), and `git worktree add --detach` creates a separate folder
+touched, and `git worktree add --detach` creates a separate folder
 with its own HEAD and index while sharing the object store (cheap, no clone).
 
 Layout under the cache folder (`default_cache_dir()`):
@@ -54,8 +54,8 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from abdiff.errors import InfrastructureError, InputError
-from abdiff.files import hold_in_use, unless_in_use, write_atomic
-from abdiff.revs import WORKTREE, SideSpec, git_message, is_bare, run_git, run_git_bytes
+from abdiff.repo.revs import WORKTREE, SideSpec, git_message, is_bare, run_git, run_git_bytes
+from abdiff.store.files import hold_in_use, unless_in_use, write_atomic
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _COPY_PREFIX = "worktree-"

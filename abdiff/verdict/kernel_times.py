@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from abdiff.records import KernelDelta, RoundRecord
+from abdiff.store.records import KernelDelta, RoundRecord
 
 ROOT_CAUSE_SHARE = 0.8  # name the kernels that together account for this much of |B - A|
 ROOT_CAUSE_LIMIT = 5
@@ -94,3 +94,10 @@ def module_cause(rounds_a: list[RoundRecord], rounds_b: list[RoundRecord]) -> li
     if a is None or b is None:
         return []
     return kernel_deltas(a, b)
+
+
+def profiled_total(rounds: list[RoundRecord]) -> float | None:
+    """A side's total kernel time in the profiled call (the sum of `side_kernel_us`), what
+    the shares of `root_cause` are shares of; None when no round has kernel times."""
+    times = side_kernel_us(rounds)
+    return None if times is None else round(sum(times.values()), 3)

@@ -64,15 +64,14 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from abdiff.records import MOST_ROUNDS_ADVISED, LatencyResult, LatencyVerdict
-from abdiff.sequential import Looks, spent
-
-DEFAULT_MIN_EFFECT = 0.02
-"""Practical threshold: a change within +-2% is labelled "below the threshold"."""
-
-DEFAULT_ALPHA = 0.01
-"""Family-wise false-alarm rate: the chance that a run with no change flags any config
-slower or faster, over all configs and looks (calibrated: docs/statistics.md)."""
+from abdiff.store.records import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
+    MOST_ROUNDS_ADVISED,
+    LatencyResult,
+    LatencyVerdict,
+)
+from abdiff.verdict.sequential import Looks, spent
 
 MIN_ROUNDS = 3
 """Fewer pairs than this: no verdict (the variance of a difference needs some rounds)."""

@@ -1,0 +1,2 @@
+"""The repository under test: revisions (A..B) and cached checkouts.
+"""

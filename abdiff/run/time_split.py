@@ -1,0 +1,74 @@
+"""Where a run's wall time went (issue 42, item 5): per side, what its workers spent
+starting, setting configs up, warming up, timing, capturing kernels and ending; the
+rest of the wall time is abdiff's own (checkouts, fork servers' imports, scheduling,
+statistics, reports). Computed from what the workers record: every record-log event
+carries a wall-clock `t` (protocol.RecordWriter), and rounds.py notes when it handed a
+worker its job and when it saw the worker end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from abdiff.store.files import read_worker_file
+from abdiff.store.records import SideTime, TimeSplit
+
+
+def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
+    """One worker's life, split by the events of its record log (`handed`, `ended`: wall
+    clock when abdiff started it and saw it end). A worker that wrote nothing counts its
+    whole life as its start."""
+    events = []
+    for line in read_worker_file(record_path).splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a torn last line
+        if isinstance(event, dict) and isinstance(event.get("t"), int | float):
+            events.append(event)
+    life = max(0.0, ended - handed)
+    env = next((e for e in events if e.get("event") == "env"), None)
+    if env is None:
+        return SideTime(workers=1, start_s=life)
+    starts = {e.get("id"): e["t"] for e in events if e.get("event") == "start"}
+    # to its first config: Python, torch, the package under test (what a fork skips)
+    begun = min(starts.values(), default=env["t"])
+    start_s = min(life, max(0.0, begun - handed))
+    setup = warmup = timed = 0.0
+    last_done = begun
+    for event in events:
+        record = event.get("record")
+        if event.get("event") != "done" or event.get("id") not in starts \
+                or not isinstance(record, dict):
+            continue
+        latency = [v for v in record.get("latency_us") or [] if isinstance(v, int | float)]
+        warm = (record.get("warmup") or {}).get("seconds", 0.0)
+        spent = max(0.0, event["t"] - starts[event["id"]])
+        config_timed = min(spent, sum(latency) / 1e6)
+        config_warm = min(spent - config_timed, warm if isinstance(warm, int | float) else 0.0)
+        timed += config_timed
+        warmup += config_warm
+        setup += spent - config_timed - config_warm
+        last_done = max(last_done, event["t"])
+    captures = [e["t"] for e in events if e.get("event") == "kernels"]
+    capture = max(0.0, max(captures) - last_done) if captures else 0.0
+    last = max(e["t"] for e in events)
+    return SideTime(workers=1, start_s=start_s, setup_s=setup, warmup_s=warmup, timed_s=timed,
+                    capture_s=capture, exit_s=max(0.0, ended - last))
+
+
+def added(a: SideTime, b: SideTime) -> SideTime:
+    return SideTime(workers=a.workers + b.workers, start_s=a.start_s + b.start_s,
+                    setup_s=a.setup_s + b.setup_s, warmup_s=a.warmup_s + b.warmup_s,
+                    timed_s=a.timed_s + b.timed_s, capture_s=a.capture_s + b.capture_s,
+                    exit_s=a.exit_s + b.exit_s)
+
+
+def time_split(wall_s: float, sides: dict[str, SideTime], devices: int = 1) -> TimeSplit:
+    """The run's split: `sides` as measured; abdiff's own time is the wall time its
+    workers did not cover (with several devices, workers run at once: their time is
+    divided by how many ran side by side)."""
+    workers = sum(side.total_s for side in sides.values()) / max(1, devices)
+    return TimeSplit(wall_s=wall_s, sides=dict(sorted(sides.items())), devices=devices,
+                     abdiff_s=max(0.0, wall_s - workers))

@@ -1,0 +1,62 @@
+"""time_split.py: where a run's wall time went, from the workers' record logs, in the
+result and its one line."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fake_target import FakeLauncher, fake_measurement
+
+from abdiff.reports import common, table
+from abdiff.run.protocol import KernelProfile, RecordWriter
+from abdiff.run.schedule import Plan
+from abdiff.run.time_split import time_split, worker_time
+from abdiff.store.records import RoundRecord, SideTime, parse_result
+from abdiff.verdict.compare import compare_runs
+
+
+def test_a_workers_life_is_split_by_its_events(tmp_path: Path) -> None:
+    """A real record log (RecordWriter), its `t` stamps set to known times."""
+    path = tmp_path / "records.jsonl"
+    writer = RecordWriter(path)
+    writer.env({"device": "cpu"})
+    writer.start("c1")
+    writer.done("c1", RoundRecord("ok", None, [100_000.0] * 5, warmup={"seconds": 0.25}))
+    writer.kernels("c1", KernelProfile({"k": 1}, {"k": 1.0}))
+    writer.close()
+    lines = path.read_text().splitlines()
+    stamps = [10.5, 11.0, 12.5, 13.0]  # env, start, done, kernels
+    import json
+    events = [json.loads(line) for line in lines]
+    for event, t in zip(events, stamps, strict=True):
+        event["t"] = t
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    spent = worker_time(path, handed=10.0, ended=13.5)
+    assert spent == SideTime(workers=1, start_s=1.0, setup_s=0.75, warmup_s=0.25, timed_s=0.5,
+                             capture_s=0.5, exit_s=0.5)
+    assert abs(spent.total_s - 3.5) < 1e-9
+    # a worker that wrote nothing spent its whole life starting
+    assert worker_time(tmp_path / "none.jsonl", 1.0, 3.0) == SideTime(workers=1, start_s=2.0)
+
+
+def test_a_measured_run_carries_its_split_into_the_result_and_the_report(
+        tmp_path: Path) -> None:
+    started = time.monotonic()
+    launcher = FakeLauncher(lambda side, cid, r: 100.0)
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 2))
+    a, b = (measurement.sides[side].run for side in "AB")
+    result = compare_runs(a, b, {}, 0.02, 0.01)
+    result.time = time_split(time.monotonic() - started, measurement.time)
+    assert [name for name in result.time.sides] == ["A", "B"]
+    assert result.time.sides["A"].workers == 2 and result.time.sides["B"].workers == 2
+    # timed: 5 iterations of ~100 us per config, 3 configs, 2 rounds
+    assert 0.0029 < result.time.sides["A"].timed_s < 0.0031
+    line = common.time_line(result)
+    assert line is not None and line.startswith(f"time: {result.time.wall_s:.1f} s; A 2 workers: ")
+    assert "abdiff itself" in line
+    rendered = table.render(result, width=200, colour=False).splitlines()
+    assert rendered[-1] == common.final_line(result)  # the verdict stays last, the time above
+    assert " ".join(" ".join(rendered[-3:-1]).split()).endswith(" ".join(line.split()))
+    # kept in the result JSON, read back as typed
+    assert parse_result(result.to_json(), "result").time == result.time
