@@ -22,6 +22,7 @@ from abdiff.store.baselines import (
     append_rounds,
     baseline_path,
     baselines_dir,
+    busy_readings,
     drift_of,
     fingerprint,
     list_baselines,
@@ -95,6 +96,8 @@ def refresh(args: argparse.Namespace) -> int:
                                     args.rev, "baseline" if not number else f"baseline-{number}")
         run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds")
+        for where in run_file.sessions.values():  # each session's machine check, kept
+            where.setdefault("machine", run_file.env.get("machine"))  # when appended
         stored = run_file if stored is None else append_rounds(stored, run_file)
         write_run_file(path, stored)
     assert stored is not None  # --sessions is at least 1
@@ -153,6 +156,11 @@ def show(args: argparse.Namespace) -> int:
             f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} "
             f"wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
             "smaller changes are never flagged")
+    busy = busy_readings(run)
+    if busy:
+        say(f"machine check: busy while it measured ({'; '.join(busy[:3])}): a load that comes "
+            "and goes moves latency by more than sessions under it measure, so against this "
+            "baseline latency is reported but does not fail a run; refresh it on an idle machine")
     say("time per step: median of the round medians ± their spread (normal-consistent MAD)")
     for config in run.configs:
         shot = snapshot(config)

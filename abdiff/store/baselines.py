@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError
+from abdiff.host.machine_state import recorded_noise
 from abdiff.store.records import RunFile, load_run_file
 from abdiff.verdict.stats import Drift
 
@@ -179,6 +180,15 @@ def unlike_machine(baseline: RunFile, here: RunFile) -> list[str]:
     return found
 
 
+def busy_readings(run: RunFile) -> list[str]:
+    """The machine check's flagged readings (`name: value`) of the run and of each of its
+    sessions that measured rounds (a refresh records each session's check)."""
+    readings = recorded_noise(run.env)
+    for where in sessions_with_rounds(run).values():
+        readings += [r for r in recorded_noise(where) if r not in readings]
+    return readings
+
+
 @dataclass(frozen=True)
 class Allowance:
     """What the drift between a stored side's sessions and this one's allows: the drift
@@ -205,7 +215,10 @@ def drift_allowance(baseline: RunFile, here: RunFile, what: str,
     latency=hard` knowingly)."""
     drift = session_drift(baseline)
     moved = unlike_machine(baseline, here)
-    if drift is not None and not moved:
+    busy = [(side, readings[0]) for side, readings in (("the baseline", busy_readings(baseline)),
+                                                       ("this run", busy_readings(here)))
+            if readings]
+    if drift is not None and not moved and not busy:
         widened = drift_of(drift)
         return Allowance(widened, gates, (
             f"the drift between sessions measured in {what} ({drift.sessions} sessions, "
@@ -213,18 +226,25 @@ def drift_allowance(baseline: RunFile, here: RunFile, what: str,
             "interval: a change flagged is beyond what that drift explains"),
             {"drift": {"measured": True, "sd": drift.sigma, "sessions": drift.sessions,
                        "df": drift.df}})
-    missing = (f"this run measured on {'; '.join(moved)}, a machine unlike the baseline's, "
-               "whose drift between machines is not measured" if moved else
-               f"{what} has one measuring session, so the drift between sessions is not "
-               "measured")
+    if drift is None:
+        missing = (f"{what} has one measuring session, so the drift between sessions is not "
+                   "measured")
+    elif moved:
+        missing = (f"this run measured on {'; '.join(moved)}, a machine unlike the "
+                   "baseline's, whose drift between machines is not measured")
+    else:  # a load that comes and goes: sessions under one load do not sample the others
+        missing = ("the machine was busy while " + " and while ".join(
+            f"{side} measured ({reading[:120]})" for side, reading in busy)
+            + ", so the drift between sessions under other loads is not measured")
     explicit = "latency" in gates
     soft = gates if explicit else {**gates, "latency": "soft"}
     consequence = (f"latency is gated as --gate latency={gates['latency']} says, although a "
                    "change may be that drift" if explicit else
                    "latency is reported with its interval (which leaves that drift out) and "
                    "does not fail the run; --gate latency=hard gates it anyway")
-    remedy = ("record the baseline on this machine" if moved else
-              "`abdiff baseline refresh NAME --rev REV --append` in another session measures it")
+    remedy = ("`abdiff baseline refresh NAME --rev REV --append` in another session measures "
+              "it" if drift is None else "record the baseline on this machine" if moved else
+              "measure both on an idle machine")
     return Allowance(None, soft, f"{missing}: {consequence}; {remedy}",
                      {"drift": {"measured": False, "missing": missing}})
 
