@@ -233,15 +233,15 @@ def drift_allowance(baseline: RunFile, here: RunFile, what: str,
         missing = (f"this run measured on {'; '.join(moved)}, a machine unlike the "
                    "baseline's, whose drift between machines is not measured")
     else:  # a load that comes and goes: sessions under one load do not sample the others
-        missing = ("the machine was busy while " + " and while ".join(
-            f"{side} measured ({reading[:120]})" for side, reading in busy)
-            + ", so the drift between sessions under other loads is not measured")
+        missing = ("the machine was busy while " + " and ".join(
+            f"{side} measured ({reading[:80]})" for side, reading in busy)
+            + ", so drift under other loads is not measured")
     explicit = "latency" in gates
     soft = gates if explicit else {**gates, "latency": "soft"}
     consequence = (f"latency is gated as --gate latency={gates['latency']} says, although a "
                    "change may be that drift" if explicit else
-                   "latency is reported with its interval (which leaves that drift out) and "
-                   "does not fail the run; --gate latency=hard gates it anyway")
+                   "latency is reported with its interval (which leaves that drift out) but "
+                   "does not fail the run (--gate latency=hard gates it)")
     remedy = ("`abdiff baseline refresh NAME --rev REV --append` in another session measures "
               "it" if drift is None else "record the baseline on this machine" if moved else
               "measure both on an idle machine")
