@@ -429,3 +429,18 @@ def h200_with_kernels(name: str, folder: Path) -> Path:
     with gzip.open(H200_DATA / f"{name}-kernels.json.gz", "rt") as packed:
         target.write_text(packed.read())
     return target
+
+
+def unwrapped(text: str) -> list[str]:
+    """Lines as abdiff printed them before wrapping them to the terminal: a line indented
+    deeper than the one before it (reports.table.fit, wrap) continues that one."""
+    out: list[str] = []
+    indents: list[int] = []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if out and line.strip() and indent > indents[-1] and out[-1].strip():
+            out[-1] += " " + line.strip()
+            continue
+        out.append(line)
+        indents.append(indent)
+    return out

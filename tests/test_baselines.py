@@ -87,7 +87,7 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "main", *AHEAD, "--rounds", 1,
                       "--append", "--sessions", 2, "--session-gap", 0, "--seed", 5, *common)
     assert done.returncode == 0, done.stderr
-    assert "4 configs, 4 rounds in 3 sessions" in done.stderr
+    assert "4 configs, 4 rounds in 3 sessions" in " ".join(done.stderr.split())
     appended = load_run_file(folder / "rel-1.json")
     assert all(sorted(r.round for r in c.rounds) == [0, 1, 2, 3] for c in appended.configs)
     # each session has its own id, the host it ran on, and its own worker processes

@@ -28,6 +28,7 @@ from conftest import (
     git_env,
     one_line,
     run_abdiff,
+    unwrapped,
     write_suite,
 )
 from test_hooks import make_upstream_repo
@@ -176,7 +177,7 @@ def test_every_format_shows_still_failing_first_and_what_was_measured(failures: 
     rows = [line.split()[:2] for line in table.stdout.splitlines()
             if line.startswith(("STILL-FAILING", "UNINTENDED", "unchanged", "inconclusive"))]
     assert rows[0] == ["STILL-FAILING", config_id(6)]
-    assert measured in table.stdout.splitlines()[-1]
+    assert measured in unwrapped(table.stdout)[-1]
 
 
 def test_compare_follows_the_same_rules_and_require_all(failures: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html as html_lib
 import io
 import json
 import re
@@ -743,3 +744,140 @@ def test_headers_name_each_sides_environment() -> None:
     assert "A measured with" in page and "TRTLLM_ENABLE_PDL=1" in page
     assert "measured with" not in markdown.render(make_result())
     assert json.loads(json_report.render(result))["a"]["env"]["device_name"] == "NVIDIA H200"
+
+
+# A long explanation of the statistics and a long note: the texts a report used to cut
+LONG_NOTE = ("10 rounds resolve +-9.8%; over 100 would be needed: a quieter machine; A's "
+             "processes sit on two levels 4.1% apart (6 and 4 rounds), which the rounds of B "
+             "do not show")
+MACHINE = ["CPU load: 1.9 of 2 cores in other processes; 1-min load average 1.8",
+           "busy processes: pip (pid 7767) 97%, python (pid 8095) 97%"]
+
+
+def _noisy_result() -> Result:
+    """The demo's pr-v1 story measured on a busy machine: three unintended configs with an
+    undecided latency beside the inconclusive ones, the note of the machine, kernel times
+    from the profiled call, an assert under the table."""
+    result = make_result()
+    result.summary.update(machine=MACHINE, max_rounds=15)
+    result.notes = ["where latency is undecided, round medians vary 4.6% to 63.9% between "
+                    "worker processes, more than the 2% threshold", *MACHINE]
+    for cfg in result.configs:
+        if cfg.verdict in ("unintended", "inconclusive"):
+            cfg.latency = LatencyResult("inconclusive", 0.948, [0.320, 2.813], 1.0, None, 10, 10,
+                                        detectable=2.488, note=LONG_NOTE, rounds_needed=1459,
+                                        a_us=13648.0, b_us=11971.0, a_spread_us=6600.0,
+                                        b_spread_us=4100.0)
+    trt = next(c for c in result.configs if c.verdict == "unintended")
+    trt.kernel_deltas = [KernelDelta("aten::bmm", 17671.3, 0.0, -17671.3),
+                         KernelDelta(SDPA, 0.0, 6318.6, 6318.6)]
+    trt.profiled_a_us, trt.profiled_b_us = 19321.0, 6561.0
+    return result
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160, 200])
+def test_every_line_fits_and_nothing_is_cut_at_any_width(width: int) -> None:
+    """The terminal report at 80 to 200 columns: no line wider, no "…", and every sentence
+    there whole once the wrapping is undone (the note, the latency's explanation, the
+    `next:` line, the verdict line)."""
+    result = _noisy_result()
+    text = table_report.render(result, width=width, colour=False)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= width, max(lines, key=len)
+    # only a kernel name longer than two lines of its column is shortened, count kept (the
+    # JSON and HTML have it whole); no sentence is
+    assert common.ELLIPSIS not in re.sub(r"\S*… x\d+", "", text)
+    flat = " ".join(text.split())
+    for sentence in (*result.notes, common.next_step(result), common.final_line(result),
+                     "undecidable at this noise (detects only changes over 100%)"):
+        assert " ".join(str(sentence).split()) in flat, sentence
+    if width >= table_report.WIDE:  # in a column the explanation breaks inside names too
+        flat = "".join(text.split())
+    assert "".join(LONG_NOTE.split()) in "".join(flat.split())
+    # a sentence breaks at spaces only: the assert's identifier stays whole
+    assert "DG_HOST_ASSERT(batch_size" in text
+
+
+def test_the_pr_comment_and_the_page_keep_every_sentence_whole() -> None:
+    """Markdown and HTML: GitHub and the browser wrap; nothing of ours is cut."""
+    result = _noisy_result()
+    comment = markdown.render(result)
+    page = html_report.render(result)
+    assert common.ELLIPSIS not in comment and common.ELLIPSIS not in page
+    for sentence in (LONG_NOTE, common.next_step(result)[len("next: "):], *result.notes):
+        assert markdown.escape(sentence, common.NOTE_LIMIT) in comment, sentence
+        assert html_lib.escape(sentence, quote=False) in page.replace("&#39;", "'"), sentence
+
+
+def test_one_source_for_every_count() -> None:
+    """The headline, the `next:` line, the summary and the verdict line count the same
+    configs the same way: 5 timed, 2 of them undecided (1 inconclusive, 1 of the 1
+    unintended), whatever the format."""
+    result = _noisy_result()
+    facts = common.run_facts(result)
+    assert (facts.measured, facts.total, facts.timed, len(facts.undecided)) == (5, 6, 5, 2)
+    said = "latency undecided for 2 of the 5 configs timed on both sides"
+    step = common.next_step(result)
+    assert step.startswith(f"next: {said} (1 unintended, 1 inconclusive), after 10 "
+                           "rounds per side; the machine was noisy")
+    result.configs[0].verdict = "unintended"  # a second unintended config, decided
+    assert "(1 of the 2 unintended, 1 inconclusive)" in common.next_step(result)
+    texts = [markdown.render(result), html_report.render(result),
+             table_report.render(result, width=100, colour=False)]
+    for text in texts:
+        flat = " ".join(text.replace("&#39;", "'").split())
+        assert said in flat
+        assert "5 of 6 configs measured" in flat and "1 failed on one side" in flat
+        assert not re.search(r"latency (?:undecided|inconclusive) for (?!2 of the 5)\d", flat)
+
+
+def test_units_are_in_the_header_of_every_format() -> None:
+    result = _noisy_result()
+    result.summary.update(min_effect=0.005, alpha=0.05)
+    for text in (table_report.render(result, width=100, colour=False), markdown.render(result),
+                 html_report.render(result)):
+        flat = " ".join(text.split())
+        assert "threshold: ±0.5% (--min-effect)" in flat.replace("</dt><dd>", ": ")
+        assert "alpha: 5% family-wise (--alpha)" in flat.replace("</dt><dd>", ": ")
+
+
+def test_no_advice_the_run_already_followed() -> None:
+    """A projection within the run's own --max-rounds is not offered again."""
+    result = make_result()
+    undecided = next(c for c in result.configs if c.verdict == "inconclusive")
+    undecided.latency.rounds_needed = 12
+    assert common.next_step(result).endswith("re-run with --max-rounds 12 (a config whose "
+                                             "spread grows stops early and says so)")
+    result.summary["max_rounds"] = 15
+    assert common.next_step(result).endswith(
+        "the --max-rounds 15 of this run already allowed the 12 rounds their spread asks for: "
+        "it grew as rounds came in, measure on an idle machine")
+
+
+def test_a_config_stopped_below_max_rounds_says_why() -> None:
+    """The plan found more rounds futile: the row says so, with the ceiling it was given."""
+    stopped = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, None, 20, 20,
+                            detectable=0.08, rounds_needed=71)
+    cell = common.latency_cell(stopped, max_rounds=39)
+    assert cell.endswith("stopped at 20 of --max-rounds 39: at the spread measured by then, "
+                         "more rounds could not decide it")
+    assert "stopped" not in common.latency_cell(stopped, max_rounds=20)
+    assert "stopped" not in common.latency_cell(stopped)  # a result without the ceiling
+
+
+def test_grid_and_fit_stay_within_the_width() -> None:
+    headers = ["component", "status", "what it costs without it"]
+    rows = [["GPU", "MISSING", "everything: upstream's benchmark runs on CUDA only " * 2],
+            ["torch", "ok", "-"]]
+    wide = table_report.grid(headers, rows, 200)
+    assert wide.splitlines()[0].split() == ["component", "status", "what", "it", "costs",
+                                            "without", "it"]
+    for width in (30, 40, 60, 80):
+        text = table_report.grid(headers, rows, width)
+        assert max(map(len, text.splitlines())) <= width
+        assert " ".join(text.split()).count("everything: upstream's benchmark") == 2
+    blocks = table_report.grid(headers, rows, 30, lead=2)
+    assert blocks.splitlines()[0] == "GPU  MISSING" and "-" not in blocks.split()
+    said = "abdiff doctor: target reference: ready: " + "every hook is present " * 6
+    fitted = table_report.fit(f"  {said}", 50).splitlines()
+    assert max(map(len, fitted)) <= 50 and fitted[1].startswith("      hook")

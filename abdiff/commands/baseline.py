@@ -9,13 +9,13 @@ import argparse
 import dataclasses
 import datetime
 import math
-import sys
 import time
 from pathlib import Path
 
 from abdiff.commands.common import add_measure_options, measuring, positive_int
 from abdiff.repo.revs import open_repo
 from abdiff.reports.common import clip
+from abdiff.reports.table import say
 from abdiff.run.session import measure_one_side
 from abdiff.store.baselines import (
     SessionDrift,
@@ -88,8 +88,8 @@ def refresh(args: argparse.Namespace) -> int:
     for number in range(args.sessions):
         if number:
             if not args.quiet:
-                print(f"abdiff: baseline {args.name}: session {number + 1} of {args.sessions} "
-                      f"in {args.session_gap:g} s", file=sys.stderr)
+                say(f"abdiff: baseline {args.name}: session {number + 1} of {args.sessions} "
+                    f"in {args.session_gap:g} s")
             time.sleep(args.session_gap)
         seed = None if schedule.seed is None else schedule.seed + number
         run_file = measure_one_side(selection, dataclasses.replace(schedule, seed=seed),
@@ -103,9 +103,8 @@ def refresh(args: argparse.Namespace) -> int:
     assert stored is not None  # --sessions is at least 1
     rounds = max((len(c.rounds) for c in stored.configs), default=0)
     sessions = len(sessions_with_rounds(stored))
-    print(f"baseline {args.name}: {stored.rev} ({stored.sha[:12]}), {len(stored.configs)} "
-          f"configs, {rounds} rounds in {sessions} session{'s' * (sessions != 1)} -> {path}",
-          file=sys.stderr)
+    say(f"baseline {args.name}: {stored.rev} ({stored.sha[:12]}), {len(stored.configs)} "
+        f"configs, {rounds} rounds in {sessions} session{'s' * (sessions != 1)} -> {path}")
     return 0
 
 

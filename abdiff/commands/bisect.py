@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
-    bench = prepare_bench(selection, schedule, repo_root)
+    bench = prepare_bench(selection, schedule, repo_root, checkouts=2)
     if not bench.suite.configs:
         raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
                          "measures; list them in the suite's target.benchmarks")

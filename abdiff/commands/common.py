@@ -17,7 +17,7 @@ from abdiff.launchers import LAUNCHERS
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line, next_step, time_line
+from abdiff.reports.common import clip
 from abdiff.run.devices import parse_devices
 from abdiff.run.schedule import Plan
 from abdiff.store.files import write_atomic
@@ -267,7 +267,7 @@ def emit_reports(result: Result, output: Output) -> None:
             write_atomic(path, text if path is output.output else FORMATS[fmt].render(result))
             written.append(f"{path} ({fmt})")
     if written:
-        print(f"abdiff: wrote {', '.join(written)}", file=sys.stderr, flush=True)
+        table.say(f"abdiff: wrote {', '.join(written)}")
     if not output.output:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     # a run that measured nothing ends with finish()'s error line instead: one line on stderr
@@ -275,13 +275,7 @@ def emit_reports(result: Result, output: Output) -> None:
     if (output.output or output.format != "table") and not (nothing and not output.output):
         stream = sys.stdout if output.output else sys.stderr
         sys.stdout.flush()
-        step = next_step(result)
-        if step:
-            print(step, file=stream)
-        spent = time_line(result)
-        if spent:
-            print(spent, file=stream)
-        print(final_line(result), file=stream, flush=True)
+        print("\n".join(table.ending(result, table.terminal_width())), file=stream, flush=True)
 
 
 def finish(result: Result, output: Output) -> int:

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.repo.checkouts import default_cache_dir
     from abdiff.repo.revs import open_repo
     from abdiff.reports.history import render_html, render_table
-    from abdiff.reports.table import terminal_width
+    from abdiff.reports.table import say, terminal_width
     from abdiff.store.baselines import baselines_dir
     from abdiff.store.files import write_atomic
     from abdiff.store.history import collect
@@ -45,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(render_table(history, terminal_width()))
     if args.html:
         write_atomic(args.html, render_html(history))
-        print(f"abdiff: wrote {args.html} (html)", file=sys.stderr)
+        say(f"abdiff: wrote {args.html} (html)")
     return 0

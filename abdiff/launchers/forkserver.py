@@ -265,12 +265,12 @@ class ForkServers:
         self.folder = Path(folder)
         self.own_folder = own_folder  # made for these servers alone (`prime`): removed with them
         self.make = lambda n: ForkServer(self.folder / f"server{n}", pass_env, max_memory_bytes)
-        self.waiting: ForkServer | None = None  # started ahead of knowing its checkout
+        self.waiting: list[ForkServer] = []  # started ahead of knowing their checkouts
         self.by_checkout: dict[Path, ForkServer] = {}
 
     @property
     def servers(self) -> list[ForkServer]:
-        return [*self.by_checkout.values(), *([self.waiting] if self.waiting else [])]
+        return [*self.by_checkout.values(), *self.waiting]
 
     @property
     def taken(self) -> int:
@@ -281,10 +281,11 @@ class ForkServers:
         return next((server.failure for server in self.servers if server.failure), None)
 
     def start_waiting(self, env: dict[str, str]) -> None:
-        """Start a server now, for the first checkout that sends a job."""
-        if self.waiting is None:
-            self.waiting = self.make(len(self.servers))
-        self.waiting.start_waiting(env)
+        """Start one more server now, for the next checkout without one (called once per
+        side that will measure: both sides' torch imports overlap abdiff's own set-up)."""
+        server = self.make(len(self.servers))
+        self.waiting.append(server)
+        server.start_waiting(env)
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
                 preimport: tuple[str, ...]) -> None:
@@ -309,7 +310,7 @@ class ForkServers:
     def server_of(self, cwd: Path) -> ForkServer:
         server = self.by_checkout.get(cwd)
         if server is None:
-            server, self.waiting = self.waiting or self.make(len(self.servers)), None
+            server = self.waiting.pop(0) if self.waiting else self.make(len(self.servers))
             self.by_checkout[cwd] = server
         return server
 
@@ -324,6 +325,6 @@ class ForkServers:
     def close(self) -> None:
         for server in self.servers:
             server.close()
-        self.waiting, self.by_checkout = None, {}
+        self.waiting, self.by_checkout = [], {}
         if self.own_folder and not self.failure:
             shutil.rmtree(self.folder, ignore_errors=True)

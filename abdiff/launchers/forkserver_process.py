@@ -103,9 +103,12 @@ def preimport(cwd: str, modules: list[str]) -> dict:
     """Import `modules` from the checkout at `cwd` (first on the path, as `python -m` there
     puts it, and the working folder while they import); their output goes to this
     process's stderr, never into the message pipe. A module that fails to import is left
-    to the workers, which fail on it the same way, each with its own stderr."""
+    to the workers, which fail on it the same way, each with its own stderr: the modules
+    the failed attempt left behind are taken out again, so a worker imports as if cold
+    (a half-imported package in sys.modules would make it fail another way)."""
     started = time.monotonic()
     here = os.getcwd()
+    before = set(sys.modules)
     saved_out = os.dup(1)
     os.dup2(2, 1)
     sys.path.insert(0, cwd)
@@ -124,6 +127,8 @@ def preimport(cwd: str, modules: list[str]) -> dict:
         os.chdir(here)
     seconds = round(time.monotonic() - started, 3)
     if failed is not None:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
         return {"preimported": [], "seconds": seconds, "failed": failed}
     return {"preimported": modules, "seconds": seconds}
 

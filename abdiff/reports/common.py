@@ -199,9 +199,10 @@ def latency_undecided(result: Result) -> str | None:
     for cfg in facts.undecided:
         by_verdict[cfg.verdict] = by_verdict.get(cfg.verdict, 0) + 1
     # which verdict counts hold them, when not all are `inconclusive`: "7 of the 8 ... (4
-    # inconclusive, 3 unintended)" agrees with the summary's "4 inconclusive"
-    split = (f" ({', '.join(f'{n} {v}' for v, n in by_verdict.items())})"
-             if set(by_verdict) != {"inconclusive"} else "")
+    # inconclusive, 3 of the 4 unintended)", each count the summary's own
+    split = (" (" + ", ".join(
+        f"{n} {v}" if n == facts.verdicts.get(v) else f"{n} of the {facts.verdicts.get(v)} {v}"
+        for v, n in by_verdict.items()) + ")" if set(by_verdict) != {"inconclusive"} else "")
     return (f"latency undecided for {len(facts.undecided)} of the {facts.timed} "
             f"config{'' if facts.timed == 1 else 's'} timed on both sides{split}")
 
@@ -333,6 +334,10 @@ def next_step(result: Result) -> str | None:
     if not projected:
         return f"{text}; more rounds would decide them: re-run with a larger --max-rounds"
     needed = max(projected)
+    if facts.max_rounds and needed <= facts.max_rounds:  # advice this run already followed
+        return (f"{text}; the --max-rounds {facts.max_rounds} of this run already allowed "
+                f"the {needed} rounds their spread asks for: it grew as rounds came in, "
+                "measure on an idle machine")
     if needed <= MOST_ROUNDS_ADVISED:
         return (f"{text}; about {needed} rounds per side would decide them at the spread "
                 f"measured: re-run with --max-rounds {needed} (a config whose spread grows "

@@ -190,6 +190,7 @@ def render(result: Result) -> str:
         headline=common.verdict_line(result),
         tone=tone,
         summary=common.summary_sentence(result),
+        next_step=common.next_step(result),
         context=[*common.context_items(result), *common.environment_items(result)],
         notes=[*common.notes(result), *common.only_in_lines(result)],
         directions=list(DIRECTION_COLOURS.items()),

@@ -60,7 +60,9 @@ def _paint(text: str, verdict: str, colour: bool) -> str:
 
 
 def _fit_kernels(lines: list[str], width: int) -> list[str]:
-    """Kernel lines cut to `width` with their count kept ("-void cutlass::Kern… x1").
+    """Kernel lines that fit two lines of `width` whole (they wrap inside the name, after
+    `_`, `.` or `/`); a longer one cut to `width` with its count kept ("-void
+    cutlass::Kern… x1").
 
     CUDA kernel names run to hundreds of characters; wrapped, one name fills a
     screen. The HTML report and the JSON result have them whole.
@@ -68,7 +70,7 @@ def _fit_kernels(lines: list[str], width: int) -> list[str]:
     out = []
     for line in lines:
         name, sep, count = line.rpartition(" x")
-        if len(line) > width and sep and count.isdigit():
+        if len(line) > 2 * width and sep and count.isdigit():
             line = f"{common.clip(name, max(width - len(count) - 2, 4))} x{count}"
         out.append(line)
     return out
@@ -90,6 +92,13 @@ def wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
     for line in lines:
         out += wrapper.wrap(line) or [""]
     return out
+
+
+def say(text: str, stream: TextIO | None = None) -> None:
+    """One of abdiff's own messages (a note, what it wrote, where the run files are) on
+    stderr, or `stream`, wrapped to the terminal's width (`fit`). Error lines are not
+    wrapped: they are one line, whatever their length."""
+    print(fit(text, terminal_width()), file=stream or sys.stderr, flush=True)
 
 
 def fit(text: str, width: int) -> str:

@@ -54,8 +54,8 @@ from abdiff.store.records import (
     RoundRecord,
     RunFile,
     SideTime,
+    dump_json,
     load_run_file,
-    write_run_file,
 )
 from abdiff.suites import Config
 from abdiff.targets.base import Target
@@ -119,6 +119,7 @@ class Measurement:
         self.warm_starts = 0  # of those, started ahead or forked (--prestart)
         self.warm_words = ""  # what the pool calls them (launchers/warm.py)
         self.time: dict[str, SideTime] = {}  # where each side's workers' time went this run
+        self.written: dict[str, str] = {}  # run file name -> SHA-256 of what save wrote
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
         # were measured at another time than the ones it found (baselines.drift_allowance).
         self.session = uuid.uuid4().hex[:12]
@@ -171,11 +172,22 @@ class Measurement:
         measurement.save(complete=False)
         return measurement
 
-    def save(self, complete: bool) -> None:
+    def save(self, complete: bool, changed: list[str] | None = None) -> None:
+        """Write the run files and sign what was written. `changed`: the sides whose run
+        changed since the last save (None: all); the others keep the file and the hash
+        this process wrote (a run file is rewritten whole, and a suite's grows with every
+        round: writing only what changed saves most of abdiff's own time per round)."""
         for name, side in self.sides.items():
-            write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
-        state: dict = {"seed": self.seed, "complete": complete,
-                       "files": _file_hashes(self.state_dir, self.sides)}
+            path = self.state_dir / f"{name.lower()}.json"
+            if changed is not None and name not in changed and path.name in self.written:
+                continue
+            text = dump_json(side.run.to_json())
+            write_atomic(path, text)
+            # the hash of what abdiff wrote, never read back: the benchmark can write there
+            self.written[path.name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        files = {f"{name.lower()}.json": self.written.get(f"{name.lower()}.json")
+                 for name in sorted(self.sides)}
+        state: dict = {"seed": self.seed, "complete": complete, "files": files}
         state["mac"] = authenticate(_signed(self.state_dir, state))
         write_atomic(self.state_dir / "state.json", json.dumps(state) + "\n")
 
@@ -335,12 +347,7 @@ def run_slots(
             with guard:
                 measurement.add(side, cid, record)
 
-        try:
-            output = run_round(target, launcher, side_run.checkout, todo, settings,
-                               round_index, work_dir, keep,
-                               partial(order_seed, measurement.seed, side, round_index),
-                               device)
-        finally:
+        def after_round() -> None:
             if spread is None:
                 progress.watch(None)
             # nothing the benchmark left running may rewrite what is saved, or run beside
@@ -350,7 +357,18 @@ def run_slots(
                 launcher.standby.sweep()
             if spread is None:
                 end_orphans()
-                measurement.save(complete=False)
+
+        try:
+            output = run_round(target, launcher, side_run.checkout, todo, settings,
+                               round_index, work_dir, keep,
+                               partial(order_seed, measurement.seed, side, round_index),
+                               device)
+        except BaseException:
+            after_round()
+            if spread is None:  # what the round's workers recorded is kept
+                measurement.save(complete=False, changed=[side])
+            raise
+        after_round()
         with guard:
             side_run.run.orders = [o for o in side_run.run.orders
                                    if o["round"] != round_index] + output.orders
@@ -368,7 +386,7 @@ def run_slots(
             if any(session.get(k) != v for k, v in machine.items()):
                 session.update(machine)
             if spread is None or not spread.stop.is_set():
-                measurement.save(complete=False)
+                measurement.save(complete=False, changed=[side])
             progress.step(len(configs), time.monotonic() - started)
 
 

@@ -38,6 +38,7 @@ from abdiff.repo.revs import (
     resolve_rev,
     resolve_side_b,
 )
+from abdiff.reports.table import say
 from abdiff.run.devices import Device, parse_devices
 from abdiff.run.rounds import RoundSettings, worker_stderr
 from abdiff.run.schedule import (
@@ -96,9 +97,11 @@ def worker_start(choice: str) -> str:
     return WORKER_STARTS[choice]
 
 
-def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
+def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
+                  checkouts: int = 1) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
-    in reach of the benchmark already (commands/common.measuring), before any git."""
+    in reach of the benchmark already (commands/common.measuring), before any git.
+    `checkouts`: how many the run will measure in (a fork server is started for each)."""
     started = time.monotonic()
     devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
         if schedule.devices else None
@@ -128,7 +131,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     # torch cost seconds (a resumed unfinished run starts its server when it measures)
     if not schedule.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes,
+              checkouts)
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
@@ -171,8 +175,7 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
                                         side_folder(bench, checkouts[name]))
         if prepared.failure is not None:
             failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
-            print(f"abdiff: side {failures[name]}; its configs fail with this reason",
-                  file=sys.stderr, flush=True)
+            say(f"abdiff: side {failures[name]}; its configs fail with this reason")
         if prepared.configs is not None:
             listed[name] = prepared.configs
     if not bench.suite.configs:  # the target lists them per side: both sides' together
@@ -184,10 +187,9 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
         for name, configs in listed.items():
             missing = [c for c in merged if c not in {d.id for d in configs}]
             if missing:
-                print(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
-                      f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
-                      f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported",
-                      file=sys.stderr, flush=True)
+                say(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
+                    f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
+                    f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported")
     return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
 
 
@@ -295,7 +297,7 @@ def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> lis
     note = (f"the repository's refs changed while the benchmark ran ({shown}): a later run "
             "resolves names to where they point now; check them before trusting it")
     if not quiet:
-        print(f"abdiff: warning: {note}", file=sys.stderr)
+        say(f"abdiff: warning: {note}")
     return [note]
 
 
@@ -357,13 +359,12 @@ def measure_and_compare(
             statistics = dataclasses.replace(statistics, gates=allowed.gates)
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
         if not schedule.quiet and not measurement.processes:
-            print(f"abdiff: no worker started: the rounds kept in {where} are reported",
-                  file=sys.stderr)
+            say(f"abdiff: no worker started: the rounds kept in {where} are reported")
         elif not schedule.quiet:
             ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
                      if measurement.warm_starts else "")
-            print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
-                  f"in {where}", file=sys.stderr)
+            say(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
+                f"in {where}")
         result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
                               notes, statistics.require_all, statistics.small_changes,
                               statistics.gates, allowed.drift if allowed else None)
