@@ -198,7 +198,7 @@ def test_drift_allowance_from_recorded_h200_sessions() -> None:
     assert unmeasured.drift is None and unmeasured.gates == {"kernels": "hard",
                                                              "latency": "soft"}
     assert "one measuring session" in unmeasured.why and "--append" in unmeasured.why
-    assert "does not fail the run" in unmeasured.why
+    assert "not gated (--gate latency=hard gates it)" in unmeasured.why
     knowingly = drift_allowance(single, fresh, "baseline 'h200'", {"latency": "hard"})
     assert knowingly.gates == {"latency": "hard"} and "may be that drift" in knowingly.why
 
@@ -320,7 +320,7 @@ def test_one_session_baseline_reports_latency_without_gating_it(tmp_path: Path) 
                       "--json", tmp_path / "r.json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r.json").read_text())
-    assert any("drift between sessions is not measured" in n and "does not fail the run" in n
+    assert any("drift between sessions is not measured" in n and "not gated" in n
                for n in result["notes"])
     assert result["summary"]["soft_gates"] == ["latency"]
     assert result["summary"]["drift"] == {"measured": False, "missing": result["summary"][

@@ -31,7 +31,7 @@ from abdiff.store.baselines import (
     sessions_with_rounds,
 )
 from abdiff.store.records import RunFile, write_run_file
-from abdiff.verdict.stats import DEFAULT_ALPHA
+from abdiff.verdict.stats import DEFAULT_ALPHA, drift_quantile
 
 # Sessions a refresh records by default: with three, the between-session variance has two
 # df per config, pooled over the suite's configs (baselines.session_drift)
@@ -176,11 +176,9 @@ def show(args: argparse.Namespace) -> int:
 
 def drift_alone(drift: SessionDrift, configs: int) -> str:
     """The half-width of a latency interval against a baseline with this drift and no round
-    noise: the t quantile with Bonferroni over `configs` (stats.test_family, unpaired)."""
-    from scipy import stats as scipy_stats
-
-    q = float(scipy_stats.t.ppf(1 - DEFAULT_ALPHA / (2 * max(configs, 1)), drift.df))
-    half = q * math.sqrt(drift_of(drift).variance)
+    noise (stats.drift_quantile)."""
+    widened = drift_of(drift)
+    half = drift_quantile(widened, DEFAULT_ALPHA, configs) * math.sqrt(widened.variance)
     if half < math.log(2):
         return f"+-{math.expm1(half):.1%}"
     return f"{math.exp(half):.3g}x either way"

@@ -204,7 +204,7 @@ class Allowance:
 def drift_of(drift: SessionDrift) -> Drift:
     """The variance of a new session's shift against the mean of the baseline's k sessions,
     sigma^2 (1 + 1/k), with the df of sigma's estimate."""
-    return Drift(drift.sigma ** 2 * (1 + 1 / drift.sessions), float(drift.df))
+    return Drift(drift.sigma ** 2 * (1 + 1 / drift.sessions), float(drift.df), drift.sessions)
 
 
 def drift_allowance(baseline: RunFile, here: RunFile, what: str,
@@ -240,8 +240,8 @@ def drift_allowance(baseline: RunFile, here: RunFile, what: str,
     soft = gates if explicit else {**gates, "latency": "soft"}
     consequence = (f"latency is gated as --gate latency={gates['latency']} says, although a "
                    "change may be that drift" if explicit else
-                   "latency is reported with its interval (which leaves that drift out) but "
-                   "does not fail the run (--gate latency=hard gates it)")
+                   "latency is reported with its interval, not gated (--gate latency=hard "
+                   "gates it)")
     remedy = ("`abdiff baseline refresh NAME --rev REV --append` in another session measures "
               "it" if drift is None else "record the baseline on this machine" if moved else
               "measure both on an idle machine")

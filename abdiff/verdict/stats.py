@@ -16,8 +16,8 @@ are in docs/statistics.md.
   location and variance on its own, Welch's degrees of freedom, the t quantile
   with Bonferroni over the configs: a baseline's sessions are not exchangeable
   with B's rounds, so no permutation is). What moves between sessions lands on
-  that ratio whole; where it was measured (`Drift`, baselines.session_drift) its
-  variance is added to the standard error, so the interval covers it.
+  that ratio whole; where it was measured (`Drift`, baselines.session_drift) the
+  interval is widened by it, at a quantile of its own (`drift_quantile`).
 - **A location a slow round cannot drag**: Huber's M-estimate of the
   differences (HUBER_K), its scale the normal-consistent median of |d| (the
   same for every sign pattern, so the permutation below keeps it), its standard
@@ -317,31 +317,42 @@ def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 @dataclass(frozen=True)
 class Drift:
-    """How far the log latency of a session of one commit moves from that of the sessions a
-    stored side was measured in: the variance of that shift, and its degrees of freedom."""
+    """How far the log latency of a session of one commit moves from the mean of the k
+    sessions a stored side was measured in: the variance of that shift, sigma^2 (1 + 1/k),
+    the df of sigma's estimate pooled over the configs, and k."""
 
     variance: float
     df: float
+    sessions: int
 
 
-def unpaired_statistics(a: np.ndarray, b: np.ndarray, drift: Drift | None = None
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def drift_quantile(drift: Drift, level: float, configs: int) -> float:
+    """The t quantile the drift's part of an interval is taken at, for a family `level`
+    over `configs`: an offset shared by every config is one draw, estimated from the k
+    sessions (t with k - 1 df, no Bonferroni); offsets of each config's own are one a
+    config (the pooled df, Bonferroni). Which one the sessions hold is not known, so the
+    larger (docs/baselines.md: on a simulated shared offset of 2%, the pooled df alone
+    gave 6.7% false alarms)."""
+    shared = float(sps.t.ppf(1 - level / 2, max(drift.sessions - 1, 1)))
+    own = float(sps.t.ppf(1 - level / (2 * max(configs, 1)), max(drift.df, 1.0)))
+    return max(shared, own)
+
+
+def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                              np.ndarray]:
     """(location of B - A, standard error, Welch-Satterthwaite df) per config, each side's
     Huber location and moderated variance on its own (shape (1, configs)).
 
     For sides measured apart (a stored baseline): their rounds are not exchangeable (a
     baseline spans sessions), so no relabelling is; the t quantile with Bonferroni over
-    the configs sets the threshold. `drift`: the shift between sessions is one more
-    independent term of the difference, its variance added and its df in Satterthwaite's.
+    the configs sets the threshold.
     """
     loc_a, var_a, df_a, n_a = _side_statistics(a)
     loc_b, var_b, df_b, n_b = _side_statistics(b)
     part_a, part_b = var_a / np.maximum(n_a, 1), var_b / np.maximum(n_b, 1)
-    part_d, df_d = (drift.variance, drift.df) if drift else (0.0, 1.0)
-    se = np.sqrt(part_a + part_b + part_d)
+    se = np.sqrt(part_a + part_b)
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = (part_a + part_b + part_d) ** 2 / (part_a ** 2 / df_a + part_b ** 2 / df_b
-                                                + part_d ** 2 / df_d)
+        df = (part_a + part_b) ** 2 / (part_a ** 2 / df_a + part_b ** 2 / df_b)
     return (loc_b - loc_a)[None], se[None], np.nan_to_num(df, nan=1.0)[None]
 
 
@@ -460,9 +471,14 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
                 loc, se, df = paired_means(d[rows, :rounds])
                 levelled = np.zeros(loc.shape, bool)
         else:
-            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows], drift)
+            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
             levelled = np.zeros(loc.shape, bool)
             distinct = 1
+            if drift is not None:  # the interval: the rounds' part at this look's quantile
+                # and the drift's at its own, in quadrature: q se' = sqrt((q se)^2 + (q_d s_d)^2)
+                q_rounds = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
+                se = np.sqrt(se ** 2 + drift.variance
+                             * (drift_quantile(drift, share, len(family)) / q_rounds) ** 2)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
         if permutation_reaches(distinct, share):
@@ -642,7 +658,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         else:
             verdict, below = "inconclusive", False
             rounds = min(len(c.a), len(c.b))
-            drift_half = q * math.sqrt(drift.variance) if drift and not paired else 0.0
+            drift_half = (drift_quantile(drift, look.level, len(configs))
+                          * math.sqrt(drift.variance) if drift and not paired else 0.0)
             if math.isfinite(half) and drift_half >= margin:
                 notes.insert(0, f"{rounds} rounds and the drift between sessions resolve "
                                 f"+-{math.expm1(half):.1%}; the drift alone is +-"
@@ -669,7 +686,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
                      "Huber location of paired log round differences, moderated t"
                      if look.permutation else "mean of paired log round differences")
                     + f"{' with the two levels taken off' * s.levelled}"
-                    + ("; the session drift's variance added" if drift and not paired else "")
+                    + ("; widened by the session drift" if drift and not paired else "")
                     + f"; {look.method}; interval at q={q:.2f} (family level {alpha:g})"
                     + position),
             detectable=_number(detectable),
