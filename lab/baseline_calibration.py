@@ -87,7 +87,8 @@ def outcome(baseline: RunFile, b: RunFile) -> dict:
 def replay() -> None:
     names = list(H200_SESSIONS)
     subsets = [tuple(s) for n in (3, 4, 5) for s in itertools.combinations(range(5), n)]
-    rows: dict[str, list[dict]] = {"A/A": [], "+5%": []}
+    rows: dict[str, list[dict]] = {f"{label}, {size} sessions": [] for size in (2, 3)
+                                   for label in ("A/A", "+5%")}
     sessions_pairs = 0
     for left_out in names:
         others = [n for n in names if n != left_out]
@@ -101,7 +102,7 @@ def replay() -> None:
                         for run in runs[1:]:
                             baseline = append_rounds(baseline, run)
                         b = recorded(H200_SESSIONS[left_out], left_out, scale, keep)
-                        rows[label].append(outcome(baseline, b))
+                        rows[f"{label}, {size} sessions"].append(outcome(baseline, b))
     print(f"replay of the recorded H200 sessions: {sessions_pairs} (baseline sessions, B "
           f"session) pairs x {len(subsets)} subsets of B's rounds")
     for label, found in rows.items():
@@ -151,8 +152,9 @@ def simulate(runs: int, seed: int) -> None:
         for label, rows in found.items():
             fails = sum(r["exit"] == 1 for r in rows)
             parts.append(f"{label} exit 1 in {fails / len(rows):.1%}")
+        shared, own = (drift.shared, drift.own) if drift else (0.0, 0.0)
         print(f"  {sessions} sessions, session SD {sigma:.1%} common + {config_sd:.1%} per "
-              f"config: {'; '.join(parts)} (last estimate {drift.sigma if drift else 0:.2%})")
+              f"config: {'; '.join(parts)} (last estimate: shared {shared:.2%}, own {own:.2%})")
 
 
 def abdiff(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:

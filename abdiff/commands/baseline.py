@@ -31,7 +31,7 @@ from abdiff.store.baselines import (
     sessions_with_rounds,
 )
 from abdiff.store.records import RunFile, write_run_file
-from abdiff.verdict.stats import DEFAULT_ALPHA, drift_quantile
+from abdiff.verdict.stats import DEFAULT_ALPHA, drift_half_width
 
 # Sessions a refresh records by default: with three, the between-session variance has two
 # df per config, pooled over the suite's configs (baselines.session_drift)
@@ -150,8 +150,9 @@ def show(args: argparse.Namespace) -> int:
             f"latency=hard gates it); `abdiff baseline refresh {args.name} --rev {run.rev} "
             f"--configs {run.suite} --append` measures it")
     else:
-        say(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
-            f"sessions (df {drift.df}); against this baseline latency gates, each interval "
+        say(f"session drift: over {drift.sessions} sessions, SD {drift.shared:.2%} shared by "
+            f"the configs and {drift.own:.2%} a config's own (df {drift.df}); against this "
+            "baseline latency gates, each interval "
             f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} "
             f"wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
             "smaller changes are never flagged")
@@ -177,8 +178,7 @@ def show(args: argparse.Namespace) -> int:
 def drift_alone(drift: SessionDrift, configs: int) -> str:
     """The half-width of a latency interval against a baseline with this drift and no round
     noise (stats.drift_quantile)."""
-    widened = drift_of(drift)
-    half = drift_quantile(widened, DEFAULT_ALPHA, configs) * math.sqrt(widened.variance)
+    half = drift_half_width(drift_of(drift), DEFAULT_ALPHA, configs)
     if half < math.log(2):
         return f"+-{math.expm1(half):.1%}"
     return f"{math.exp(half):.3g}x either way"

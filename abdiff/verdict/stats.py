@@ -17,7 +17,7 @@ are in docs/statistics.md.
   with Bonferroni over the configs: a baseline's sessions are not exchangeable
   with B's rounds, so no permutation is). What moves between sessions lands on
   that ratio whole; where it was measured (`Drift`, baselines.session_drift) the
-  interval is widened by it, at a quantile of its own (`drift_quantile`).
+  interval is widened by it, at a quantile of its own (`drift_half_width`).
 - **A location a slow round cannot drag**: Huber's M-estimate of the
   differences (HUBER_K), its scale the normal-consistent median of |d| (the
   same for every sign pattern, so the permutation below keeps it), its standard
@@ -318,24 +318,23 @@ def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 @dataclass(frozen=True)
 class Drift:
     """How far the log latency of a session of one commit moves from the mean of the k
-    sessions a stored side was measured in: the variance of that shift, sigma^2 (1 + 1/k),
-    the df of sigma's estimate pooled over the configs, and k."""
+    sessions a stored side was measured in: the variance of the offset all configs share
+    and of a config's own, each sigma^2 (1 + 1/k), k, and the own part's pooled df."""
 
-    variance: float
-    df: float
+    shared: float
+    own: float
     sessions: int
+    df: float
 
 
-def drift_quantile(drift: Drift, level: float, configs: int) -> float:
-    """The t quantile the drift's part of an interval is taken at, for a family `level`
-    over `configs`: an offset shared by every config is one draw, estimated from the k
-    sessions (t with k - 1 df, no Bonferroni); offsets of each config's own are one a
-    config (the pooled df, Bonferroni). Which one the sessions hold is not known, so the
-    larger (docs/baselines.md: on a simulated shared offset of 2%, the pooled df alone
-    gave 6.7% false alarms)."""
+def drift_half_width(drift: Drift, level: float, configs: int) -> float:
+    """The drift's part of an interval (log scale) at a family `level` over `configs`: the
+    shared offset is one draw, its variance estimated from k sessions (t with k - 1 df, no
+    Bonferroni); a config's own offsets are one a config (the pooled df, Bonferroni); the
+    two in quadrature."""
     shared = float(sps.t.ppf(1 - level / 2, max(drift.sessions - 1, 1)))
     own = float(sps.t.ppf(1 - level / (2 * max(configs, 1)), max(drift.df, 1.0)))
-    return max(shared, own)
+    return math.sqrt(shared ** 2 * drift.shared + own ** 2 * drift.own)
 
 
 def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
@@ -477,8 +476,8 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             if drift is not None:  # the interval: the rounds' part at this look's quantile
                 # and the drift's at its own, in quadrature: q se' = sqrt((q se)^2 + (q_d s_d)^2)
                 q_rounds = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
-                se = np.sqrt(se ** 2 + drift.variance
-                             * (drift_quantile(drift, share, len(family)) / q_rounds) ** 2)
+                se = np.sqrt(se ** 2
+                             + (drift_half_width(drift, share, len(family)) / q_rounds) ** 2)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
         if permutation_reaches(distinct, share):
@@ -658,8 +657,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         else:
             verdict, below = "inconclusive", False
             rounds = min(len(c.a), len(c.b))
-            drift_half = (drift_quantile(drift, look.level, len(configs))
-                          * math.sqrt(drift.variance) if drift and not paired else 0.0)
+            drift_half = (drift_half_width(drift, look.level, len(configs))
+                          if drift and not paired else 0.0)
             if math.isfinite(half) and drift_half >= margin:
                 notes.insert(0, f"{rounds} rounds and the drift between sessions resolve "
                                 f"+-{math.expm1(half):.1%}; the drift alone is +-"
