@@ -854,6 +854,22 @@ def test_no_advice_the_run_already_followed() -> None:
         "it grew as rounds came in, measure on an idle machine")
 
 
+def test_a_detectable_change_over_100_percent_is_no_statement() -> None:
+    """Undecided: "undecidable at this noise"; decided (the interval excludes 1 on a busy
+    machine, 0.334x [0.148, 0.751]): a change that large was seen, nothing else is said."""
+    undecided = LatencyResult("inconclusive", 0.948, [0.32, 2.81], 1.0, None, 10, 10,
+                              detectable=2.488)
+    assert common.latency_details(undecided) == [
+        "undecidable at this noise (detects only changes over 100%)"]
+    faster = LatencyResult("faster", 0.334, [0.148, 0.751], 0.003, None, 10, 10,
+                           detectable=1.31)
+    assert common.latency_cell(faster) == "0.334x [0.148, 0.751] p=0.003 (faster)"
+    assert "detects" not in common.latency_cell(LatencyResult(
+        "faster", 0.334, [0.148, 0.751], 0.003, None, 10, 10, detectable=1.0))
+    assert common.latency_details(LatencyResult("slower", 1.2, [1.1, 1.3], 0.001, None, 10, 10,
+                                                detectable=0.05)) == ["detects ≥ 5.0%"]
+
+
 def test_a_config_stopped_below_max_rounds_says_why() -> None:
     """The plan found more rounds futile: the row says so, with the ceiling it was given."""
     stopped = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, None, 20, 20,
@@ -881,3 +897,29 @@ def test_grid_and_fit_stay_within_the_width() -> None:
     said = "abdiff doctor: target reference: ready: " + "every hook is present " * 6
     fitted = table_report.fit(f"  {said}", 50).splitlines()
     assert max(map(len, fitted)) <= 50 and fitted[1].startswith("      hook")
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_bisect_report_fits_the_terminal(width: int) -> None:
+    """The culprit sentence, the path taken and the evidence within the width, whole."""
+    from abdiff.reports import bisect as bisect_report
+    from abdiff.verdict.bisection import BisectResult, Commit, Culprit, Step
+
+    ids = [c.id for c in make_result().configs]
+    commit = Commit("c" * 40, "Make the TRTLLM metadata's spec-decoding check also reach DSA "
+                    "and the indexer's", "A. Developer <dev@example.com>", "2026-12-01")
+    culprit = Culprit(commit, ids[:4], confirmed=True, latency_undecided=ids[:2],
+                      evidence=make_result())
+    result = BisectResult(Commit("a" * 40, "base"), Commit("b" * 40, "head"), ids[:4],
+                          culprits=[culprit],
+                          steps=[Step(commit, {i: "new" for i in ids[:4]}),
+                                 Step(Commit("d" * 40, "an earlier commit"),
+                                      {i: "old" for i in ids[:4]})])
+    text = bisect_report.render(result, make_result(), "table", width=width)
+    assert max(map(len, text.splitlines())) <= width
+    flat = " ".join(text.split())
+    assert bisect_report.culprit_sentence(culprit) in flat
+    for sha, subject, outcomes in bisect_report.path_rows(result):
+        assert f"{sha} {subject}: {outcomes}" in flat
+    comment = bisect_report.render(result, make_result(), "markdown")
+    assert markdown.escape(bisect_report.culprit_sentence(culprit), common.NOTE_LIMIT) in comment

@@ -29,6 +29,7 @@ from typing import Any
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
+from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
@@ -105,7 +106,7 @@ class ForkServer:
                               dict(env))
             self.server = start_process(spec, subprocess.PIPE, self.folder / "server.stderr.txt",
                                         self.pass_env, self.max_memory_bytes,
-                                        stdin=subprocess.PIPE)
+                                        stdin=subprocess.PIPE, ahead=True)
             self.server_env = dict(env)
 
     def take(self, spec: LaunchSpec, stdout: Path,
@@ -117,10 +118,13 @@ class ForkServer:
         server = self.server
         if server is None or self.server_env != spec.env:
             return None
-        home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
+        home = None if spec.folders else tempfile.TemporaryDirectory(
+            prefix="abdiff-home-", ignore_cleanup_errors=True)
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
                "stderr": str(stderr), "cpus": list(spec.cpus),
-               "env": worker_environment(spec.env, self.pass_env, Path(home.name))}
+               "env": worker_environment(spec.env, self.pass_env,
+                                         Path(home.name) if home else None, spec.folders),
+               "confine": sandbox.narrowing(spec.folders.writable() if spec.folders else ())}
         pid = None
         try:  # unbuffered: nothing is left to flush (and fail) when it is closed
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
@@ -129,7 +133,8 @@ class ForkServer:
         except BrokenPipeError:
             self._fail(f"it ended (exit {server.proc.wait()})")
         if pid is None:
-            home.cleanup()
+            if home is not None:
+                home.cleanup()
             return None
         self.taken += 1
         # the server may run in a pid namespace of its own (launchers/sandbox.py)

@@ -202,8 +202,6 @@ def main() -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.environ.clear()
-    os.environ.update(job["env"])
     become(job)
     return 0
 

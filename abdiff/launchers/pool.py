@@ -50,16 +50,17 @@ ProcessT = TypeVar("ProcessT", bound=WorkerProcess, covariant=True)
 @dataclass(frozen=True)
 class StartedProcess(Generic[ProcessT]):
     """A worker process in its own session (or, forked, its own process group), with the
-    temporary HOME it owns."""
+    temporary HOME it owns (None: a round's worker, whose HOME is its side's, kept)."""
 
     proc: ProcessT
-    home: tempfile.TemporaryDirectory[str]
+    home: tempfile.TemporaryDirectory[str] | None
 
     def close(self) -> None:
-        """Kill whatever is left of its process group; remove its HOME."""
+        """Kill whatever is left of its process group; remove its temporary HOME."""
         signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
-        self.home.cleanup()
+        if self.home is not None:
+            self.home.cleanup()
 
 
 class WorkerPool(Protocol):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from abdiff.reports.printable import printable
 from abdiff.store.records import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
@@ -46,21 +46,11 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
     Text from benchmarks (error lines, fact values, kernel and config names)
     may hold newlines, ANSI escapes, bidirectional overrides or megabytes of
     traceback; no report should inherit any of that. Newlines become " / ",
-    other control and format characters (Unicode Cc, Cf) are dropped.
+    other control and format characters are dropped (printable.py, which also breaks up
+    what a CI runner would read as a workflow command).
     """
-    text = str(text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    parts: list[str] = []
-    for ch in text:
-        if ch == "\n":
-            parts.append(" / ")
-        elif ch == "\t":
-            parts.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs"):
-            continue
-        else:
-            parts.append(ch)
-    line = "".join(parts).strip()
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\n", " / ")
+    line = printable(text, lines=False).strip()
     if len(line) > limit:
         line = line[: max(limit - 1, 0)].rstrip() + ELLIPSIS
     return line
@@ -522,14 +512,17 @@ def latency_details(latency: LatencyResult, max_rounds: int | None = None) -> li
     cell, `times_cell`): ["detects ≥ 2.2%", ...].
 
     A detectable change of 100% or more is no latency statement (a step cannot get more
-    than 100% faster): "undecidable at this noise" instead. An undecided config that
+    than 100% faster): an undecided config says "undecidable at this noise" instead, a
+    decided one (its interval excludes 1: a change that large was seen) says nothing of
+    it. An undecided config that
     stopped below the run's --max-rounds says so: the adaptive plan found more rounds
     futile at the spread it had by then (stats.futile).
     """
     parts = []
-    if latency.detectable is not None:
-        parts.append(f"detects ≥ {latency.detectable:.1%}" if latency.detectable < 1 else
-                     "undecidable at this noise (detects only changes over 100%)")
+    if latency.detectable is not None and latency.detectable < 1:
+        parts.append(f"detects ≥ {latency.detectable:.1%}")
+    elif latency.detectable is not None and latency.verdict == "inconclusive":
+        parts.append("undecidable at this noise (detects only changes over 100%)")
     if latency.note:
         parts.append(clip(latency.note, NOTE_LIMIT))
     rounds = min(latency.rounds_a, latency.rounds_b)
@@ -549,9 +542,17 @@ def significant(value: float, digits: int, sign: bool = False) -> str:
     return f"{rounded:{plus}g}"
 
 
+def time_scale(value_us: float) -> tuple[float, str]:
+    """The unit a time of `value_us` microseconds reads best in: nanoseconds below one
+    microsecond (a CPU micro-benchmark's), else microseconds."""
+    return (1e3, "ns") if value_us < 1 else (1.0, "µs")
+
+
 def us_text(value: float) -> str:
-    """A time in microseconds with four significant digits: "512.3 µs", "18430 µs"."""
-    return f"{significant(value, 4)} µs" if value < 1e4 else f"{value:.0f} µs"
+    """A time with four significant digits: "512.3 µs", "18430 µs", "29.36 ns"."""
+    scale, unit = time_scale(value)
+    scaled = value * scale
+    return f"{significant(scaled, 4)} {unit}" if scaled < 1e4 else f"{scaled:.0f} {unit}"
 
 
 def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
@@ -577,8 +578,8 @@ def times_cell(latency: LatencyResult) -> str:
     parts = []
     for side, (median, spread) in side_times(latency).items():
         text = f"{side} {us_text(median)}"
-        if spread is not None:
-            text += f" ±{significant(spread, 2)}"
+        if spread is not None:  # in the median's unit
+            text += f" ±{significant(spread * time_scale(median)[0], 2)}"
         parts.append(text)
     return ", ".join(parts)
 

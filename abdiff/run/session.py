@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -25,7 +26,11 @@ from abdiff.host.machine_state import read_machine, summary_line
 from abdiff.host.machine_state import to_json as machine_json
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import adopt_leftovers, worker_environment
+from abdiff.launchers.process import (
+    adopt_leftovers,
+    kernel_selecting_environment,
+    worker_environment,
+)
 from abdiff.launchers.warm import prime
 from abdiff.options import Schedule, Selection, Statistics
 from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
@@ -62,7 +67,9 @@ from abdiff.store.baselines import (
     load_baseline,
     sessions_with_rounds,
 )
+from abdiff.store.files import hold_in_use
 from abdiff.store.records import Result, RunFile
+from abdiff.store.sides import SideFolders, in_use_lock
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
@@ -87,6 +94,10 @@ class Bench:
     devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
+# the workers' variables that name a job, not what it does: a run resumed in another
+# terminal or cluster job keeps its rounds
+JOB_VARIABLES = ("TERM", "TMPDIR")
+JOB_PREFIXES = ("SLURM_", "OMPI_", "PMIX_")
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
 
 
@@ -108,6 +119,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
+    if selection.metrics:  # --metric: the command target's metrics, in the suite's block
+        if target.name != "command":
+            raise InputError(f"--metric chooses what the command target compares; target "
+                             f"{target.name} measures latency only: leave it out")
+        suite = dataclasses.replace(suite, target_options={**(suite.target_options or {}),
+                                                           "metrics": list(selection.metrics)})
     launcher_name = schedule.launcher or target.default_launcher
     if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
@@ -116,6 +133,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
         problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
@@ -154,13 +172,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                  devices)
 
 
-def side_folder(bench: Bench, checkout: Path) -> Path:
-    """The side's own writable folder (a build), kept with the cache, keyed as its checkout
-    is (the commit, or the working tree's content)."""
-    checkouts = bench.cache_dir / "checkouts"
-    key = Path(checkout).relative_to(checkouts) if checkouts in Path(checkout).parents \
-        else Path(Path(checkout).name)
-    return bench.cache_dir / "builds" / key
+def side_folders(bench: Bench, side: SideSpec) -> SideFolders:
+    """The side's kept HOME, TMPDIR, tool caches and build folder: its commit and
+    kernel-selecting variables (store/sides.py), made before its first worker."""
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
+    return folders
 
 
 def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str, SideRun]]:
@@ -168,11 +185,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
     per side per run); the configs both sides list, where the target takes them from the
     sides; then each side's run."""
     checkouts = {name: bench.cache.checkout(spec) for name, spec in specs.items()}
+    folders = {name: side_folders(bench, spec) for name, spec in specs.items()}
     listed: dict[str, list] = {}
     failures: dict[str, str] = {}
     for name, spec in specs.items():
-        prepared = bench.target.prepare(bench.suite, checkouts[name],
-                                        side_folder(bench, checkouts[name]))
+        prepared = bench.target.prepare(bench.suite, checkouts[name], folders[name].build)
         if prepared.failure is not None:
             failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
             say(f"abdiff: side {failures[name]}; its configs fail with this reason")
@@ -190,17 +207,17 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
                 say(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
                     f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
                     f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported")
-    return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
+    return bench, {name: side_run(bench, spec, checkouts[name], folders[name])
+                   for name, spec in specs.items()}
 
 
-def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
-    checkout = checkout or bench.cache.checkout(side)
+def side_run(bench: Bench, side: SideSpec, checkout: Path, folders: SideFolders) -> SideRun:
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
     # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
            "sandbox": bench.sandbox, "launcher": launcher_text(bench),
-           "repository": str(bench.cache.repo_root.resolve()),
+           "repository": str(bench.cache.repo_root.resolve()), "side_folders": folders.to_json(),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -209,8 +226,8 @@ def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> Side
     # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
     # of the working tree is not made again mid-run: the user may be editing the original.
     if side.sha == WORKTREE:
-        return SideRun(checkout, run)
-    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
+        return SideRun(checkout, run, folders=folders)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side), folders=folders)
 
 
 def launcher_text(bench: Bench) -> str:
@@ -233,7 +250,9 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
         "environment": hashlib.sha256(json.dumps(
-            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            {name: value for name, value in worker_environment(
+                bench.target.worker_env() or {}, bench.settings.pass_env).items()
+             if name not in JOB_VARIABLES and not name.startswith(JOB_PREFIXES)},
             sort_keys=True).encode()).hexdigest(),
     }
     return bench.cache_dir / "runs" / state_key(parts)

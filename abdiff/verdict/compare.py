@@ -327,6 +327,11 @@ def compare_runs(
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     all_notes += benchmark_warnings(run_a, run_b)
+    overall = stats.geometric_mean_ratio(latencies) if run_b.target == "command" else None
+    if overall is not None:  # what compare.py users read first: the suite's overall change
+        mean, count = overall
+        all_notes.append(f"geometric mean of B/A over the {count} config(s) with a ratio: "
+                         f"{mean:.3f}x ({mean - 1:+.1%})")
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
     return Result(
         a=side_of(run_a),

@@ -709,6 +709,14 @@ def detectable_range(results: list[LatencyResult]) -> list[float] | None:
     return [min(values), max(values)] if values else None
 
 
+def geometric_mean_ratio(results: list[LatencyResult]) -> tuple[float, int] | None:
+    """(geometric mean of the B/A ratios, how many configs have one); None without any."""
+    ratios = [r.ratio for r in results if r.ratio is not None and r.ratio > 0]
+    if not ratios:
+        return None
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), len(ratios)
+
+
 def needs_more_rounds(result: LatencyResult) -> bool:
     """More rounds can decide only an inconclusive config; a flag or `unchanged` is final
     (the looks' levels have paid for stopping there)."""
