@@ -444,15 +444,20 @@ def h200_with_kernels(name: str, folder: Path) -> Path:
 
 
 def unwrapped(text: str) -> list[str]:
-    """Lines as abdiff printed them before wrapping them to the terminal: a line indented
-    deeper than the one before it (reports.table.fit, wrap) continues that one."""
+    """Lines as abdiff printed them before wrapping them to the terminal: a continuation is
+    indented four more than its paragraph's first line (reports.table.fit), or is the
+    report's own indent after `note:` (2), `next:` (6) or the verdict line (8)."""
     out: list[str] = []
     indents: list[int] = []
     for line in text.splitlines():
         indent = len(line) - len(line.lstrip(" "))
-        if out and line.strip() and indent > indents[-1] and out[-1].strip():
-            out[-1] += " " + line.strip()
-            continue
+        if out and line.strip() and out[-1].strip():
+            first = out[-1]
+            hanging = {"note: ": 2, "next: ": 6, "abdiff: ": 8}
+            if indent == indents[-1] + 4 or any(
+                    first.startswith(p) and indent == n for p, n in hanging.items()):
+                out[-1] += " " + line.strip()
+                continue
         out.append(line)
         indents.append(indent)
     return out

@@ -28,6 +28,7 @@ from abdiff.errors import InputError, did_you_mean
 from abdiff.options import Schedule, Statistics
 from abdiff.repo.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.reports import bisect as bisect_report
+from abdiff.reports import table
 from abdiff.reports.printable import no_ci_commands
 from abdiff.run.schedule import Plan
 from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_runs
@@ -128,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     path = first_parent_path(repo_root, spec_a, spec_b)
     steps = StepRunner(schedule, statistics, bench, expect)
 
-    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else \
-        (lambda text: print(text, file=sys.stderr))
+    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else table.say
     say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
         f"measuring {spec_a.rev}..{spec_b.rev}")
     ends = steps.compare(path[0], path[-1], args.config or None)

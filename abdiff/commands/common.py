@@ -102,6 +102,10 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         "package registers (docs/targets.md; default: detected)")
     parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                         help="extra argument passed to the target's benchmark (repeatable)")
+    parser.add_argument("--metric", action="append", default=[], metavar="NAME",
+                        help="the command target's Google Benchmark metric: real_time, "
+                        "cpu_time or a counter (repeatable; replaces the suite's "
+                        "target.metrics)")
     parser.add_argument("--launcher", choices=list(LAUNCHERS),
                         default=None, help="how workers start (default: local; mpirun for trtllm)")
     parser.add_argument("--np", type=positive_int, default=None,
@@ -182,6 +186,7 @@ def selection_of(args: argparse.Namespace) -> Selection:
     return Selection(
         suite=args.configs, repo=args.repo, allow_large=args.yes, target=args.target,
         target_args=tuple(args.target_arg), expect=tuple(getattr(args, "expect", ())),
+        metrics=tuple(getattr(args, "metric", ())),
         baselines_dir=getattr(args, "baselines_dir", None),
         allow_env_mismatch=getattr(args, "allow_env_mismatch", False))
 

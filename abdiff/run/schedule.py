@@ -128,7 +128,7 @@ class Measurement:
         self.time: dict[str, SideTime] = {}  # where each side's workers' time went this run
         self.written: dict[str, str] = {}  # run file name -> SHA-256 of what save wrote
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
-        # were measured at another time than the ones it found (baselines.drift_margin).
+        # were measured at another time than the ones it found (baselines.drift_allowance).
         self.session = uuid.uuid4().hex[:12]
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for side in sides.values():

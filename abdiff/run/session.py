@@ -58,13 +58,14 @@ from abdiff.run.schedule import (
 )
 from abdiff.run.time_split import time_split
 from abdiff.store.baselines import (
+    Allowance,
     baselines_dir,
-    drift_margin,
+    drift_allowance,
     fingerprint,
     fingerprint_differences,
     fingerprint_notes,
     load_baseline,
-    note_margin_effects,
+    sessions_with_rounds,
 )
 from abdiff.store.files import hold_in_use
 from abdiff.store.records import Result, RunFile
@@ -93,6 +94,10 @@ class Bench:
     devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
+# the workers' variables that name a job, not what it does: a run resumed in another
+# terminal or cluster job keeps its rounds
+JOB_VARIABLES = ("TERM", "TMPDIR")
+JOB_PREFIXES = ("SLURM_", "OMPI_", "PMIX_")
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
 
 
@@ -114,6 +119,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
+    if selection.metrics:  # --metric: the command target's metrics, in the suite's block
+        if target.name != "command":
+            raise InputError(f"--metric chooses what the command target compares; target "
+                             f"{target.name} measures latency only: leave it out")
+        suite = dataclasses.replace(suite, target_options={**(suite.target_options or {}),
+                                                           "metrics": list(selection.metrics)})
     launcher_name = schedule.launcher or target.default_launcher
     if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
@@ -161,13 +172,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                  devices)
 
 
-def side_folder(bench: Bench, checkout: Path) -> Path:
-    """The side's own writable folder (a build), kept with the cache, keyed as its checkout
-    is (the commit, or the working tree's content)."""
-    checkouts = bench.cache_dir / "checkouts"
-    key = Path(checkout).relative_to(checkouts) if checkouts in Path(checkout).parents \
-        else Path(Path(checkout).name)
-    return bench.cache_dir / "builds" / key
+def side_folders(bench: Bench, side: SideSpec) -> SideFolders:
+    """The side's kept HOME, TMPDIR, tool caches and build folder: its commit and
+    kernel-selecting variables (store/sides.py), made before its first worker."""
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
+    return folders
 
 
 def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str, SideRun]]:
@@ -175,11 +185,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
     per side per run); the configs both sides list, where the target takes them from the
     sides; then each side's run."""
     checkouts = {name: bench.cache.checkout(spec) for name, spec in specs.items()}
+    folders = {name: side_folders(bench, spec) for name, spec in specs.items()}
     listed: dict[str, list] = {}
     failures: dict[str, str] = {}
     for name, spec in specs.items():
-        prepared = bench.target.prepare(bench.suite, checkouts[name],
-                                        side_folder(bench, checkouts[name]))
+        prepared = bench.target.prepare(bench.suite, checkouts[name], folders[name].build)
         if prepared.failure is not None:
             failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
             say(f"abdiff: side {failures[name]}; its configs fail with this reason")
@@ -197,14 +207,11 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
                 say(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
                     f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
                     f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported")
-    return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
+    return bench, {name: side_run(bench, spec, checkouts[name], folders[name])
+                   for name, spec in specs.items()}
 
 
-def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
-    checkout = checkout or bench.cache.checkout(side)
-    # the side's kept HOME, TMPDIR and tool caches: its commit and kernel-selecting variables
-    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
-    folders.make()
+def side_run(bench: Bench, side: SideSpec, checkout: Path, folders: SideFolders) -> SideRun:
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
     # shared) and does not read another launcher's kernels as a change of the commit
@@ -243,7 +250,9 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
         "environment": hashlib.sha256(json.dumps(
-            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            {name: value for name, value in worker_environment(
+                bench.target.worker_env() or {}, bench.settings.pass_env).items()
+             if name not in JOB_VARIABLES and not name.startswith(JOB_PREFIXES)},
             sort_keys=True).encode()).hexdigest(),
     }
     return bench.cache_dir / "runs" / state_key(parts)
@@ -343,9 +352,11 @@ def measure_and_compare(
     schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
     run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
     check_measured: Callable[[], list[str]] | None = None,
+    allowance: Callable[[], Allowance] | None = None,
 ) -> Result:
     """Measure the sides, then compare. `check_measured` may refuse what was measured (an
-    InputError, before anything else is printed) or add notes."""
+    InputError, before anything else is printed) or add notes; `allowance` (a side
+    measured apart) says, once B is measured, what the drift between sessions allows."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     rounds = schedule.rounds
@@ -361,6 +372,10 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
+        allowed = allowance() if allowance is not None else None
+        if allowed is not None:
+            notes = notes + [allowed.why]
+            statistics = dataclasses.replace(statistics, gates=allowed.gates)
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
         if not schedule.quiet and not measurement.processes:
             say(f"abdiff: no worker started: the rounds kept in {where} are reported")
@@ -371,7 +386,9 @@ def measure_and_compare(
                 f"in {where}")
         result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
                               notes, statistics.require_all, statistics.small_changes,
-                              statistics.gates)
+                              statistics.gates, allowed.drift if allowed else None)
+        if allowed is not None:
+            result.summary.update(allowed.summary)
         if measurement.processes:
             result.time = time_split(time.monotonic() - bench.started, measurement.time,
                                      len(bench.devices or [None]))
@@ -395,13 +412,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
     expect = expect_of(bench.suite)  # the configs are known now
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
-    what = f"baseline {name!r}"
-    min_effect = statistics.min_effect
-    margin = drift_margin(run_a, min_effect, what)
-    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
+    # notes, each a whole sentence: a report clips a note, never mid-sentence here; what
+    # the drift allows follows once B is measured (the machine it ran on decides it)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
-             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             "interleaved with B", margin.why,
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}, "
+             f"{len(sessions_with_rounds(run_a))} sessions); it was not interleaved with B",
              "B gets no adaptive rounds: they would run fewer configs per process than the "
              "baseline's rounds did, and a config's place in its process moves its latency"]
 
@@ -419,10 +434,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
                          "comparable, but check): " + "; ".join(machine))
         return notes
 
-    result = measure_and_compare(schedule, dataclasses.replace(statistics, min_effect=margin.value),
-                                 bench, sides, run_a, expect, notes, adaptive=False,
-                                 check_measured=machine_matches)
-    note_margin_effects(result, min_effect, margin.value, what)
+    result = measure_and_compare(
+        schedule, statistics, bench, sides, run_a, expect, notes, adaptive=False,
+        check_measured=machine_matches,
+        allowance=lambda: drift_allowance(run_a, sides["B"].run, f"baseline {name!r}",
+                                          statistics.gates))
     result.a.baseline = name
     return result
 

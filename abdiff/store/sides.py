@@ -13,6 +13,7 @@ variables still point per side, but nothing stops a worker writing elsewhere.
     <cache>/sides/<key>/home     HOME of the side's workers
     <cache>/sides/<key>/tmp      TMPDIR of the side's workers
     <cache>/sides/<key>/caches/  one folder per tool (TOOL_CACHES)
+    <cache>/sides/<key>/build/   what the target builds there (the command target's build)
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ class SideFolders:
     @property
     def caches(self) -> Path:
         return self.root / "caches"
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
 
     def environment(self) -> dict[str, str]:
         """What a worker of this side gets: HOME, TMPDIR and every tool cache variable."""
