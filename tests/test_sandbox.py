@@ -256,10 +256,12 @@ def test_the_plan(tmp_path: Path) -> None:
     assert worker.writable == ("/r", "/s")
 
 
-def test_off_runs_without_it(tmp_path: Path) -> None:
+def test_off_runs_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--sandbox off says once what it loses, and the run file records it (the words)."""
     assert sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path) == \
-        "none (--sandbox off)"
+        f"none (--sandbox off: {sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
+    assert capsys.readouterr().err.count("abdiff: note: --sandbox off: ") == 1
 
 
 # ---------------------------------------------------------------- where namespaces are refused
@@ -378,7 +380,8 @@ def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
     """srun's ranks start under slurmd: `auto` says so once and records it, `on` refuses."""
     elsewhere = SrunLauncher.ranks_start_elsewhere
     assert sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere) == \
-        "none (srun starts the ranks under slurmd, outside abdiff's process tree)"
+        "none (srun starts the ranks under slurmd, outside abdiff's process tree; " \
+        f"{sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
     assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
     with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):
@@ -460,9 +463,8 @@ import json, sys
 from pathlib import Path
 from abdiff.launchers import sandbox
 from abdiff.launchers.forkserver import ForkServers
-from abdiff.launchers.pool import SideWrites
 from abdiff.launchers.spec import ABDIFF_ROOT
-from abdiff.store.sides import SideFolders
+from abdiff.store.sides import SideFolders, WorkerFolders
 folder, narrowed = Path(sys.argv[1]), sys.argv[2] == "narrowed"
 for name in ("repo", "cache", "state", "b/pkg"):
     (folder / name).mkdir(parents=True)
@@ -479,7 +481,7 @@ target = main_side.caches / "deep_gemm" / "planted.cubin"
 (folder / "b" / "pkg" / "__init__.py").write_text(
     f"try:\n    open({str(target)!r}, 'w').write('x')\nexcept OSError:\n    pass\n")
 pool = ForkServers(folder / "servers")
-writes = {folder / "b": SideWrites((str(pr_side.root), str(logs)), pr_side.environment())}
+writes = {folder / "b": WorkerFolders(pr_side, logs)}
 pool.prepare([folder / "b"], {"PYTHONPATH": str(ABDIFF_ROOT)}, ("pkg",),
              writes if narrowed else None)
 print(json.dumps({"planted": target.exists(), "preimported": pool.preimported(folder / "b"),

@@ -166,15 +166,14 @@ def serve() -> dict | None:
                 continue
             if "preimport" in message:
                 modules = message["preimport"]["modules"]
-                # the checkout's code runs here now: only what its side's workers may write
-                # stays writable (its side's folders, its rounds), and its side's environment
-                if message["preimport"].get("confine"):
-                    try:
-                        narrow(Confinement.decode(message["preimport"]["confine"]))
-                    except OSError as exc:
-                        tell({"error": "cannot narrow the sandbox to one side before the "
-                                       f"preimport: {exc.strerror or exc}"})
-                        return None
+                confine = message["preimport"].get("confine")
+                try:  # the side's code runs here from now on: its folders only
+                    if confine:
+                        narrow(Confinement.decode(confine))
+                except OSError as exc:
+                    tell({"error": f"cannot narrow the sandbox before the preimport: "
+                                   f"{exc.strerror or exc}"})
+                    return None
                 os.environ.update(message["preimport"].get("env") or {})
                 done = preimport(message["preimport"]["cwd"], modules)
                 unsafe = unsafe_to_fork()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 
 class WorkerProcess(Protocol):
@@ -63,16 +64,6 @@ class StartedProcess(Generic[ProcessT]):
             self.home.cleanup()
 
 
-@dataclass(frozen=True)
-class SideWrites:
-    """What one side's workers may write (`writable`: its side's folders, its rounds'
-    folder) and the environment they get: what a process of that side's pool may do
-    before its first job, while it imports the side's code (WorkerPool.prepare)."""
-
-    writable: tuple[str, ...]
-    env: dict[str, str]
-
-
 class WorkerPool(Protocol):
     """Workers started ahead of their jobs. `take` gives a started process running `spec`
     with these output files, or None: start that job cold."""
@@ -94,11 +85,11 @@ class WorkerPool(Protocol):
         """Start a process waiting now, for jobs with `env`."""
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...], sides: dict[Path, SideWrites] | None = None
-                ) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Before the first round: get ready for the jobs of these checkouts (with `env`),
-        importing `preimport` from each ahead where the pool can, with only what that
-        checkout's side may write (`sides`)."""
+        importing `preimport` from each ahead where the pool can; a process that imports a
+        checkout's code may write only that checkout's `folders` from then on."""
 
     def preimported(self, cwd: Path) -> str | None:
         """What became of checkout `cwd`'s preimport, in words (None: nothing asked)."""

@@ -19,9 +19,10 @@ import sys
 from pathlib import Path
 
 from abdiff.launchers import sandbox
-from abdiff.launchers.pool import SideWrites, StartedProcess, python_module_job
+from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 STANDBY_MODULE = "abdiff.launchers.standby_worker"
 
@@ -58,8 +59,8 @@ class StandbyPool:
         return ready
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...], sides: dict[Path, SideWrites] | None = None
-                ) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Nothing to do: a worker started ahead imports nothing of a checkout before its
         job names one."""
 
