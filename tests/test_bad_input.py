@@ -221,6 +221,19 @@ def test_bad_options(case: str, repos: dict[str, Path], suite: Path, tmp_path: P
     assert re.search(pattern, line), line
 
 
+@pytest.mark.parametrize(("extra", "pattern"), [
+    (["--sessions", "0"], r"--sessions: '0' is not a positive integer"),
+    (["--session-gap", "-1"], r"--session-gap: '-1' is not a number of seconds >= 0"),
+    (["--session-gap", "nan"], r"--session-gap: 'nan' is not a number of seconds"),
+])
+def test_bad_refresh_sessions(extra: list[str], pattern: str, repos: dict[str, Path],
+                              tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = answer(capsys, ["baseline", "refresh", "rel", "--rev", "pr", "--repo", repos["demo"],
+                           "--baselines-dir", tmp_path / "b", *extra])
+    assert re.search(pattern, line), line
+    assert not (tmp_path / "b").exists()
+
+
 def test_no_command_and_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert capsys.readouterr().err == ("abdiff: error: no command: try `abdiff demo`, `abdiff "

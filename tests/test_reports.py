@@ -715,6 +715,37 @@ def test_hostile_kernel_names_keep_the_comment_under_githubs_limit() -> None:
     assert "ftp://" not in text and ":x: 0" not in text  # no link, no emoji of theirs
 
 
+def test_headers_name_each_sides_environment() -> None:
+    """The Markdown and HTML headers say where and with what each side was measured, from
+    the run files' environments (in the result since 2026-12-05); hostile values are
+    clipped, a result written before gets no such line."""
+    machine = [{"name": "CPU load", "value": "1.9 of 2", "ok": False, "advice": "idle"},
+               {"name": "CPU governor", "value": "performance", "ok": True, "advice": ""}]
+    a = Side("main", "a" * 40, "rel-1", {
+        "device": "cuda", "device_name": "NVIDIA H200", "device_count": 2, "driver": "570.1",
+        "torch": "2.7.0", "tensorrt_llm.version": "1.1.0rc2", "target_package": "tensorrt_llm",
+        "kernel_env": {"TRTLLM_ENABLE_PDL": "1"}, "sandbox": "off", "machine": machine},
+        {"s1": {"started": "2026-12-02T20:06:00", "host": "node-1"},
+         "s2": {"started": "2026-12-02T22:50:00", "host": "node-2"}})
+    b = Side("pr", "b" * 40, None, {"device": "cpu", "kernel_env": "not a dict",
+                                    "torch": "x" * 5000, "machine": [1, None]}, {})
+    result = make_result(a=a, b=b)
+    text = markdown.render(result)
+    assert "A measured with: NVIDIA H200 x2" in text and "B measured with: cpu" in text
+    line_a = common.environment_text(a)
+    for part in ("NVIDIA H200 x2", "driver 570.1", "torch 2.7.0", "tensorrt_llm 1.1.0rc2",
+                 "kernel env: TRTLLM_ENABLE_PDL=1", "sandbox: off",
+                 "machine check: CPU load flagged",
+                 "2 sessions on node-1, node-2 (2026-12-02 20:06 to 2026-12-02 22:50)"):
+        assert part in line_a, part
+    line_b = common.environment_text(b)
+    assert "kernel env: none set" in line_b and len(line_b) < 400
+    page = html_report.render(result)
+    assert "A measured with" in page and "TRTLLM_ENABLE_PDL=1" in page
+    assert "measured with" not in markdown.render(make_result())
+    assert json.loads(json_report.render(result))["a"]["env"]["device_name"] == "NVIDIA H200"
+
+
 # A long explanation of the statistics and a long note: the texts a report used to cut
 LONG_NOTE = ("10 rounds resolve +-9.8%; over 100 would be needed: a quieter machine; A's "
              "processes sit on two levels 4.1% apart (6 and 4 rounds), which the rounds of B "

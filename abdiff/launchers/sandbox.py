@@ -31,6 +31,11 @@ from abdiff.launchers.spec import ABDIFF_ROOT
 from abdiff.store.files import own_folder
 
 MODES = ("auto", "on", "off")
+# what a run without the sandbox loses, said once on stderr and recorded in its run files
+LOST_WITHOUT = ("benchmark code can write the repository's .git, abdiff's Python environment "
+                "and every folder of abdiff's cache (runs/, locks/, the other side's caches; "
+                "the side caches still point per side, but nothing stops a write elsewhere), "
+                "and read abdiff's key for stored rounds and the user's credentials (docs/ci.md)")
 PROBE_TIMEOUT_S = 30.0
 GUARD = Path(__file__).with_name("guard.py")
 # what a trial start checks inside: that the namespaces and mounts were made (root is NOBODY)
@@ -142,7 +147,8 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
     global _active, _ahead_writable
     _active, _ahead_writable = None, ()
     if mode == "off":
-        return "none (--sandbox off)"
+        print(f"abdiff: note: --sandbox off: {LOST_WITHOUT}", file=sys.stderr)
+        return f"none (--sandbox off: {LOST_WITHOUT})"
     if elsewhere is not None:
         why = f"{elsewhere}, outside abdiff's process tree"
     elif not sys.platform.startswith("linux"):
@@ -171,10 +177,9 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
                "measure with --sandbox auto in a throwaway container")
         raise InfrastructureError(f"--sandbox on: workers cannot be sandboxed here ({why}); "
                                   f"{fix}")
-    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): it can write "
-          "the repository's .git and read abdiff's key for stored rounds (docs/ci.md)",
+    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): {LOST_WITHOUT}",
           file=sys.stderr)
-    return f"none ({why})"
+    return f"none ({why}; {LOST_WITHOUT})"
 
 
 def release() -> None:

@@ -287,6 +287,10 @@ def final_line(result: Result) -> str:
         meaning = "--require-all and a config not measured on both sides"
     else:
         head = "no unintended change"
+    soft = result.summary.get("soft_gates")
+    if code == 0 and tally["unintended"] and isinstance(soft, list) and soft:
+        meaning = (f"the unintended changes are in soft gate classes only ("
+                   f"{clip(', '.join(map(str, soft)), 80)}): reported, not failing")
     order = [*SUMMARY_ORDER, *(v for v in tally if v not in SUMMARY_ORDER)]
     verdicts = ", ".join(f"{tally[v]} {v}" for v in order if tally.get(v))
     differs = result.summary.get("kernel_env_differs")
@@ -384,6 +388,63 @@ def context_items(result: Result) -> list[tuple[str, str]]:
     items.append(("threshold", f"±{percent(facts.min_effect)} (--min-effect)"))
     items.append(("alpha", f"{percent(facts.alpha)} family-wise (--alpha)"))
     return items
+
+
+def environment_text(side: Side) -> str:
+    """Where and with what a side was measured, from its run file's environment (2026-12-05):
+    "cpu Intel(R) Xeon(R), torch 2.13.0+cpu, ..., 3 sessions on vm (2026-12-05 10:30 to
+    10:31)"; empty for a result that predates it. Every value is the untrusted file's,
+    clipped."""
+    env, parts = side.env, []
+
+    def text(key: str, limit: int = 60) -> str | None:
+        value = env.get(key)
+        return clip(str(value), limit) if value not in (None, "", {}, []) else None
+
+    device = text("device_name") or text("device")
+    if device:
+        count = env.get("device_count")
+        parts.append(device + (f" x{count}" if isinstance(count, int) and count > 1 else ""))
+    for key, label in (("driver", "driver "), ("cuda", "CUDA "), ("cpu_model", ""),
+                       ("torch", "torch "), ("python", "Python "),
+                       ("target_package", "target package "),
+                       ("timing", "timing: ")):
+        if text(key):
+            parts.append(f"{label}{text(key)}")
+    parts += [f"{clip(key[:-len('.version')], 40)} {clip(str(value), 40)}"
+              for key, value in sorted(env.items()) if key.endswith(".version") and value]
+    if side.env:
+        kernel_env = env.get("kernel_env")
+        parts.append("kernel env: " + (", ".join(f"{clip(str(k), 40)}={clip(str(v), 40)}"
+                                                for k, v in sorted(kernel_env.items()))
+                                      if isinstance(kernel_env, dict) and kernel_env
+                                      else "none set"))
+    if text("sandbox"):
+        parts.append(f"sandbox: {text('sandbox')}")
+    checks = env.get("machine")
+    if isinstance(checks, list) and checks:
+        flagged = [clip(str(c.get("name")), 40) for c in checks
+                   if isinstance(c, dict) and c.get("ok") is False]
+        parts.append("machine check: " + (f"{', '.join(flagged)} flagged" if flagged
+                                          else "nothing flagged"))
+    if side.sessions:
+        hosts = sorted({clip(str(w.get("host")), 40) for w in side.sessions.values()
+                        if isinstance(w, dict) and w.get("host")})
+        started = sorted(str(w.get("started"))[:16].replace("T", " ")
+                         for w in side.sessions.values()
+                         if isinstance(w, dict) and w.get("started"))
+        when = (f" ({started[0]}" + (f" to {started[-1]}" if started[-1] != started[0] else "")
+                + ")") if started else ""
+        count = len(side.sessions)
+        parts.append(f"{count} session{'s' * (count != 1)}"
+                     + (f" on {', '.join(hosts[:4])}" if hosts else "") + when)
+    return ", ".join(parts)
+
+
+def environment_items(result: Result) -> list[tuple[str, str]]:
+    """("A measured with", ...), ("B measured with", ...) for the sides that say."""
+    return [(f"{name} measured with", environment_text(side))
+            for name, side in (("A", result.a), ("B", result.b)) if environment_text(side)]
 
 
 def value_text(value: Any, limit: int = 60) -> str:

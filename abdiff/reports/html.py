@@ -192,7 +192,7 @@ def render(result: Result) -> str:
         tone=tone,
         summary=common.summary_sentence(result),
         next_step=common.next_step(result),
-        context=common.context_items(result),
+        context=[*common.context_items(result), *common.environment_items(result)],
         notes=[*common.notes(result), *common.only_in_lines(result)],
         directions=list(DIRECTION_COLOURS.items()),
         sides=list(SIDE_COLOURS.items()),

@@ -58,13 +58,14 @@ from abdiff.run.schedule import (
 )
 from abdiff.run.time_split import time_split
 from abdiff.store.baselines import (
+    Allowance,
     baselines_dir,
-    drift_margin,
+    drift_allowance,
     fingerprint,
     fingerprint_differences,
     fingerprint_notes,
     load_baseline,
-    note_margin_effects,
+    sessions_with_rounds,
 )
 from abdiff.store.files import hold_in_use
 from abdiff.store.records import Result, RunFile
@@ -132,12 +133,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
-    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
         problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
         if problem:
             raise InfrastructureError(problem)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     # before the first worker: a fork server keeps the namespaces it started in
     workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
                                private_dir(), launcher.ranks_start_elsewhere)
@@ -351,9 +352,11 @@ def measure_and_compare(
     schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
     run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
     check_measured: Callable[[], list[str]] | None = None,
+    allowance: Callable[[], Allowance] | None = None,
 ) -> Result:
     """Measure the sides, then compare. `check_measured` may refuse what was measured (an
-    InputError, before anything else is printed) or add notes."""
+    InputError, before anything else is printed) or add notes; `allowance` (a side
+    measured apart) says, once B is measured, what the drift between sessions allows."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     rounds = schedule.rounds
@@ -369,6 +372,10 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
+        allowed = allowance() if allowance is not None else None
+        if allowed is not None:
+            notes = notes + [allowed.why]
+            statistics = dataclasses.replace(statistics, gates=allowed.gates)
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
         if not schedule.quiet and not measurement.processes:
             say(f"abdiff: no worker started: the rounds kept in {where} are reported")
@@ -379,7 +386,9 @@ def measure_and_compare(
                 f"in {where}")
         result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
                               notes, statistics.require_all, statistics.small_changes,
-                              statistics.gates)
+                              statistics.gates, allowed.drift if allowed else None)
+        if allowed is not None:
+            result.summary.update(allowed.summary)
         if measurement.processes:
             result.time = time_split(time.monotonic() - bench.started, measurement.time,
                                      len(bench.devices or [None]))
@@ -403,13 +412,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
     expect = expect_of(bench.suite)  # the configs are known now
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
-    what = f"baseline {name!r}"
-    min_effect = statistics.min_effect
-    margin = drift_margin(run_a, min_effect, what)
-    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
+    # notes, each a whole sentence: a report clips a note, never mid-sentence here; what
+    # the drift allows follows once B is measured (the machine it ran on decides it)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
-             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             "interleaved with B", margin.why,
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}, "
+             f"{len(sessions_with_rounds(run_a))} sessions); it was not interleaved with B",
              "B gets no adaptive rounds: they would run fewer configs per process than the "
              "baseline's rounds did, and a config's place in its process moves its latency"]
 
@@ -427,10 +434,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
                          "comparable, but check): " + "; ".join(machine))
         return notes
 
-    result = measure_and_compare(schedule, dataclasses.replace(statistics, min_effect=margin.value),
-                                 bench, sides, run_a, expect, notes, adaptive=False,
-                                 check_measured=machine_matches)
-    note_margin_effects(result, min_effect, margin.value, what)
+    result = measure_and_compare(
+        schedule, statistics, bench, sides, run_a, expect, notes, adaptive=False,
+        check_measured=machine_matches,
+        allowance=lambda: drift_allowance(run_a, sides["B"].run, f"baseline {name!r}",
+                                          statistics.gates))
     result.a.baseline = name
     return result
 

@@ -15,7 +15,9 @@ are in docs/statistics.md.
   interleaved with B: its comparison is unpaired (`paired=False`, each side's
   location and variance on its own, Welch's degrees of freedom, the t quantile
   with Bonferroni over the configs: a baseline's sessions are not exchangeable
-  with B's rounds, so no permutation is).
+  with B's rounds, so no permutation is). What moves between sessions lands on
+  that ratio whole; where it was measured (`Drift`, baselines.session_drift) the
+  interval is widened by it, at a quantile of its own (`drift_half_width`).
 - **A location a slow round cannot drag**: Huber's M-estimate of the
   differences (HUBER_K), its scale the normal-consistent median of |d| (the
   same for every sign pattern, so the permutation below keeps it), its standard
@@ -313,6 +315,28 @@ def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return centre + loc, variance[0], df[0], n
 
 
+@dataclass(frozen=True)
+class Drift:
+    """How far the log latency of a session of one commit moves from the mean of the k
+    sessions a stored side was measured in: the variance of the offset all configs share
+    and of a config's own, each sigma^2 (1 + 1/k), k, and the own part's pooled df."""
+
+    shared: float
+    own: float
+    sessions: int
+    df: float
+
+
+def drift_half_width(drift: Drift, level: float, configs: int) -> float:
+    """The drift's part of an interval (log scale) at a family `level` over `configs`: the
+    shared offset is one draw, its variance estimated from k sessions (t with k - 1 df, no
+    Bonferroni); a config's own offsets are one a config (the pooled df, Bonferroni); the
+    two in quadrature."""
+    shared = float(sps.t.ppf(1 - level / 2, max(drift.sessions - 1, 1)))
+    own = float(sps.t.ppf(1 - level / (2 * max(configs, 1)), max(drift.df, 1.0)))
+    return math.sqrt(shared ** 2 * drift.shared + own ** 2 * drift.own)
+
+
 def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                               np.ndarray]:
     """(location of B - A, standard error, Welch-Satterthwaite df) per config, each side's
@@ -379,7 +403,8 @@ def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
 
 
 def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks: Looks | None,
-                paired: bool, seed: int = 0) -> tuple[list[Look], dict[int, Tested]]:
+                paired: bool, seed: int = 0, drift: Drift | None = None
+                ) -> tuple[list[Look], dict[int, Tested]]:
     """The family-wise test over looks. `matrix_a`/`matrix_b` are (configs, rounds) log
     round medians by round number (NaN where missing; the same width when `paired`).
     Returns the looks and, per config with enough rounds, its statistics at the last
@@ -448,6 +473,11 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
             levelled = np.zeros(loc.shape, bool)
             distinct = 1
+            if drift is not None:  # the interval: the rounds' part at this look's quantile
+                # and the drift's at its own, in quadrature: q se' = sqrt((q se)^2 + (q_d s_d)^2)
+                q_rounds = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
+                se = np.sqrt(se ** 2
+                             + (drift_half_width(drift, share, len(family)) / q_rounds) ** 2)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
         if permutation_reaches(distinct, share):
@@ -568,8 +598,9 @@ def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
 
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
                      alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
-                     paired: bool = True) -> list[LatencyResult]:
-    """Verdicts for the configs of one run (see the module docstring)."""
+                     paired: bool = True, drift: Drift | None = None) -> list[LatencyResult]:
+    """Verdicts for the configs of one run (see the module docstring); `drift` only
+    where the sides were measured apart (`paired` False)."""
     if not 0 < min_effect < math.inf:
         raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
@@ -579,7 +610,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         width = max(log_a.shape[1], log_b.shape[1])
         log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
         log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
-    found, tested = test_family(log_a, log_b, alpha, looks, paired)
+    found, tested = test_family(log_a, log_b, alpha, looks, paired,
+                                drift=None if paired else drift)
     z = float(sps.norm.ppf(DETECTABLE_POWER))
     margin = math.log1p(min_effect)
     results = []
@@ -625,7 +657,14 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         else:
             verdict, below = "inconclusive", False
             rounds = min(len(c.a), len(c.b))
-            if math.isfinite(half):
+            drift_half = (drift_half_width(drift, look.level, len(configs))
+                          if drift and not paired else 0.0)
+            if math.isfinite(half) and drift_half >= margin:
+                notes.insert(0, f"{rounds} rounds and the drift between sessions resolve "
+                                f"+-{math.expm1(half):.1%}; the drift alone is +-"
+                                f"{math.expm1(drift_half):.1%}, so more rounds cannot decide "
+                                f"+-{min_effect:.0%}")
+            elif math.isfinite(half):
                 needed = rounds_to_resolve(s.se, rounds, min_effect, alpha, len(configs))
                 common["rounds_needed"] = needed
                 decide = (f"about {needed} would decide +-{min_effect:.0%} (--max-rounds "
@@ -646,6 +685,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
                      "Huber location of paired log round differences, moderated t"
                      if look.permutation else "mean of paired log round differences")
                     + f"{' with the two levels taken off' * s.levelled}"
+                    + ("; widened by the session drift" if drift and not paired else "")
                     + f"; {look.method}; interval at q={q:.2f} (family level {alpha:g})"
                     + position),
             detectable=_number(detectable),
