@@ -391,3 +391,64 @@ def test_a_main_entry_point_prints_errors_printable(capsys: pytest.CaptureFixtur
     code = cli.main(["compare", str(tmp_path / f"a{OSC52}.json"), str(tmp_path / "b.json")])
     err = capsys.readouterr().err
     assert code == 2 and "\x1b" not in err and "\x07" not in err
+
+
+ESCAPES_PLANT = '''\
+"""A benchmark whose record log names its config with an OSC 52 clipboard write and a
+window-title change (abdiff's tests), then takes its time: the progress line shows it."""
+import json
+import sys
+import time
+from pathlib import Path
+
+ID = {id!r}
+
+
+def plant():
+    record = Path(json.loads(Path(sys.argv[-1]).read_text())["record_path"])
+    with open(record, "a") as log:
+        log.write(json.dumps({{"event": "start", "id": ID}}) + "\\n")
+    time.sleep(2.5)
+'''
+
+
+@pytest.mark.slow
+def test_escape_sequences_from_the_record_log_never_reach_the_terminal(tmp_path: Path) -> None:
+    """The progress line on a real terminal (a pty), for a real run of a pull request whose
+    benchmark writes OSC 52 and a title change as its config id: the terminal gets the id's
+    text, never the sequences; control: the record log holds them as written."""
+    import pty
+    import select
+
+    repo = tmp_path / "repo"
+    build_demo_repo(repo)
+    evil_id = f"GEN-pwned{OSC52}\x1b]0;owned-title\x07{CLEAR}"
+    commit_benchmark(repo, "escapes", ESCAPES_PLANT.format(id=evil_id))
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    main_fd, worker_fd = pty.openpty()
+    proc = subprocess.Popen(cli_argv() + [
+        "main..escapes", "--configs", str(suite), "--repo", str(repo), "--cache-dir",
+        str(tmp_path / "cache"), "--rounds", "1", "--max-rounds", "1", "--seed", "3"],
+        stdin=subprocess.DEVNULL, stdout=worker_fd, stderr=worker_fd, env=git_env())
+    os.close(worker_fd)
+    seen = b""
+    while True:
+        if select.select([main_fd], [], [], 1.0)[0]:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=300)
+    os.close(main_fd)
+    shown = seen.decode(errors="replace")
+    assert proc.returncode in (0, 1), shown
+    assert "B: GEN-pwned]52;c;" in shown  # the progress line showed the planted id
+    assert "\x1b]" not in shown and "\x07" not in shown and "\x1b[2J" not in shown
+    logs = list((tmp_path / "cache" / "runs").glob("*/logs/B/r0/worker*/records.jsonl"))
+    assert any(OSC52 in line for log in logs for line in
+               (json.loads(text).get("id", "") for text in log.read_text().splitlines()))
