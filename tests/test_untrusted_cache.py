@@ -452,3 +452,42 @@ def test_escape_sequences_from_the_record_log_never_reach_the_terminal(tmp_path:
     logs = list((tmp_path / "cache" / "runs").glob("*/logs/B/r0/worker*/records.jsonl"))
     assert any(OSC52 in line for log in logs for line in
                (json.loads(text).get("id", "") for text in log.read_text().splitlines()))
+
+
+JIT_PLANT = '''\
+"""A benchmark whose "JIT compile" is kept where DeepGEMM keeps its (abdiff's tests): once
+per shape into $DG_JIT_CACHE_DIR, each compile counted in $HOME/compiles.log."""
+import os
+from pathlib import Path
+
+
+def plant():
+    kernel = Path(os.environ["DG_JIT_CACHE_DIR"]) / "gemm-shape-2.cubin"
+    if not kernel.exists():
+        kernel.write_text("compiled")
+        with open(Path(os.environ["HOME"]) / "compiles.log", "a") as log:
+            log.write(f"{os.getpid()} {os.environ['TMPDIR']}\\n")
+'''
+
+
+@pytest.mark.slow
+def test_a_sides_caches_are_kept_between_rounds_and_runs_and_apart(tmp_path: Path) -> None:
+    """Issue 42, item 1: a shape is compiled once per side, not once per worker, and a
+    later run compiles nothing; the other side's folders hold none of it."""
+    repo, cache = tmp_path / "repo", tmp_path / "cache"
+    build_demo_repo(repo)
+    commit_benchmark(repo, "jit", JIT_PLANT)
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    for rounds in (2, 3):  # two runs, five rounds of side B: five workers at least
+        done = run_abdiff("main..jit", "--configs", suite, "--repo", repo, "--cache-dir", cache,
+                          "--rounds", rounds, "--max-rounds", rounds, "--seed", 3)
+        assert done.returncode in (0, 1), done.stderr
+    logs = list((cache / "sides").glob("*/home/compiles.log"))
+    assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 1
+    side_b = logs[0].parents[1]
+    assert (side_b / "caches" / "deep_gemm" / "gemm-shape-2.cubin").exists()
+    assert logs[0].read_text().split()[1] == str(side_b / "tmp")  # its TMPDIR, its side's
+    others = [p for p in (cache / "sides").iterdir() if p != side_b]
+    assert others and not [f for p in others for f in (p / "caches" / "deep_gemm").iterdir()]
+    run_b = json.loads(next((cache / "runs").glob("*/b.json")).read_text())
+    assert run_b["env"]["side_folders"]["root"] == str(side_b)
