@@ -313,6 +313,7 @@ class ForkServers:
             server.send_preimport(cwd, preimport, (folders or {}).get(cwd))
         for server in servers:
             server.wait_preimport()
+        self.sweep()  # what an import left running ends before the first round
 
     def preimported(self, cwd: Path) -> str | None:
         server = self.by_checkout.get(cwd)
