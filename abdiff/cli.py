@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import signal
 import sys
@@ -40,6 +41,7 @@ from abdiff.errors import (
     one_line,
     save_traceback,
 )
+from abdiff.reports.printable import printable
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,7 +117,24 @@ def check_command(word: str, commands: list[str]) -> None:
                      + hint)
 
 
+class _Stderr(logging.Handler):
+    """What library code reports (`logging.getLogger("abdiff....")`), as `abdiff: ...` lines
+    on the standard error of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"abdiff: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _report_to_stderr() -> None:
+    logger = logging.getLogger("abdiff")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
+    _report_to_stderr()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer, exit
         from abdiff.completion import complete
 
@@ -138,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "or `abdiff --help` for the subcommands")
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
-        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {printable(one_line(exc))}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         # the reader went away (`abdiff ... | head`): nothing more to say, to anyone
@@ -147,16 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".
-        print(f"abdiff: error: {one_line(exc)}", file=sys.stderr)
+        print(f"abdiff: error: {printable(one_line(exc))}", file=sys.stderr)
         return InfrastructureError.exit_code
     except InternalError as exc:
-        print(f"abdiff: internal error: {one_line(exc)} (traceback in {exc.traceback_path}; "
+        print(f"abdiff: internal error: {printable(one_line(exc))} (traceback in "
+              f"{exc.traceback_path}; "
               "measured rounds are kept: the same command with --resume reports them)",
               file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - a bug outside a run: still one line and exit 3
         path = save_traceback(exc, Path(tempfile.gettempdir()))
-        print(f"abdiff: internal error: {type(exc).__name__}: {one_line(exc)} "
+        print(f"abdiff: internal error: {type(exc).__name__}: {printable(one_line(exc))} "
               f"(traceback in {path})", file=sys.stderr)
         return InternalError.exit_code
     except KeyboardInterrupt as exc:

@@ -23,6 +23,7 @@ class Selection:
     allow_large: bool = False  # --yes: a matrix beyond the safety limit
     target: str | None = None  # None: detected from the repository
     target_args: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()  # --metric: the command target's; empty: the suite's
     expect: tuple[str, ...] = ()  # KEY=VALUE; empty: the suite's own scope
     baselines_dir: Path | None = None  # where baseline:NAME is looked up
     allow_env_mismatch: bool = False  # compare with a baseline of another machine

@@ -23,6 +23,11 @@
 # pr..pr-slow08 is a second plant (SMALL_PERCENT, 0.8%) on a branch of that name; the
 # repeats run in rotation (A/A, +3%, +0.8%, A/A, ...) with seeds SEED+1, SEED+2, ...;
 # the summary ends with one line per criterion.
+# Issue 42's check (an A/A `pr..pr` in at most 30 s, the planted +3% caught 3 of 3), from
+# the repository root (about 4 minutes):
+#     STEPS="pr..pr pr..pr-slow" SLOW_REPEATS=2 GPU_TESTS=0 bash lab/h200_run.sh --budget 400
+# the summary's last lines are then its short table: each run's wall time and where it went
+# (the result's time split), and the two goals.
 set -uo pipefail
 DEVICE=cuda ROUNDS=5 MAX_ROUNDS=15 SUITE=mtp CONFIG=GEN-TRTLLM-bs32-q1-kv2049 PERCENT=3
 BUDGET_S=450 SEED=16
@@ -235,9 +240,40 @@ for kind, text in (("slow", "(a) planted +3%: latency `slower`, the config flagg
               runs >= enough else f"held, but fewer than {enough} runs"))
 print()
 print((results / "round-medians.txt").read_text())
+# issue 42: the last table. Each run's wall time and the result's time split, then the goals
+print("issue 42: run, exit, wall, workers, where the time went (s: start/set-up/warm-up/"
+      "timed/capture/ending per side; abdiff itself)")
+aa_walls, slow_caught, slow_runs = [], 0, 0
+for name in expected_flags:
+    folder = results / name
+    if not (folder / "result.json").exists():
+        continue
+    code, wall = (folder / "exit-wall.txt").read_text().split()
+    result = json.loads((folder / "result.json").read_text())
+    split = result.get("time") or {}
+    sides = split.get("sides", {})
+    parts = "; ".join(
+        f"{side} {t['start_s']:.1f}/{t['setup_s']:.1f}/{t['warmup_s']:.1f}/{t['timed_s']:.1f}/"
+        f"{t['capture_s']:.1f}/{t['exit_s']:.1f}" for side, t in sides.items())
+    workers = sum(t["workers"] for t in sides.values())
+    print(f"  {name:21} exit {code} {float(wall):6.1f} s {workers:3} workers  {parts}; abdiff "
+          f"{split.get('abdiff_s', 0):.1f}")
+    if name == "pr..pr" or name.startswith("pr..pr-again"):
+        aa_walls.append(float(wall))
+    if name == "pr..pr-slow" or name.startswith("pr..pr-slow-again"):
+        slow_runs += 1
+        config = next((c for c in result["configs"] if c["id"] == planted), None)
+        slow_caught += config is not None and latency_of(config) == "slower" \
+            and config["verdict"] == "unintended"
+if aa_walls:
+    print(f"issue 42: A/A pr..pr wall {', '.join(f'{w:.1f}' for w in aa_walls)} s (goal <= 30 s: "
+          f"{'MET' if max(aa_walls) <= 30 else 'NOT MET'})")
+if slow_runs:
+    print(f"issue 42: planted +3% caught (`slower`, flagged) in {slow_caught} of {slow_runs} runs "
+          f"(goal 3 of 3: {'MET' if slow_caught == slow_runs == 3 else 'NOT MET'})")
 EOF
-echo "total wall $(elapsed "$T0") s" >>"$R/summary.txt"
-cat "$R/walltimes.txt" >>"$R/summary.txt"
+{ cat "$R/walltimes.txt"; echo "total wall $(elapsed "$T0") s"; cat "$R/summary.txt"; } \
+  >"$R/summary-all.txt" && mv "$R/summary-all.txt" "$R/summary.txt"
 cp "$R/summary.txt" "$OUT/summary.txt"
 pack
 cat "$OUT/summary.txt"

@@ -26,6 +26,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -357,6 +358,16 @@ class FaultRun:
     orphans: dict[int, str]
 
 
+def worker_writable_folder(name: str) -> Path:
+    """A folder a sandboxed worker can still write, for a planted benchmark to leave what it
+    found: one under /dev/shm, which the sandbox leaves shared (docs/ci.md: NCCL needs it;
+    every other folder but its round's and its side's is read-only to it)."""
+    shm = Path("/dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix=f"abdiff-test-{name}-",
+                                   dir=shm if shm.is_dir() else None))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> FaultRun:
     """`abdiff main..faulty` over every fault at once, two rounds, as a CI job runs it."""
@@ -366,7 +377,8 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
     env.update({name: SECRET_VALUE for name in SECRETS})
     env[PASSED_SECRET] = "passed-on-purpose"
     env["ABDIFF_TEST_PLAIN"] = "plain"
-    env["ABDIFF_TEST_ENV_DUMP"] = str(tmp / "env-seen.json")
+    dump = worker_writable_folder("env-dump") / "env-seen.json"
+    env["ABDIFF_TEST_ENV_DUMP"] = str(dump)
     home = tmp / "home"
     home.mkdir()
     (home / ".netrc").write_text(f"machine github.com login ci password {SECRET_VALUE}\n")
@@ -394,7 +406,7 @@ def fault_run(faulty_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Fa
         runs={side: json.loads((state / f"{side.lower()}.json").read_text()) for side in "AB"},
         state_dir=state,
         markdown=(tmp / "report.md").read_text(), html=(tmp / "report.html").read_text(),
-        env_seen=json.loads((tmp / "env-seen.json").read_text()), home=home, orphans=orphans,
+        env_seen=json.loads(dump.read_text()), home=home, orphans=orphans,
     )
 
 
@@ -429,3 +441,23 @@ def h200_with_kernels(name: str, folder: Path) -> Path:
     with gzip.open(H200_DATA / f"{name}-kernels.json.gz", "rt") as packed:
         target.write_text(packed.read())
     return target
+
+
+def unwrapped(text: str) -> list[str]:
+    """Lines as abdiff printed them before wrapping them to the terminal: a continuation is
+    indented four more than its paragraph's first line (reports.table.fit), or is the
+    report's own indent after `note:` (2), `next:` (6) or the verdict line (8)."""
+    out: list[str] = []
+    indents: list[int] = []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if out and line.strip() and out[-1].strip():
+            first = out[-1]
+            hanging = {"note: ": 2, "next: ": 6, "abdiff: ": 8}
+            if indent == indents[-1] + 4 or any(
+                    first.startswith(p) and indent == n for p, n in hanging.items()):
+                out[-1] += " " + line.strip()
+                continue
+        out.append(line)
+        indents.append(indent)
+    return out

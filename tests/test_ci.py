@@ -57,3 +57,22 @@ def test_jenkins_example_archives_the_result_only() -> None:
     archives = re.findall(r"archiveArtifacts artifacts: '([^']+)'(.*)", text)
     assert archives == [("abdiff-out/result.json", ", allowEmptyArchive: true, "
                                                    "followSymlinks: false")]
+
+
+def test_the_release_baseline_is_measured_read_only_and_proposed_by_another_job() -> None:
+    """ci/github-actions/abdiff-baseline.yml: on a release tag, the measuring job (read-only
+    token) records several sessions; the job that may write runs no benchmark, validates the
+    file and opens a pull request with it."""
+    path = ROOT / "ci" / "github-actions" / "abdiff-baseline.yml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert data[True]["push"]["tags"] == ["v*"]  # YAML 1.1 reads the key `on` as True
+    assert data["env"]["ABDIFF_SESSIONS"] != "1"
+    refresh, proposal = data["jobs"]["refresh"], data["jobs"]["pull-request"]
+    assert refresh["permissions"] == {"contents": "read"}
+    measure = next(s["run"] for s in refresh["steps"] if s.get("id") == "refresh")
+    assert "abdiff baseline refresh" in measure and '--sessions "$ABDIFF_SESSIONS"' in measure
+    assert "${{" not in measure  # event values reach the shell through env only
+    assert proposal["needs"] == "refresh" and proposal["permissions"]["contents"] == "write"
+    opened = next(s["run"] for s in proposal["steps"] if "pull request" in s.get("name", ""))
+    assert "baseline refresh" not in opened and "abdiff baseline show" in opened
+    assert "gh pr create" in opened and "${{" not in opened

@@ -30,7 +30,7 @@ from abdiff.targets.command.formats import (
 )
 from abdiff.targets.command.target import CommandTarget
 from abdiff.targets.command.worker import main as worker_main
-from tests.conftest import git, git_env, run_abdiff
+from tests.conftest import git, git_env, run_abdiff, unwrapped
 
 # A Google Benchmark binary's command line and JSON (--benchmark_out_format=json).
 GBENCH_PY = '''\
@@ -216,8 +216,11 @@ def test_gbench_iteration_rows_are_the_latencies(tmp_path: Path) -> None:
     assert list(report.results) == ["BM_spin/8", "BM_spin/32", "BM_sleep", "BM_broken"]
     spin8, spin32, sleep = (report.results[n] for n in ("BM_spin/8", "BM_spin/32", "BM_sleep"))
     assert len(spin8.latency_us) == 4 and spin8.error is None  # aggregates dropped
-    assert min(spin32.latency_us) > max(spin8.latency_us)  # 4x the work
-    assert all(500 <= v < 50_000 for v in sleep.latency_us)  # sleep(0.5 ms), in us
+    rows = json.loads(out.read_text())["benchmarks"]
+    assert spin32.latency_us == pytest.approx([  # each repetition's real_time, ns -> us
+        r["real_time"] / 1e3 for r in rows
+        if r["name"] == "BM_spin/32" and r["run_type"] == "iteration"])
+    assert all(v >= 500 for v in sleep.latency_us)  # sleep(0.5 ms) lasts at least that, in us
     assert spin8.facts == {"threads": 1, "label": None}
     assert report.results["BM_broken"].error == "input data is missing"
     assert report.results["BM_broken"].latency_us == []
@@ -491,3 +494,460 @@ def test_several_ranks_are_refused(tmp_path: Path) -> None:
                    ranks=2, target_options={"command": ["./bench"]})
     with pytest.raises(InputError, match="not 2 ranks; leave out --np"):
         CommandTarget().round_command(tmp_path, tmp_path / "job.json", job)
+
+
+# ---------------------------------------------------------------- the real Google Benchmark
+
+# A C++ benchmark against the real library (Debian's libbenchmark-dev, .ci/run installs it):
+# a sort with an items_per_second rate counter, a memcpy, a benchmark that aborts when
+# CRASH is defined at build time, and one registered after it.
+REAL_BENCH_CC = r'''
+#include <benchmark/benchmark.h>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+static void BM_sort(benchmark::State& state) {
+  std::vector<int> v(state.range(0));
+  for (auto _ : state) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int>((i * 7919) % 1000);
+    std::sort(v.begin(), v.end());
+    benchmark::DoNotOptimize(v.data());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_sort)->Arg(1024);
+
+static void BM_memcpy(benchmark::State& state) {
+  std::vector<char> a(state.range(0)), b(state.range(0));
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), a.size());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_memcpy)->Arg(4096);
+
+static void BM_parse(benchmark::State& state) {
+  for (auto _ : state) {
+#ifdef CRASH
+    std::fprintf(stderr, "bench.cc:33: parse: unexpected end of input\n");
+    std::abort();
+#endif
+    benchmark::DoNotOptimize(std::atoi("12345"));
+  }
+}
+BENCHMARK(BM_parse);
+
+static void BM_after(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(state.iterations());
+}
+BENCHMARK(BM_after);
+
+BENCHMARK_MAIN();
+'''
+def documented_suite(top: dict[str, object], target: dict[str, object]) -> str:
+    """docs/targets.md's example suite, its build recipe and command as written, with `top`
+    and `target` changing its keys (None removes one)."""
+    import yaml
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "targets.md").read_text()
+    section = text[text.index("## The `command` target"):]
+    suite = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    suite["target"] = {**suite["target"], **target}
+    suite.update(top)
+    for block in (suite, suite["target"]):
+        for key in [k for k, v in block.items() if v is None]:
+            del block[key]
+    return str(yaml.safe_dump(suite))
+
+
+def _compile_hello(folder: Path) -> str | None:
+    """Why the real Google Benchmark cannot be built here, None when it can."""
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        return "no g++ (Debian: apt-get install g++ libbenchmark-dev; .ci/run installs both)"
+    source = folder / "hello.cc"
+    source.write_text("#include <benchmark/benchmark.h>\nBENCHMARK_MAIN();\n")
+    done = subprocess.run(["g++", "-o", str(folder / "hello"), str(source), "-lbenchmark",
+                           "-lpthread"], capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        return ("Google Benchmark does not build here (Debian: apt-get install "
+                f"libbenchmark-dev; .ci/run installs it): {done.stderr.strip()[-200:]}")
+    return None
+
+
+@pytest.fixture(scope="module")
+def real_gbench(tmp_path_factory: pytest.TempPathFactory) -> None:
+    why = _compile_hello(tmp_path_factory.mktemp("gbench-check"))
+    if why is not None:
+        pytest.skip(why)
+
+
+def real_repo(root: Path, suite: str, crash_on_pr: bool = True) -> Path:
+    """main: REAL_BENCH_CC; pr: the same with BM_parse aborting (CRASH defined)."""
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "bench.cc").write_text(REAL_BENCH_CC)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "benchmarks")
+    git(root, "checkout", "-q", "-b", "pr")
+    if crash_on_pr:
+        (root / "bench.cc").write_text("#define CRASH 1\n" + REAL_BENCH_CC)
+        git(root, "commit", "-q", "-am", "parse aborts")
+    git(root, "checkout", "-q", "main")
+    (root.parent / "suite.yaml").write_text(suite)
+    return root
+
+
+def counting_compiler(folder: Path) -> dict[str, str]:
+    """git_env() with a g++ first on PATH that logs the folder it was started in to
+    compiles.log in the build folder (the one place a build may write under the sandbox),
+    then runs the real one."""
+    import shutil
+
+    folder.mkdir()
+    real = shutil.which("g++")
+    (folder / "g++").write_text(
+        f'#!/bin/sh\necho "$PWD" >> "$ABDIFF_BUILD_DIR/compiles.log"\nexec {real} "$@"\n')
+    (folder / "g++").chmod(0o755)
+    env = git_env()
+    env["PATH"] = f"{folder}:{env.get('PATH', '')}"
+    return env
+
+
+@pytest.mark.slow
+def test_real_gbench_crash_is_blamed_on_its_benchmark_alone(tmp_path: Path,
+                                                             real_gbench: None) -> None:
+    """B's BM_parse aborts: Google Benchmark leaves its JSON cut after the benchmarks before
+    it; BM_parse alone is `broken` (SIGABRT with its own stderr line, not the library's
+    DEBUG warning), the others keep every round on both sides. The documented build recipe
+    runs under the default sandbox, once per side for the whole run."""
+    # the documented suite, every benchmark the sides list, fewer repetitions
+    repo = real_repo(tmp_path / "repo", documented_suite(
+        {"run_times": 3, "expect": None}, {"benchmarks": None}))
+    out = tmp_path / "result.json"
+    done = run_abdiff("main..pr", "--configs", tmp_path / "suite.yaml", "--target", "command",
+                      "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "3",
+                      "--max-rounds", "3", "--json", out, "--quiet",
+                      env=counting_compiler(tmp_path / "bin"), timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr  # BM_parse broke: unintended
+    configs = {c["id"]: c for c in json.loads(out.read_text())["configs"]}
+    assert list(configs) == ["BM_sort/1024", "BM_memcpy/4096", "BM_parse", "BM_after"]
+    parse = configs["BM_parse"]
+    assert (parse["status_a"], parse["status_b"], parse["status_change"]) == (
+        "ok", "aborted", "broken")
+    assert parse["error_b"] == "SIGABRT: bench.cc:33: parse: unexpected end of input"
+    for name in ("BM_sort/1024", "BM_memcpy/4096", "BM_after"):
+        assert configs[name]["status_a"] == configs[name]["status_b"] == "ok", name
+        latency = configs[name]["latency"]
+        assert latency["rounds_a"] == latency["rounds_b"] == 3, name
+    run_b = json.loads(next((tmp_path / "cache" / "runs").glob("*/b.json")).read_text())
+    after = next(c for c in run_b["configs"] if c["id"] == "BM_after")
+    assert all(len(r["latency_us"]) == 3 for r in after["rounds"])  # run_times repetitions
+    # one build per side, each in its own checkout, for 3 rounds a side
+    logs = list((tmp_path / "cache").glob("sides/*/build/compiles.log"))
+    built_in = [line for log in logs for line in log.read_text().split()]
+    assert len(logs) == 2 and len(built_in) == 2 and len(set(built_in)) == 2, built_in
+
+
+@pytest.mark.slow
+def test_real_gbench_rate_counter_passes_a_a(tmp_path: Path, real_gbench: None) -> None:
+    """items_per_second, a rate that differs in every repetition, compared as a metric: an
+    A/A run has no unintended change. Named as a fact (compared exactly) it fails with a
+    line saying why, on both sides, and is not reported as a change."""
+    # the documented suite as written, and a fact that is a rate
+    repo = real_repo(tmp_path / "repo", documented_suite(
+        {"facts": ["bytes_per_second"]}, {}),
+                     crash_on_pr=False)
+    out = tmp_path / "result.json"
+    done = run_abdiff("main..main", "--configs", tmp_path / "suite.yaml", "--target",
+                      "command", "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds",
+                      "3", "--max-rounds", "3", "--metric", "real_time", "--metric",
+                      "items_per_second", "--json", out, "--quiet", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    configs = {c["id"]: c for c in json.loads(out.read_text())["configs"]}
+    rate = configs["BM_sort/1024 items_per_second"]
+    assert rate["params"]["metric"] == "items_per_second"
+    assert rate["status_a"] == rate["status_b"] == "ok" and not rate["facts_changed"]
+    assert rate["latency"]["verdict"] != "slower" and rate["latency"]["verdict"] != "faster"
+    # the declared-constant fact bytes_per_second is a rate: refused, not compared
+    memcpy = configs["BM_memcpy/4096"]
+    assert memcpy["status_change"] == "still-failing"
+    assert "fact bytes_per_second varies between the repetitions" in memcpy["error_b"]
+
+
+@pytest.mark.slow
+def test_two_real_gbench_files_compare_directly(tmp_path: Path, real_gbench: None) -> None:
+    """`abdiff compare a.json b.json` on two Google Benchmark outputs: repetitions as
+    rounds, compared unpaired and said so; a file cut by a crash is read up to its cut,
+    the crashing benchmark is in one file only."""
+    import subprocess
+
+    (tmp_path / "bench.cc").write_text(REAL_BENCH_CC)
+    for name, defines in (("bench", []), ("crashing", ["-DCRASH"])):
+        subprocess.run(["g++", "-O2", *defines, "-o", str(tmp_path / name),
+                        str(tmp_path / "bench.cc"), "-lbenchmark", "-lpthread"], check=True,
+                       timeout=300)
+    for name, binary in (("a", "bench"), ("b", "bench"), ("cut", "crashing")):
+        subprocess.run([str(tmp_path / binary), "--benchmark_min_time=0.01",
+                        "--benchmark_repetitions=5", f"--benchmark_out={tmp_path / name}.json",
+                        "--benchmark_out_format=json"], capture_output=True, timeout=300,
+                       check=False)
+    out = tmp_path / "result.json"
+    done = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", out,
+                      "--metric", "cpu_time")
+    # two runs at different times of a loaded machine may differ: any verdict, no failure
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    configs = {c["id"]: c for c in result["configs"]}
+    assert list(configs) == ["BM_sort/1024", "BM_memcpy/4096", "BM_parse", "BM_after"]
+    assert all(c["latency"]["rounds_a"] == c["latency"]["rounds_b"] == 5
+               for c in configs.values())
+    assert configs["BM_sort/1024"]["params"]["metric"] == "cpu_time"
+    assert any("compared unpaired" in note for note in result["notes"])
+    assert any(note.startswith("geometric mean of B/A over the 4 config(s)")
+               for note in result["notes"])
+    cut = run_abdiff("compare", tmp_path / "a.json", tmp_path / "cut.json", "--json", out)
+    assert cut.returncode in (0, 1), cut.stdout + cut.stderr
+    result = json.loads(out.read_text())
+    assert [c["id"] for c in result["configs"]] == ["BM_sort/1024", "BM_memcpy/4096"]
+    assert any("cut short" in note for note in result["notes"])
+    # --benchmark_report_aggregates_only: the median row is each benchmark's one value
+    from abdiff.targets.command.files import import_benchmark_file
+
+    subprocess.run([str(tmp_path / "bench"), "--benchmark_min_time=0.01",
+                    "--benchmark_repetitions=3", "--benchmark_report_aggregates_only=true",
+                    f"--benchmark_out={tmp_path / 'aggregates.json'}",
+                    "--benchmark_out_format=json"], capture_output=True, timeout=300, check=True)
+    rows = json.loads((tmp_path / "aggregates.json").read_text())["benchmarks"]
+    medians = {r["run_name"]: r["real_time"] for r in rows if r["aggregate_name"] == "median"}
+    imported = import_benchmark_file(tmp_path / "aggregates.json", "gbench", ["real_time"])
+    sort = imported.config("BM_sort/1024")
+    assert sort is not None and len(sort.rounds) == 1
+    assert sort.rounds[0].latency_us == pytest.approx([medians["BM_sort/1024"] / 1e3])  # ns
+    mixed = run_abdiff("compare", tmp_path / "a.json", out)
+    assert mixed.returncode == 2 and len(unwrapped(mixed.stderr)) == 1, mixed.stderr
+
+
+def test_a_cut_gbench_document_is_read_to_its_last_whole_benchmark() -> None:
+    """What a process that died leaves: every whole row before the cut; the last benchmark
+    only when all its repetitions are there."""
+    from abdiff.targets.command.formats import gbench_document
+
+    rows = [{"name": n, "run_name": n, "run_type": "iteration", "repetitions": 2,
+             "real_time": t, "cpu_time": t - 1, "time_unit": "ns", "items_per_second": 4e6}
+            for n, t in (("BM_a", 10), ("BM_a", 12), ("BM_b", 20), ("BM_b", 22))]
+    text = json.dumps({"context": {"library_build_type": "debug"}, "benchmarks": rows},
+                      indent=2)
+    whole, complete = gbench_document(text)
+    assert complete and len(whole["benchmarks"]) == 4
+    after_b_first = text.index('"BM_b"', text.index('"BM_b"') + 1)  # inside BM_b's 1st row
+    for cut, expected in ((text.rindex("}") - 1, ["BM_a", "BM_b"]),  # all rows, no "]}"
+                          (text.index("}", after_b_first) + 1, ["BM_a"]),  # 1 of 2 of BM_b
+                          (after_b_first, ["BM_a"]),
+                          (text.index('"benchmarks"') + 5, [])):
+        document, complete = gbench_document(text[:cut])
+        assert not complete
+        report = gbench_report(document, metrics=["real_time", "items_per_second"],
+                               complete=False)
+        assert list(report.results) == [i for n in expected
+                                        for i in (n, f"{n} items_per_second")], cut
+    report = gbench_report(whole, metrics=["cpu_time", "items_per_second"])
+    assert report.results["BM_a items_per_second"].latency_us == [0.25, 0.25]  # us per item
+    assert report.results["BM_a"].latency_us == pytest.approx([0.009, 0.011])
+    with pytest.raises(ValueError, match=r"benchmarks \(BM_a\): cpu_time None in unit 'ns'"):
+        gbench_report({"benchmarks": [{"name": "BM_a", "real_time": 1}]}, metrics=["cpu_time"])
+    assert report.env["warnings"] == [
+        "the Google Benchmark library was built as DEBUG (its own timing loop is slower; the "
+        "benchmark's code is as you built it)"]
+    with pytest.raises(ValueError, match="no JSON object of Google Benchmark"):
+        gbench_document("Segmentation fault")
+
+
+def test_counters_and_facts() -> None:
+    from abdiff.targets.command.formats import metric_value
+
+    row = {"real_time": 2.0, "cpu_time": 1.5, "time_unit": "us", "items_per_second": 2e6,
+           "bytes": 64, "rate": 0}
+    assert metric_value(row, "cpu_time") == 1.5
+    assert metric_value(row, "items_per_second") == 0.5  # a rate: microseconds per item
+    assert metric_value(row, "bytes") == 64.0  # not a rate: as written
+    assert metric_value(row, "misses") == "no counter 'misses' in its row"
+    assert metric_value(row, "rate") == "rate 0 is not a positive value"
+    varying = [{"name": "BM_x", "run_type": "iteration", "real_time": t, "time_unit": "ns",
+                "bytes": 64, "items_per_second": 1e9 / t} for t in (10, 11)]
+    report = gbench_report({"benchmarks": varying}, facts=["bytes", "items_per_second"])
+    result = report.results["BM_x"]
+    assert result.error is not None and result.error.startswith(
+        "fact items_per_second varies between the repetitions of one process (100000000.0,")
+    assert result.facts == {"bytes": 64}  # what is constant is still compared
+    assert gbench_report({"benchmarks": varying}, facts=["bytes"]).results["BM_x"].latency_us \
+        == pytest.approx([0.010, 0.011])
+
+
+def test_the_death_line_is_the_benchmarks_own() -> None:
+    from abdiff.targets.command.formats import death_line
+
+    stderr = ("2026-12-05T10:27:49+00:00\nRunning ./bench\nRun on (2 X 2600 MHz CPU s)\n"
+              "CPU Caches:\n  L1 Data 48 KiB (x2)\nLoad Average: 2.77, 1.93, 0.88\n"
+              "***WARNING*** Library was built as DEBUG. Timings may be affected.\n")
+    assert death_line(stderr) is None  # a silent abort: the signal alone says it
+    assert death_line(stderr + "bench.cc:25: check failed\n") == "bench.cc:25: check failed"
+    assert death_line("bench.cc:25: check failed\n" + stderr) == "bench.cc:25: check failed"
+
+
+@pytest.mark.slow
+def test_configs_from_both_sides_and_the_sandbox_in_the_runs_key(tmp_path: Path) -> None:
+    """A benchmark only B registers is measured on B and reported as not on A; the same
+    run with --sandbox off, or with another OMP_NUM_THREADS, keeps its rounds apart (a
+    failed round under one sandbox or environment is not reused under another), a new
+    Slurm job id does not."""
+    script = GBENCH_PY.replace('("BM_broken", None, 0)]', '("BM_broken", None, 0)]\n'
+                               'BENCHMARKS += [("BM_new", spin, 4)] if SPIN > 20 else []')
+    suite = gbench_suite()
+    repo = bench_repo(tmp_path / "repo", script, 20, 21, suite)
+    out = tmp_path / "result.json"
+    common = ("main..pr", "--configs", tmp_path / "suite.yaml", "--target", "command",
+              "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "2",
+              "--max-rounds", "2", "--json", out)
+    done = run_abdiff(*common, env=git_env())
+    assert done.returncode == 1, done.stdout + done.stderr  # BM_new: not reported on A
+    assert "side A (main) does not list 1 config(s) the other side has (BM_new)" in " ".join(
+        unwrapped(done.stderr))
+    new = next(c for c in json.loads(out.read_text())["configs"] if c["id"] == "BM_new")
+    assert (new["status_a"], new["status_b"]) == ("failed", "ok")
+    assert "reported no result" in new["error_a"]
+    again = run_abdiff(*common, "--sandbox", "off", env=git_env())
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert len(list((tmp_path / "cache" / "runs").iterdir())) == 2
+    # a variable the workers get is part of the key too; one that names the job is not
+    env = {**git_env(), "OMP_NUM_THREADS": "3", "SLURM_JOB_ID": "17"}
+    threads = run_abdiff(*common, env=env)
+    assert threads.returncode == 1, threads.stdout + threads.stderr
+    job = run_abdiff(*common, "--resume", env={**env, "SLURM_JOB_ID": "18"})
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "no worker started" in job.stderr  # the same rounds, re-reported
+    assert len(list((tmp_path / "cache" / "runs").iterdir())) == 3
+
+
+@pytest.mark.slow
+def test_real_gbench_a_side_that_does_not_build(tmp_path: Path, real_gbench: None) -> None:
+    """B's bench.cc does not compile: one line on stderr names the side and g++'s error,
+    each of B's configs fails with it (A's are measured), exit 1; when neither side builds,
+    nothing can be measured: exit 3 with both reasons."""
+    repo = real_repo(tmp_path / "repo", documented_suite({"run_times": 2}, {}),
+                     crash_on_pr=False)
+    (repo / "bench.cc").write_text(REAL_BENCH_CC + "\nnot C++;\n")
+    git(repo, "commit", "-q", "-am", "a syntax error")
+    out = tmp_path / "result.json"
+    common = ("--configs", tmp_path / "suite.yaml", "--target", "command", "--repo", repo,
+              "--cache-dir", tmp_path / "cache", "--rounds", "2", "--max-rounds", "2")
+    done = run_abdiff("main~1..main", *common, "--json", out, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = [line for line in unwrapped(done.stderr) if "target.build failed" in line]
+    assert len(said) == 1 and said[0].startswith("abdiff: side B (main): target.build failed "
+                                                 "(exit code 1: bench.cc:"), said
+    assert "error:" in said[0] and "abdiff-build.log" in said[0]
+    for config in json.loads(out.read_text())["configs"]:
+        assert (config["status_a"], config["status_b"]) == ("ok", "failed"), config["id"]
+        assert config["error_b"].startswith("target.build failed (exit code 1: bench.cc:")
+    neither = run_abdiff("main..main", *common, "--quiet",
+                         timeout=600)
+    assert neither.returncode == 3, neither.stdout + neither.stderr
+    said = " ".join(unwrapped(neither.stderr))
+    assert "nothing measured" in said and "target.build failed" in said
+
+
+@pytest.mark.slow
+def test_two_nvbench_files_compare_directly(tmp_path: Path) -> None:
+    """nvbench --jsonbin outputs: each sample a round, unpaired; --metric is refused for
+    them, and for run files."""
+    import subprocess
+
+    script = tmp_path / "bench.py"
+    script.write_text(NVBENCH_PY.format(spin=20))
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, str(script), "--jsonbin", str(tmp_path / f"{name}.json")],
+                       check=True, cwd=tmp_path, timeout=60)
+    out = tmp_path / "result.json"
+    done = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", out)
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # timings of two runs
+    result = json.loads(out.read_text())
+    configs = {c["id"]: c for c in result["configs"]}
+    small = configs["reduce[Device=0 Elements=256]"]["latency"]
+    assert small["rounds_a"] == small["rounds_b"] == 25  # SAMPLES
+    assert configs["reduce[Device=0 Elements=1048576]"]["status_change"] == "still-failing"
+    assert any("A and B are nvbench JSON files" in n and "unpaired" in n
+               for n in result["notes"])
+    refused = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json", "--metric",
+                         "cpu_time")
+    assert refused.returncode == 2
+    assert "--metric is Google Benchmark's" in " ".join(unwrapped(refused.stderr))
+    on_runs = run_abdiff("compare", out, out, "--metric", "cpu_time")
+    assert on_runs.returncode == 2
+    assert "--metric chooses what a benchmark's JSON" in " ".join(unwrapped(on_runs.stderr))
+
+
+ORDERED_CRASH_PY = '''\
+import os, re, sys
+flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+wanted = re.compile(flags.get("benchmark_filter", "."))
+names = [n for n in ("BM_first", "BM_second", "BM_third") if wanted.search(n)]
+if flags.get("benchmark_list_tests") == "true":
+    print("\\n".join(names))
+    sys.exit(0)
+out = open(flags["benchmark_out"], "w")
+out.write('{"context": {}, "benchmarks": [')
+for index, name in enumerate(names):
+    if name == "BM_second":  # as the library: what was reported is flushed, the rest lost
+        print("bench.cc:7: BM_second: out of range", file=sys.stderr, flush=True)
+        os.abort()
+    out.write(("," if index else "") + '{"name": "%s", "run_type": "iteration", '
+              '"repetitions": 1, "real_time": 1000, "time_unit": "ns"}' % name)
+    out.flush()
+out.write("]}")
+'''
+
+
+def test_the_config_blamed_is_the_one_the_benchmark_ran_last(tmp_path: Path) -> None:
+    """The job lists BM_third first, the benchmark runs its registration order: the death
+    is BM_second's (the first it left unreported in its own order), BM_first keeps its
+    value from the cut JSON, BM_third is left for the next process."""
+    import subprocess
+
+    record = worker_round(tmp_path, ORDERED_CRASH_PY, ["BM_third", "BM_second", "BM_first"])
+    done = subprocess.run([sys.executable, "-m", "abdiff.targets.command.worker",
+                           str(tmp_path / "job.json")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == -6, done.stderr
+    log = read_round_log(record)
+    assert log.in_progress == "BM_second" and list(log.done) == ["BM_first"]
+    assert log.done["BM_first"].latency_us == [1.0]
+    assert done.stderr.rstrip().endswith(
+        "abdiff-worker: config BM_second\nbench.cc:7: BM_second: out of range")
+
+
+@pytest.mark.slow
+def test_a_build_into_the_checkout_is_told_where_to_build(tmp_path: Path) -> None:
+    """Under the sandbox the checkout is read-only: a build that writes there fails with a
+    line saying where to build instead. Control: with --sandbox off the same build works."""
+    suite = gbench_suite().replace("target:\n", "target:\n  build: [sh, -c, 'echo > built']\n")
+    repo = bench_repo(tmp_path / "repo", GBENCH_PY, 20, 21, suite)
+    common = ("main..main", "--configs", tmp_path / "suite.yaml", "--target", "command",
+              "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "1",
+              "--max-rounds", "1", "--quiet")
+    done = run_abdiff(*common, env=git_env())
+    said = " ".join(unwrapped(done.stderr))
+    if "runs without a sandbox here" in said:
+        pytest.skip(f"no sandbox on this machine: {said}")
+    assert done.returncode == 3, said  # neither side builds: nothing to measure
+    assert "Read-only file system" in said
+    assert "the checkout is read-only to the benchmark's code: build into $ABDIFF_BUILD_DIR" \
+        in said
+    control = run_abdiff(*common, "--sandbox", "off", env=git_env())
+    assert control.returncode == 0, control.stdout + control.stderr

@@ -115,7 +115,7 @@ def test_the_launcher_and_tensorrt_llm_are_checked() -> None:
 def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
     """On the demo, `abdiff doctor main..pr --configs mtp` checks the reference target (as
     the run would), says so first, and ends with what its exit status means."""
-    from conftest import git, git_env, run_abdiff
+    from conftest import git, git_env, run_abdiff, unwrapped
 
     from abdiff.demo import build_demo_repo
 
@@ -124,7 +124,7 @@ def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
     done = run_abdiff("doctor", "main..pr", "--configs", "mtp", "--repo", repo, "--cache-dir",
                       tmp_path / "cache", env={**git_env(), "COLUMNS": "100"})
     assert max(map(len, done.stdout.splitlines())) <= 100  # wrapped to the width, not cut
-    lines = paragraphs(done.stdout)
+    lines = unwrapped(done.stdout)
     assert lines[0] == (f"abdiff doctor: checking target reference (detected in {repo}: "
                         "tinyllm/tools/layer_wise_benchmarks/runner.py)")
     assert ("suite mtp: target reference runs it on this machine's device (no model files, no "
@@ -138,26 +138,11 @@ def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
     plain.mkdir()
     git(plain, "init", "-q")
     done = run_abdiff("doctor", "--repo", plain)
-    lines = paragraphs(done.stdout)
+    lines = unwrapped(done.stdout)
     assert lines[0] == (f"abdiff doctor: checking target reference (no benchmark in {plain}; "
                         "pass --target trtllm or --repo PATH to check another)")
     assert lines[-1] == ("abdiff doctor: target reference: this machine can run it (no hooks "
                          "checked: give a benchmark repository and a range) (exit 0)")
-
-
-def paragraphs(text: str) -> list[str]:
-    """Lines as printed before wrapping: a line indented four more than the one before it
-    continues that one (reports.table.fit)."""
-    out: list[str] = []
-    indents: list[int] = []
-    for line in text.splitlines():
-        indent = len(line) - len(line.lstrip(" "))
-        if out and line.strip() and indent == indents[-1] + 4:
-            out[-1] += " " + line.strip()
-            continue
-        out.append(line)
-        indents.append(indent)
-    return out
 
 
 def test_the_sandbox_is_checked() -> None:

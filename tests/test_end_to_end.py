@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import git, git_env, run_abdiff, write_suite
+from conftest import git, git_env, run_abdiff, unwrapped, write_suite
 
 from abdiff.demo import build_demo_repo
 from abdiff.store.records import load_run_file
@@ -142,21 +142,22 @@ def test_run_then_compare_matches(demo: Path, tmp_path: Path) -> None:
                       "backend=DSA", "--format", "table")
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"expected\s+GEN-DSA-bs2-q4-kv64\s+aborted -> ok \(fixed\)", done.stdout)
-    assert done.stdout.splitlines()[-1].startswith("abdiff: no unintended change: ")
-    assert done.stdout.splitlines()[-1].endswith(
+    assert unwrapped(done.stdout)[-1].startswith("abdiff: no unintended change: ")
+    assert unwrapped(done.stdout)[-1].endswith(
         "(exit 0: nothing changed outside the expected scope)")
     # With the report in a file, stdout still ends with the verdict, stderr says what was written.
     done = run_abdiff("compare", tmp_path / "main.json", tmp_path / "pr.json", "--expect",
                       "backend=DSA", "--format", "markdown", "--output", tmp_path / "r.md",
                       "--html", tmp_path / "r.html")
     assert done.returncode == 0, done.stdout + done.stderr
-    *step, last = done.stdout.splitlines()  # the next step when latency is undecided
+    # the next step when latency is undecided, wrapped to the width like the verdict
+    *step, last = unwrapped(done.stdout)
     assert all(line.startswith("next: latency undecided") for line in step), step
     # the fixed config ran on B only: measured means on both sides
     assert last.startswith("abdiff: no unintended change") and \
         "3 of 4 configs measured; 1 failed on one side" in last
-    assert done.stderr.strip() == (f"abdiff: wrote {tmp_path / 'r.md'} (markdown), "
-                                   f"{tmp_path / 'r.html'} (html)")
+    assert unwrapped(done.stderr) == [f"abdiff: wrote {tmp_path / 'r.md'} (markdown), "
+                                      f"{tmp_path / 'r.html'} (html)"]
     # 2 rounds decide no latency: exit 0, but the comment is not green
     assert (tmp_path / "r.md").read_text().splitlines()[1].startswith(
         ":warning: **abdiff: no unintended change found, but latency undecided")

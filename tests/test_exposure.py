@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import subprocess
@@ -71,12 +72,15 @@ def test_state_home_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the note is for root")
-def test_root_is_told_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_root_is_told_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("ABDIFF_STATE_DIR", str(tmp_path))
-    warn_if_root()
-    assert "measuring as root" in capsys.readouterr().err
-    warn_if_root()
-    assert capsys.readouterr().err == ""
+    with caplog.at_level(logging.INFO, logger="abdiff"):
+        warn_if_root()
+        assert "measuring as root" in caplog.text
+        caplog.clear()
+        warn_if_root()
+        assert caplog.text == ""
 
 
 def test_an_ancestor_holding_a_token_is_named(tmp_path: Path) -> None:

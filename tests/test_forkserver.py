@@ -164,8 +164,8 @@ def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: 
     launcher = LocalLauncher()
     prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
     pool = launcher.standby
-    assert isinstance(pool, ForkServers) and pool.waiting is not None
-    primed = pool.waiting
+    assert isinstance(pool, ForkServers) and len(pool.waiting) == 1
+    primed = pool.waiting[0]
     assert primed.server is not None
     with standing_by(launcher, "fork", tmp_path / "unused", None, None) as taken:
         assert taken is pool
@@ -330,3 +330,24 @@ def test_a_package_planted_in_the_servers_folder_is_not_imported(tmp_path: Path)
     finally:
         server.close()
     assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_a_forked_worker_is_pinned_to_its_cpu_set(tmp_path: Path) -> None:
+    """--devices on a CPU host: the fork takes the job's CPU set before it becomes the job;
+    the server, and the next job without one, keep all of theirs."""
+    folder = checkout(tmp_path, "a")
+    (folder / "affinity.py").write_text(
+        "import json, os\nprint(json.dumps(sorted(os.sched_getaffinity(0))))\n")
+    allowed = sorted(os.sched_getaffinity(0))
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pinned = LaunchSpec([sys.executable, "-m", "affinity"], folder, ENV, cpus=(allowed[0],))
+        assert run(pool, pinned, tmp_path / "w0").returncode == 0
+        free = LaunchSpec([sys.executable, "-m", "affinity"], folder, ENV)
+        assert run(pool, free, tmp_path / "w1").returncode == 0
+        assert pool.taken == 2
+    finally:
+        pool.close()
+    assert json.loads((tmp_path / "w0" / "stdout.txt").read_text()) == [allowed[0]]
+    assert json.loads((tmp_path / "w1" / "stdout.txt").read_text()) == allowed

@@ -72,3 +72,29 @@ def test_trtllm_kernel_selection_changes_on_pr_v1(demo: Path) -> None:
         assert len(result["graph"]) == 10 and min(result["graph"]) > 0
         # the stopping rule: at least the 3 warm-up calls, at most about its 0.3 s cap
         assert result["warmup"]["calls"] >= 3 and result["warmup"]["seconds"] < 1.0
+
+
+def test_a_preimport_that_creates_a_cuda_context_leaves_that_side_cold(tmp_path: Path) -> None:
+    """A fork cannot carry a CUDA context: the fork server checks after the target's
+    preimport and ends instead of forking; that side's workers start cold."""
+    from abdiff.launchers.forkserver import ForkServers
+    from abdiff.launchers.process import run_process
+    from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+
+    folder = tmp_path / "a"
+    (folder / "cudapkg").mkdir(parents=True)
+    (folder / "cudapkg" / "__init__.py").write_text("import torch\ntorch.cuda.init()\n")
+    (folder / "job.py").write_text("import os\nprint(os.getppid())\n")
+    env = {"PYTHONPATH": str(ABDIFF_ROOT)}
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pool.prepare([folder], env, ("cudapkg",))
+        spec = LaunchSpec([sys.executable, "-m", "job"], folder, env)
+        outcome = run_process(spec, tmp_path / "w0", tmp_path / "w0" / "progress", 120,
+                              standby=pool)
+        assert outcome.returncode == 0
+        assert int((tmp_path / "w0" / "stdout.txt").read_text()) == os.getpid()  # cold
+        said = pool.preimported(folder)
+        assert said is not None and "a CUDA context exists" in said
+    finally:
+        pool.close()

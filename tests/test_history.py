@@ -8,6 +8,7 @@ commits), each given the session it was measured in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from conftest import git, h200_with_kernels, run_abdiff
 
 from abdiff.demo import build_demo_repo
+from abdiff.run.schedule import write_state
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "data" / "h200"  # extracts of H200 run files (tests/data/README.md)
@@ -29,6 +31,14 @@ def _copy(source: Path, target: Path, sha: str, started: str) -> None:
     data["sessions"] = {f"s{started[8:10]}{started[11:13]}": {"started": started, "host": "h200"}}
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(data))
+
+
+def signed(state: Path) -> None:
+    """A state.json for the run files in `state`, signed as abdiff signs its own (a run
+    folder whose MAC does not hold is left out of the history)."""
+    write_state(state, 1, True, {name: hashlib.sha256((state / name).read_bytes()).hexdigest()
+                                 if (state / name).exists() else None
+                                 for name in ("a.json", "b.json")})
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +62,11 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         a, b = (json.loads(runs_with_kernels[name].read_text())["rev"] for name in files)
         _copy(runs_with_kernels[files[0]], runs / key / "a.json", sha[a], started + "+00:00")
         _copy(runs_with_kernels[files[1]], runs / key / "b.json", sha[b], started + "+00:01")
-        (runs / key / "state.json").write_text(json.dumps({"seed": 1, "complete": True}))
+        signed(runs / key)
     # another repository's run in the same cache: not this history's
     _copy(H200 / "graph-pr..pr-a.json", runs / "3333cccc" / "a.json", "f" * 40,
           "2026-12-02T13:00:00+00:00")
-    (runs / "3333cccc" / "state.json").write_text("{}")
+    signed(runs / "3333cccc")
     return {"repo": repo, "baselines": baselines, "cache": base / "cache", "base": base}
 
 
@@ -144,7 +154,7 @@ def test_baseline_show_fits_the_terminal(sources: dict[str, Path]) -> None:
     assert said[1].startswith("recorded 2026-12-02T15:02:54+00:00 on NVIDIA H200")
     assert said[1].endswith("; 1 session: s0310 (2026-12-03 10:00, h200)")
     assert said[2].startswith("machine fingerprint: target=reference, device=cuda")
-    assert said[3].startswith("session drift: unknown (one measuring session;")
+    assert said[3].startswith("session drift: not measured (one measuring session)")
     config = next(ln for ln in lines if ln.startswith(CONFIG))
     assert re.fullmatch(rf"{CONFIG}  ok  5 rounds  \d+(\.\d+)? µs ±\d+(\.\d+)?", config), config
     block = lines[lines.index(config):]
@@ -168,11 +178,11 @@ def test_another_launcher_another_clone_and_another_target(sources: dict[str, Pa
     other["configs"][0]["rounds"][0]["kernels"] = {"a_kernel_only_mpirun_runs": 1}
     (cache / "runs" / "4444dddd").mkdir()
     (cache / "runs" / "4444dddd" / "a.json").write_text(json.dumps(other))
-    (cache / "runs" / "4444dddd" / "state.json").write_text("{}")
+    signed(cache / "runs" / "4444dddd")
     clone = dict(other, env={**other["env"], "repository": str(tmp_path / "another-clone")})
     (cache / "runs" / "5555eeee").mkdir()
     (cache / "runs" / "5555eeee" / "a.json").write_text(json.dumps(clone))
-    (cache / "runs" / "5555eeee" / "state.json").write_text("{}")
+    signed(cache / "runs" / "5555eeee")
     env = {**__import__("conftest").git_env(), "COLUMNS": "120"}
     args = ("history", CONFIG, "--repo", sources["repo"], "--baselines-dir",
             sources["baselines"], "--cache-dir", cache)

@@ -715,6 +715,37 @@ def test_hostile_kernel_names_keep_the_comment_under_githubs_limit() -> None:
     assert "ftp://" not in text and ":x: 0" not in text  # no link, no emoji of theirs
 
 
+def test_headers_name_each_sides_environment() -> None:
+    """The Markdown and HTML headers say where and with what each side was measured, from
+    the run files' environments (in the result since 2026-12-05); hostile values are
+    clipped, a result written before gets no such line."""
+    machine = [{"name": "CPU load", "value": "1.9 of 2", "ok": False, "advice": "idle"},
+               {"name": "CPU governor", "value": "performance", "ok": True, "advice": ""}]
+    a = Side("main", "a" * 40, "rel-1", {
+        "device": "cuda", "device_name": "NVIDIA H200", "device_count": 2, "driver": "570.1",
+        "torch": "2.7.0", "tensorrt_llm.version": "1.1.0rc2", "target_package": "tensorrt_llm",
+        "kernel_env": {"TRTLLM_ENABLE_PDL": "1"}, "sandbox": "off", "machine": machine},
+        {"s1": {"started": "2026-12-02T20:06:00", "host": "node-1"},
+         "s2": {"started": "2026-12-02T22:50:00", "host": "node-2"}})
+    b = Side("pr", "b" * 40, None, {"device": "cpu", "kernel_env": "not a dict",
+                                    "torch": "x" * 5000, "machine": [1, None]}, {})
+    result = make_result(a=a, b=b)
+    text = markdown.render(result)
+    assert "A measured with: NVIDIA H200 x2" in text and "B measured with: cpu" in text
+    line_a = common.environment_text(a)
+    for part in ("NVIDIA H200 x2", "driver 570.1", "torch 2.7.0", "tensorrt_llm 1.1.0rc2",
+                 "kernel env: TRTLLM_ENABLE_PDL=1", "sandbox: off",
+                 "machine check: CPU load flagged",
+                 "2 sessions on node-1, node-2 (2026-12-02 20:06 to 2026-12-02 22:50)"):
+        assert part in line_a, part
+    line_b = common.environment_text(b)
+    assert "kernel env: none set" in line_b and len(line_b) < 400
+    page = html_report.render(result)
+    assert "A measured with" in page and "TRTLLM_ENABLE_PDL=1" in page
+    assert "measured with" not in markdown.render(make_result())
+    assert json.loads(json_report.render(result))["a"]["env"]["device_name"] == "NVIDIA H200"
+
+
 # A long explanation of the statistics and a long note: the texts a report used to cut
 LONG_NOTE = ("10 rounds resolve +-9.8%; over 100 would be needed: a quieter machine; A's "
              "processes sit on two levels 4.1% apart (6 and 4 rounds), which the rounds of B "
@@ -810,6 +841,35 @@ def test_units_are_in_the_header_of_every_format() -> None:
         assert "alpha: 5% family-wise (--alpha)" in flat.replace("</dt><dd>", ": ")
 
 
+def test_no_advice_the_run_already_followed() -> None:
+    """A projection within the run's own --max-rounds is not offered again."""
+    result = make_result()
+    undecided = next(c for c in result.configs if c.verdict == "inconclusive")
+    undecided.latency.rounds_needed = 12
+    assert common.next_step(result).endswith("re-run with --max-rounds 12 (a config whose "
+                                             "spread grows stops early and says so)")
+    result.summary["max_rounds"] = 15
+    assert common.next_step(result).endswith(
+        "the --max-rounds 15 of this run already allowed the 12 rounds their spread asks for: "
+        "it grew as rounds came in, measure on an idle machine")
+
+
+def test_a_detectable_change_over_100_percent_is_no_statement() -> None:
+    """Undecided: "undecidable at this noise"; decided (the interval excludes 1 on a busy
+    machine, 0.334x [0.148, 0.751]): a change that large was seen, nothing else is said."""
+    undecided = LatencyResult("inconclusive", 0.948, [0.32, 2.81], 1.0, None, 10, 10,
+                              detectable=2.488)
+    assert common.latency_details(undecided) == [
+        "undecidable at this noise (detects only changes over 100%)"]
+    faster = LatencyResult("faster", 0.334, [0.148, 0.751], 0.003, None, 10, 10,
+                           detectable=1.31)
+    assert common.latency_cell(faster) == "0.334x [0.148, 0.751] p=0.003 (faster)"
+    assert "detects" not in common.latency_cell(LatencyResult(
+        "faster", 0.334, [0.148, 0.751], 0.003, None, 10, 10, detectable=1.0))
+    assert common.latency_details(LatencyResult("slower", 1.2, [1.1, 1.3], 0.001, None, 10, 10,
+                                                detectable=0.05)) == ["detects ≥ 5.0%"]
+
+
 def test_a_config_stopped_below_max_rounds_says_why() -> None:
     """The plan found more rounds futile: the row says so, with the ceiling it was given."""
     stopped = LatencyResult("inconclusive", 1.01, [0.9, 1.1], 0.5, None, 20, 20,
@@ -837,3 +897,29 @@ def test_grid_and_fit_stay_within_the_width() -> None:
     said = "abdiff doctor: target reference: ready: " + "every hook is present " * 6
     fitted = table_report.fit(f"  {said}", 50).splitlines()
     assert max(map(len, fitted)) <= 50 and fitted[1].startswith("      hook")
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_bisect_report_fits_the_terminal(width: int) -> None:
+    """The culprit sentence, the path taken and the evidence within the width, whole."""
+    from abdiff.reports import bisect as bisect_report
+    from abdiff.verdict.bisection import BisectResult, Commit, Culprit, Step
+
+    ids = [c.id for c in make_result().configs]
+    commit = Commit("c" * 40, "Make the TRTLLM metadata's spec-decoding check also reach DSA "
+                    "and the indexer's", "A. Developer <dev@example.com>", "2026-12-01")
+    culprit = Culprit(commit, ids[:4], confirmed=True, latency_undecided=ids[:2],
+                      evidence=make_result())
+    result = BisectResult(Commit("a" * 40, "base"), Commit("b" * 40, "head"), ids[:4],
+                          culprits=[culprit],
+                          steps=[Step(commit, {i: "new" for i in ids[:4]}),
+                                 Step(Commit("d" * 40, "an earlier commit"),
+                                      {i: "old" for i in ids[:4]})])
+    text = bisect_report.render(result, make_result(), "table", width=width)
+    assert max(map(len, text.splitlines())) <= width
+    flat = " ".join(text.split())
+    assert bisect_report.culprit_sentence(culprit) in flat
+    for sha, subject, outcomes in bisect_report.path_rows(result):
+        assert f"{sha} {subject}: {outcomes}" in flat
+    comment = bisect_report.render(result, make_result(), "markdown")
+    assert markdown.escape(bisect_report.culprit_sentence(culprit), common.NOTE_LIMIT) in comment

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -27,10 +26,12 @@ AVAILABLE = sys.platform.startswith("linux") and sandbox.trial(Confinement()) is
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason="no user namespaces here")
 
 
-def confined(confinement: Confinement, code: str, *args: str) -> subprocess.Popen[str]:
-    """`python -c CODE ARGS` started as abdiff starts a worker, in `confinement`."""
+def confined(confinement: Confinement, code: str, *args: str,
+             writable: tuple[str, ...] | None = None) -> subprocess.Popen[str]:
+    """`python -c CODE ARGS` started as abdiff starts a worker, in `confinement` (and, as a
+    round's worker, writable only in `writable`)."""
     argv = [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), "0",
-            *sandbox.guard_options(confinement), "--", sys.executable, "-c",
+            *sandbox.guard_options(confinement, writable), "--", sys.executable, "-c",
             textwrap.dedent(code), *args]
     # the environment a worker gets (process.worker_environment), not this process's
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -46,11 +47,13 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict, str]:
 
 @pytest.fixture
 def layout(tmp_path: Path) -> dict[str, Path]:
-    """A state folder with a key, a repository with .git, a cache under it (checkouts
-    read-only, runs writable), and a folder outside everything."""
+    """A state folder with a key, a repository with .git, a cache under it (a round's folder
+    and two sides' folders), and a folder outside everything."""
     paths = {name: tmp_path / name for name in ("state", "repo", "outside")}
-    paths.update(git=paths["repo"] / ".git", checkouts=paths["repo"] / ".cache" / "checkouts",
-                 runs=paths["repo"] / ".cache" / "runs")
+    cache = paths["repo"] / ".cache"
+    paths.update(git=paths["repo"] / ".git", checkouts=cache / "checkouts",
+                 runs=cache / "runs", round=cache / "runs" / "k" / "logs" / "A-r0",
+                 side=cache / "sides" / "a", other_side=cache / "sides" / "b")
     for folder in paths.values():
         folder.mkdir(parents=True, exist_ok=True)
     (paths["state"] / "resume.key").write_bytes(b"k" * 32)
@@ -61,7 +64,7 @@ def layout(tmp_path: Path) -> dict[str, Path]:
 ATTACK = """
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
-state, repo, git, runs, outside, undo = sys.argv[1:7]
+state, repo, git, runs, outside, undo, round_dir, side, other_side = sys.argv[1:10]
 seen = {}
 def attempt(name, action):
     try:
@@ -74,6 +77,11 @@ seen["state lists"] = os.listdir(state)
 attempt("write .git", lambda: open(os.path.join(git, "HEAD"), "w").write("ref: refs/heads/evil"))
 attempt("write repo", lambda: open(os.path.join(repo, "planted.py"), "w").write("x"))
 attempt("write runs", lambda: open(os.path.join(runs, "record.log"), "w").write("ok"))
+attempt("link runs", lambda: os.rename(runs, runs + ".moved"))
+attempt("write round", lambda: open(os.path.join(round_dir, "record.log"), "w").write("ok"))
+attempt("write side", lambda: open(os.path.join(side, "kernel.cubin"), "w").write("ok"))
+attempt("write other side", lambda: open(os.path.join(other_side, "kernel.cubin"),
+                                         "w").write("evil"))
 attempt("write outside", lambda: open(os.path.join(outside, "note"), "w").write("ok"))
 if undo == "undo":  # undo the sandbox, as a root inside would: each must fail
     seen["umount state"] = libc.umount2(state.encode(), 2) == 0  # MNT_DETACH
@@ -92,12 +100,17 @@ print(json.dumps(seen))
 def test_the_key_is_hidden_and_the_repository_read_only(layout: dict[str, Path]) -> None:
     confinement = sandbox.plan(layout["repo"], layout["git"], layout["repo"] / ".cache",
                                layout["state"])
-    code, seen, err = finish(confined(confinement, ATTACK, *(str(layout[k]) for k in (
-        "state", "repo", "git", "runs", "outside")), "undo"))
+    code, seen, err = finish(confined(confinement, ATTACK, *attack_args(layout, "undo"),
+                                      writable=(str(layout["round"]), str(layout["side"]))))
     assert code == 0, err
     assert seen["read key"] == "No such file or directory" and seen["state lists"] == []
     assert seen["write .git"] == seen["write repo"] == "Read-only file system"
-    assert seen["write runs"] == seen["write outside"] == "done"
+    # a worker writes its round's folder and its side's, nothing else of the cache, and
+    # no other folder (its TMPDIR is its side's)
+    assert seen["write round"] == seen["write side"] == "done"
+    for attempted in ("write runs", "link runs", "write other side", "write outside"):
+        assert seen[attempted] in ("Read-only file system", "Device or resource busy"), \
+            attempted
     assert not any(seen[k] for k in ("umount state", "remount .git rw",
                                      "bind state's parent without its mounts"))
     assert seen["open core_pattern"] in ("Read-only file system", "Permission denied")
@@ -106,18 +119,24 @@ def test_the_key_is_hidden_and_the_repository_read_only(layout: dict[str, Path])
     # and nothing changed outside
     assert (layout["git"] / "HEAD").read_text() == "ref: refs/heads/main\n"
     assert not (layout["repo"] / "planted.py").exists()
-    assert (layout["runs"] / "record.log").read_text() == "ok"
+    assert (layout["round"] / "record.log").read_text() == "ok"
+    assert not (layout["other_side"] / "kernel.cubin").exists() and layout["runs"].is_dir()
+
+
+def attack_args(layout: dict[str, Path], undo: str) -> list[str]:
+    return [*(str(layout[k]) for k in ("state", "repo", "git", "runs", "outside")), undo,
+            *(str(layout[k]) for k in ("round", "side", "other_side"))]
 
 
 @needs_namespaces
 def test_the_attack_works_without_the_sandbox(layout: dict[str, Path]) -> None:
     """The same attack outside a sandbox (without the attempts to unmount, which would
     change this machine's mounts as root): the key is read, .git is written."""
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ATTACK), *(
-        str(layout[k]) for k in ("state", "repo", "git", "runs", "outside")), "keep"],
-        stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ATTACK),
+                             *attack_args(layout, "keep")], stdout=subprocess.PIPE, text=True)
     seen = json.loads(proc.communicate(timeout=60)[0])
     assert seen["read key"] == seen["write .git"] == "done"
+    assert seen["write other side"] == seen["link runs"] == "done"
     (layout["git"] / "HEAD").write_text("ref: refs/heads/main\n")
 
 
@@ -228,18 +247,21 @@ def test_the_plan(tmp_path: Path) -> None:
         folder.mkdir(parents=True)
     plan = sandbox.plan(repo, repo / ".git", cache, state)
     assert str(state) in plan.hidden
-    assert {str(repo), str(repo / ".git"), str(cache / "checkouts"),
+    assert {str(repo), str(repo / ".git"), str(cache),
             str(ABDIFF_ROOT)} <= set(plan.read_only)
-    # everything else read-only; writable again: the cache folder (here under the
-    # read-only repository; its checkouts read-only) and the temporary folder
-    assert plan.all_read_only and str(cache) in plan.writable
-    assert str(Path(tempfile.gettempdir()).resolve()) in plan.writable
+    # everything else read-only, the cache and the temporary folder too: what a worker may
+    # write is added per worker (its round's folder, its side's folders)
+    assert plan.all_read_only and str(cache) in plan.read_only and plan.writable == ()
+    worker = Confinement.decode(sandbox.guard_options(plan, ("/r", "/s"))[1])
+    assert worker.writable == ("/r", "/s")
 
 
-def test_off_runs_without_it(tmp_path: Path) -> None:
+def test_off_runs_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--sandbox off says once what it loses, and the run file records it (the words)."""
     assert sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path) == \
-        "none (--sandbox off)"
+        f"none (--sandbox off: {sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
+    assert capsys.readouterr().err.count("abdiff: note: --sandbox off: ") == 1
 
 
 # ---------------------------------------------------------------- where namespaces are refused
@@ -292,6 +314,7 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process, sandbox
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import SideFolders, WorkerFolders
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state"):
     (folder / name).mkdir()
@@ -316,16 +339,22 @@ if os.fork() == 0:
     os._exit(0)
 time.sleep(30)
 '''
-server = process.start_process(LaunchSpec([sys.executable, "-c", SERVER, str(folder)], folder),
+# what a round's worker may write: its round's folder (where it leaves its marks)
+marks = folder / "cache" / "runs" / "r0"
+marks.mkdir()
+folders = WorkerFolders(SideFolders.of(folder / "cache", "a" * 40, {}), marks)
+folders.side.make()
+server = process.start_process(LaunchSpec([sys.executable, "-c", SERVER, str(marks)], folder,
+                                          folders=folders),
                                subprocess.DEVNULL, folder / "err.txt", None, None)
-while not (folder / "left").exists():
+while not (marks / "left").exists():
     time.sleep(0.01)
 killed = process.end_orphans()  # after the round
 time.sleep(2.5)
 print(json.dumps({"killed": len(killed), "server_alive": server.proc.poll() is None,
-                  "outlived": (folder / "outlived").exists()
-                  or (folder / "sibling-outlived").exists(),
-                  "adopted_by": (folder / "left").read_text()}))
+                  "outlived": (marks / "outlived").exists()
+                  or (marks / "sibling-outlived").exists(),
+                  "adopted_by": (marks / "left").read_text()}))
 server.close()
 process.end_leftovers()
 """
@@ -351,7 +380,8 @@ def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
     """srun's ranks start under slurmd: `auto` says so once and records it, `on` refuses."""
     elsewhere = SrunLauncher.ranks_start_elsewhere
     assert sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere) == \
-        "none (srun starts the ranks under slurmd, outside abdiff's process tree)"
+        "none (srun starts the ranks under slurmd, outside abdiff's process tree; " \
+        f"{sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
     assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
     with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):
@@ -380,18 +410,24 @@ from abdiff.launchers import sandbox
 from abdiff.launchers.forkserver import ForkServer
 from abdiff.launchers.process import run_process
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
+from abdiff.store.sides import SideFolders, WorkerFolders
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state", "job"):
     (folder / name).mkdir()
 (folder / "job" / "hopper.py").write_text(sys.argv[2])
 sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state")
-server = ForkServer(folder / "cache" / "server")
-spec = LaunchSpec([sys.executable, "-m", "hopper", str(folder)], folder / "job",
-                  {"PYTHONPATH": str(ABDIFF_ROOT)})
-outcome = run_process(spec, folder / "log", folder / "log" / "progress", 60, standby=server)
+server = ForkServer(folder / "server")
+# what a round's worker may write: its round's folder (where it leaves its mark)
+marks = folder / "cache" / "runs" / "r0"
+marks.mkdir()
+folders = WorkerFolders(SideFolders.of(folder / "cache", "a" * 40, {}), marks)
+folders.side.make()
+spec = LaunchSpec([sys.executable, "-m", "hopper", str(marks)], folder / "job",
+                  {"PYTHONPATH": str(ABDIFF_ROOT)}, folders=folders)
+outcome = run_process(spec, marks, marks / "progress", 60, standby=server)
 server.sweep()  # what abdiff does after the side's round
 time.sleep(3.5)
-print(json.dumps({"returncode": outcome.returncode, "outlived": (folder / "outlived").exists(),
+print(json.dumps({"returncode": outcome.returncode, "outlived": (marks / "outlived").exists(),
                   "failure": server.failure, "forked": server.taken}))
 server.close()
 """
@@ -420,3 +456,53 @@ def test_an_empty_home_makes_no_mount_over_root(tmp_path: Path,
                         tmp_path / "state")
     assert "/" in plan.read_only and "/" not in plan.writable
     assert sandbox.trial(plan) is None
+
+
+PLANTER = r"""
+import json, sys
+from pathlib import Path
+from abdiff.launchers import sandbox
+from abdiff.launchers.forkserver import ForkServers
+from abdiff.launchers.spec import ABDIFF_ROOT
+from abdiff.store.sides import SideFolders, WorkerFolders
+folder, narrowed = Path(sys.argv[1]), sys.argv[2] == "narrowed"
+for name in ("repo", "cache", "state", "b/pkg"):
+    (folder / name).mkdir(parents=True)
+sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state")
+main_side = SideFolders.of(folder / "cache", "a" * 40, {})
+pr_side = SideFolders.of(folder / "cache", "b" * 40, {})
+main_side.make()
+pr_side.make()
+logs = folder / "cache" / "runs" / "key" / "logs"
+logs.mkdir(parents=True)
+# the pull request's package, imported ahead in its side's fork server: it plants a kernel
+# where main's workers load DeepGEMM's
+target = main_side.caches / "deep_gemm" / "planted.cubin"
+(folder / "b" / "pkg" / "__init__.py").write_text(
+    f"try:\n    open({str(target)!r}, 'w').write('x')\nexcept OSError:\n    pass\n")
+pool = ForkServers(folder / "servers")
+writes = {folder / "b": WorkerFolders(pr_side, logs)}
+pool.prepare([folder / "b"], {"PYTHONPATH": str(ABDIFF_ROOT)}, ("pkg",),
+             writes if narrowed else None)
+print(json.dumps({"planted": target.exists(), "preimported": pool.preimported(folder / "b"),
+                  "failure": pool.failure}))
+pool.close()
+"""
+
+
+@needs_namespaces
+@pytest.mark.slow
+@pytest.mark.parametrize("narrowed", [True, False])
+def test_a_preimport_writes_only_where_its_sides_workers_may(tmp_path: Path,
+                                                             narrowed: bool) -> None:
+    """The checkout's code runs in its side's fork server before any fork (the target's
+    preimport): the server narrows its sandbox to its side's folders first. Without that
+    (the control) the pull request's import plants a file in main's DeepGEMM cache."""
+    done = subprocess.run([sys.executable, "-c", PLANTER, str(tmp_path),
+                           "narrowed" if narrowed else "broad"],
+                          capture_output=True, text=True, check=False, timeout=180)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["failure"] is None
+    assert seen["preimported"].startswith("pkg imported once in the fork server")
+    assert seen["planted"] is not narrowed

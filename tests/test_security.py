@@ -37,6 +37,7 @@ from conftest import (
     process_running,
     run_abdiff,
     state_dir_of,
+    worker_writable_folder,
     write_suite,
 )
 
@@ -183,8 +184,8 @@ def test_option_like_revs_never_reach_git(words: list[str], tmp_path: Path, faul
 def test_benchmark_never_sees_credentials(fault_run: FaultRun) -> None:
     """The benchmark process of a real run saw only the allowed part of abdiff's environment
     (credentials hidden in any name, plain variables too) plus what --pass-env named; its
-    parent's /proc environ no longer holds the values, and HOME is a fresh folder without
-    the CI user's ~/.netrc."""
+    parent's /proc environ no longer holds the values, and HOME is its side's kept folder,
+    without the CI user's ~/.netrc."""
     seen = fault_run.env_seen
     names = set(seen["names"])
     assert not names & set(SECRETS), names & set(SECRETS)
@@ -196,8 +197,9 @@ def test_benchmark_never_sees_credentials(fault_run: FaultRun) -> None:
     assert SECRET_VALUE not in parent and "s3cr3t" not in parent
     assert "PATH=" in parent or parent == "PermissionError(13, 'Permission denied')"
     assert seen["netrc"] is None
-    assert seen["home"] != str(fault_run.home) and "abdiff-home-" in seen["home"]
-    assert not Path(seen["home"]).exists()  # removed after the worker
+    # its HOME is its side's, kept in the cache folder (sides.py), not the user's
+    assert Path(seen["home"]).parent.parent == fault_run.tmp / "cache" / "sides"
+    assert Path(seen["home"]).is_dir()  # kept for the side's next workers
 
 
 @pytest.mark.parametrize("name", [*SECRETS, "GITHUB_TOKEN", "SSH_AUTH_SOCK", "AWS_SECRET_KEY",
@@ -368,7 +370,7 @@ import sys
 import time
 from pathlib import Path
 
-LOOT = Path({loot!r})
+LOOT, ROOT = Path({loot!r}), {root!r}  # where it leaves what it found; the test's folder
 GIT_DIR, MAIN, PAYLOAD, RUNNER = {git_dir!r}, {main!r}, {payload!r}, {runner!r}
 KEY = Path({key!r})  # abdiff's key for stored rounds, where this user's abdiff keeps it
 
@@ -421,7 +423,7 @@ def attack():
     subprocess.run(["git", "--git-dir", GIT_DIR, "replace", "-f", MAIN, PAYLOAD],
                    capture_output=True, check=False)
     for folder in sys.path:  # the test's own environments only: never the developer's
-        if folder.startswith(str(LOOT.parent)) and folder.endswith("site-packages"):
+        if folder.startswith(ROOT) and folder.endswith("site-packages"):
             Path(folder, "zz_evil.pth").write_text(  # says which environment ran it
                 f"import sys; open({{str(LOOT / 'pth-ran')!r}}, 'a')"
                 ".write(sys.prefix + '\\\\n')\\n")
@@ -441,12 +443,12 @@ def attack():
 class EvilRepo:
     path: Path
     shas: dict[str, str]
-    loot: Path
+    loot: Path  # where its benchmark leaves what it found (a folder it can write)
+    root: Path  # the test's folder (the measuring environments)
 
 
 def build_evil_repo(tmp: Path) -> EvilRepo:
-    repo, loot = tmp / "repo", tmp / "loot"
-    loot.mkdir()
+    repo, loot = tmp / "repo", worker_writable_folder("loot")
     shas = build_demo_repo(repo)
     runner = (repo / RUNNER_PATH).read_text(encoding="utf-8")
     git(repo, "checkout", "-q", "-b", "payload", "main")
@@ -457,8 +459,9 @@ def build_evil_repo(tmp: Path) -> EvilRepo:
     shas["payload"] = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "-b", "evil", "main")
     (repo / EVIL_MODULE).write_text(EVIL_PY.format(
-        loot=str(loot), git_dir=str(repo / ".git"), main=shas["main"], payload=shas["payload"],
-        runner=RUNNER_PATH, key=str(state_home() / "resume.key")), encoding="utf-8")
+        loot=str(loot), root=str(tmp), git_dir=str(repo / ".git"), main=shas["main"],
+        payload=shas["payload"], runner=RUNNER_PATH, key=str(state_home() / "resume.key")),
+        encoding="utf-8")
     (repo / RUNNER_PATH).write_text(runner.replace(INJECT_ANCHOR, (
         "        from tinyllm.tools.layer_wise_benchmarks.evil import attack\n\n"
         "        attack()\n" + INJECT_ANCHOR)), encoding="utf-8")
@@ -466,7 +469,7 @@ def build_evil_repo(tmp: Path) -> EvilRepo:
     git(repo, "commit", "-q", "--no-verify", "-m", "a benchmark that attacks the runner")
     shas["evil"] = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "main")
-    return EvilRepo(repo, shas, loot)
+    return EvilRepo(repo, shas, loot, tmp)
 
 
 @pytest.fixture(scope="module")
@@ -560,7 +563,7 @@ def measuring_evil(evil: EvilRepo, tmp_path: Path, *options: object
     into it), and a function that measures with `options` into a cache folder."""
     suite = write_suite(tmp_path / "s.yaml", [2])
     deps = [p for p in sys.path if p.endswith("site-packages")] + [str(SRC.parent)]
-    measure_python = make_venv(evil.loot.parent / "measure-env", deps)
+    measure_python = make_venv(evil.root / "measure-env", deps)
     (tmp_path / "home").mkdir()  # apart from the loot: home is read-only in the sandbox
     env = {**git_env(), "HOME": str(tmp_path / "home"), "ABDIFF_TEST_CANARY": "plain"}
 
@@ -595,7 +598,7 @@ def test_a_pull_request_that_attacks_the_runner(evil: EvilRepo, tmp_path: Path) 
     hash (what it meant to do) are measured anew on `--resume`, and a fresh cache finds
     main's sha replaced in .git."""
     measure_python, measure = measuring_evil(evil, tmp_path, "--sandbox", "off")
-    post_python = make_venv(evil.loot.parent / "post-env", [str(SRC.parent)])
+    post_python = make_venv(evil.root / "post-env", [str(SRC.parent)])
     env = {**git_env(), "HOME": str(tmp_path)}
     out = tmp_path / "out"
 
@@ -753,9 +756,8 @@ def pry():
                     or sandbox.trial(Confinement()) is not None,
                     reason="no user namespaces here")
 def test_a_benchmark_that_pries_from_inside_the_sandbox(tmp_path: Path) -> None:
-    home, loot, repo = tmp_path / "home", tmp_path / "loot", tmp_path / "repo"
+    home, loot, repo = tmp_path / "home", worker_writable_folder("pry"), tmp_path / "repo"
     (home / ".ssh").mkdir(parents=True)
-    loot.mkdir()
     secret = home / ".netrc"
     secret.write_text(f"machine github.com login bot password {CANARY}\n")
     build_demo_repo(repo)

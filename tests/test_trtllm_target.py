@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import git_env, run_abdiff
+from conftest import git_env, run_abdiff, unwrapped
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
@@ -610,9 +610,10 @@ def test_doctor_checks_the_suites_gpu_generation(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stdout + done.stderr
     assert ("PROBLEM  suite mtp names models for SM100/SM103 (Blackwell (B200, GB200), "
             "Blackwell Ultra (B300, GB300)); GPU 0 is NVIDIA H200 (SM90): use --configs "
-            "mtp-hopper") in done.stdout
+            "mtp-hopper") in "\n".join(unwrapped(done.stdout))  # doctor wraps to the terminal
     done = run_abdiff("doctor", "--configs", "mtp-hopper", env=env)
-    assert "ok  suite mtp-hopper: models for SM90; GPUs: NVIDIA H200 (SM90)" in done.stdout
+    assert "ok  suite mtp-hopper: models for SM90; GPUs: NVIDIA H200 (SM90)" in \
+        "\n".join(unwrapped(done.stdout))
     listing = run_abdiff("suites", env=env).stdout
     rows = {line.split()[0]: line for line in listing.splitlines()[2:]}
     assert " SM90 " in rows["mtp-hopper"] and " SM100/SM103 " in rows["mtp"], listing
@@ -630,7 +631,7 @@ def test_doctor_checks_model_configs_are_readable_offline(tmp_path: Path) -> Non
     env.update(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
     done = run_abdiff("doctor", "--configs", "mtp-hopper", env=env)
     assert done.returncode == 3, done.stdout + done.stderr
-    out = done.stdout
+    out = "\n".join(unwrapped(done.stdout))  # doctor wraps its lines to the terminal
     assert "ok  TRTLLM model deepseek-ai/DeepSeek-R1-0528: config readable offline" in out
     assert (f"PROBLEM  DSA model deepseek-ai/DeepSeek-V3.2-Exp: not in the hub cache {cache}: "
             "run `huggingface-cli download deepseek-ai/DeepSeek-V3.2-Exp config.json`") in out
@@ -651,7 +652,7 @@ def test_doctor_names_the_run_py_behaviours_it_relies_on(repo: Path, tmp_path: P
     done = run_abdiff("doctor", "--target", "trtllm", "--repo", repo, "--cache-dir",
                       tmp_path / "cache", "main..old-run-py")
     assert done.returncode == 1, done.stdout + done.stderr
-    out = done.stdout
+    out = "\n".join(unwrapped(done.stdout))  # doctor wraps its lines to the terminal
     assert "run.py behaviours the probe relies on:" in out
     assert ("  MISSING times each shape's run pack warmup_times + run_times times "
             "(--warmup-times, --run-times) [every run]") in out

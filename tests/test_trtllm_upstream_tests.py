@@ -10,6 +10,7 @@ a world-size branch, a script test and a GPU-free test) with upstream's argument
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -130,8 +131,10 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "models"
 
 
-def test_the_guarded_tests_become_configs(upstream: Path, models: Path, capsys) -> None:
-    suite = load_suite("upstream-tests", repo_root=upstream)
+def test_the_guarded_tests_become_configs(upstream: Path, models: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="abdiff"):
+        suite = load_suite("upstream-tests", repo_root=upstream)
     ids = [c.id for c in suite.configs]
     assert ids == ["deepseek_r1_ctx_tep-CTX-TRTLLM-bs1-q8-kv0",
                    "deepseek_v32_ctx_dep-CTX-DSA-bs1-q8-kv0",
@@ -143,7 +146,7 @@ def test_the_guarded_tests_become_configs(upstream: Path, models: Path, capsys) 
     assert kimi["spec_max_draft_len"] == "3" and kimi["moe_backend_for_prefill"] == "TRTLLM"
     assert suite.configs[0].params["enable_attention_dp"] is False
     assert suite.target_options == {}  # nemotron runs before Blackwell too
-    note = capsys.readouterr().err
+    note = caplog.text
     assert ("4 upstream tests as 4 configs (world size 4); left out: "
             "test_deepseek_r1_gen_scaled_from_16_dep (pytest.mark.skip upstream)") in note
 

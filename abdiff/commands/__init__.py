@@ -2,7 +2,7 @@
 
 Modules are imported on demand: `abdiff comment` runs in a job that installs
 abdiff without its dependencies (docs/ci.md), so it must not import the
-measuring commands (numpy, scipy, yaml, filelock) just to build the parser.
+measuring commands (numpy, scipy, yaml) just to build the parser.
 """
 
 from __future__ import annotations

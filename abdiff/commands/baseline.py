@@ -6,26 +6,47 @@ Comparing against one is `abdiff baseline:NAME..B` (commands/diff.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
-import sys
+import math
+import time
 from pathlib import Path
 
-from abdiff.commands.common import add_measure_options, measuring
+from abdiff.commands.common import add_measure_options, measuring, positive_int
 from abdiff.repo.revs import open_repo
 from abdiff.reports.common import clip
+from abdiff.reports.table import say
 from abdiff.run.session import measure_one_side
 from abdiff.store.baselines import (
+    SessionDrift,
     append_rounds,
     baseline_path,
     baselines_dir,
-    drift_margin,
+    busy_readings,
+    drift_of,
     fingerprint,
     list_baselines,
     load_baseline,
     session_drift,
+    sessions_with_rounds,
 )
-from abdiff.store.records import write_run_file
-from abdiff.verdict.stats import DEFAULT_MIN_EFFECT
+from abdiff.store.records import RunFile, write_run_file
+from abdiff.verdict.stats import DEFAULT_ALPHA, drift_half_width
+
+# Sessions a refresh records by default: with three, the between-session variance has two
+# df per config, pooled over the suite's configs (baselines.session_drift)
+DEFAULT_SESSIONS = 3
+DEFAULT_SESSION_GAP_S = 60.0  # between sessions: drift that takes minutes gets into the estimate
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +56,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     refresh.add_argument("name", metavar="NAME")
     refresh.add_argument("--rev", required=True, metavar="REV")
     refresh.add_argument("--append", action="store_true",
-                         help="add rounds to the existing baseline (same commit and machine)")
+                         help="add sessions to the existing baseline (same commit and machine)")
+    refresh.add_argument("--sessions", type=positive_int, default=DEFAULT_SESSIONS,
+                         help="sessions to record, one after another, each with its own "
+                         "worker processes and fork server and its own config orders; two or "
+                         "more measure the drift between sessions (default "
+                         f"{DEFAULT_SESSIONS})")
+    refresh.add_argument("--session-gap", type=seconds, default=DEFAULT_SESSION_GAP_S,
+                         metavar="SECONDS", help="pause between sessions (default "
+                         f"{DEFAULT_SESSION_GAP_S:g})")
     add_measure_options(refresh)
     for action in (refresh, actions.add_parser("list", help="the stored baselines"),
                    actions.add_parser("show", help="one baseline's configs, facts and kernels")):
@@ -48,18 +77,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def refresh(args: argparse.Namespace) -> int:
+    """`--sessions` sessions of REV, each a measurement of its own (its own state folder,
+    fork server, workers and seed), written to the baseline after each so that a failure
+    keeps the sessions before it; `--append` adds them to the stored ones."""
     selection, schedule = measuring(args)  # before any git command
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     path = baseline_path(folder, args.name)
-    run_file = measure_one_side(selection, schedule, args.rev, "baseline")
-    run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds")
-    if args.append and path.exists():
-        run_file = append_rounds(load_baseline(folder, args.name), run_file)
-    write_run_file(path, run_file)
-    rounds = max((len(c.rounds) for c in run_file.configs), default=0)
-    print(f"baseline {args.name}: {run_file.rev} ({run_file.sha[:12]}), "
-          f"{len(run_file.configs)} configs, {rounds} rounds -> {path}", file=sys.stderr)
+    stored: RunFile | None = load_baseline(folder, args.name) \
+        if args.append and path.exists() else None
+    for number in range(args.sessions):
+        if number:
+            if not args.quiet:
+                say(f"abdiff: baseline {args.name}: session {number + 1} of {args.sessions} "
+                    f"in {args.session_gap:g} s")
+            time.sleep(args.session_gap)
+        seed = None if schedule.seed is None else schedule.seed + number
+        run_file = measure_one_side(selection, dataclasses.replace(schedule, seed=seed),
+                                    args.rev, "baseline" if not number else f"baseline-{number}")
+        run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds")
+        for where in run_file.sessions.values():  # each session's machine check, kept
+            where.setdefault("machine", run_file.env.get("machine"))  # when appended
+        stored = run_file if stored is None else append_rounds(stored, run_file)
+        write_run_file(path, stored)
+    assert stored is not None  # --sessions is at least 1
+    rounds = max((len(c.rounds) for c in stored.configs), default=0)
+    sessions = len(sessions_with_rounds(stored))
+    say(f"baseline {args.name}: {stored.rev} ({stored.sha[:12]}), {len(stored.configs)} "
+        f"configs, {rounds} rounds in {sessions} session{'s' * (sessions != 1)} -> {path}")
     return 0
 
 
@@ -100,14 +145,22 @@ def show(args: argparse.Namespace) -> int:
     say("machine fingerprint: " + ", ".join(f"{k}={v}" for k, v in fingerprint(run).items()))
     drift = session_drift(run)
     if drift is None:
-        say("session drift: unknown (one measuring session; `abdiff baseline refresh "
-            f"{args.name} --rev {run.rev} --configs {run.suite} --append` in another session "
-            "measures it)")
+        say("session drift: not measured (one measuring session): against this baseline "
+            "latency is reported with its interval but does not fail a run (--gate "
+            f"latency=hard gates it); `abdiff baseline refresh {args.name} --rev {run.rev} "
+            f"--configs {run.suite} --append` measures it")
     else:
-        margin = drift_margin(run, DEFAULT_MIN_EFFECT, f"baseline {args.name!r}")
-        say(f"session drift: between-session SD {drift.sigma:.2%} over {drift.sessions} "
-            f"sessions (df {drift.df}); at --min-effect {DEFAULT_MIN_EFFECT:.0%} a comparison "
-            f"uses a {margin.value:.1%} margin")
+        say(f"session drift: over {drift.sessions} sessions, SD {drift.shared:.2%} shared by "
+            f"the configs and {drift.own:.2%} a config's own (df {drift.df}); against this "
+            "baseline latency gates, each interval "
+            f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} "
+            f"wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
+            "smaller changes are never flagged")
+    busy = busy_readings(run)
+    if busy:
+        say(f"machine check: busy while it measured ({'; '.join(busy[:3])}): a load that comes "
+            "and goes moves latency by more than sessions under it measure, so against this "
+            "baseline latency is reported but does not fail a run; refresh it on an idle machine")
     say("time per step: median of the round medians ± their spread (normal-consistent MAD)")
     for config in run.configs:
         shot = snapshot(config)
@@ -120,6 +173,15 @@ def show(args: argparse.Namespace) -> int:
         say(f"facts    {facts_text(shot.facts) or 'none'}", "    ")
         say(f"kernels  {len(shot.kernels)}: {kernels_text(shot.kernels, 8) or 'none'}", "    ")
     return 0
+
+
+def drift_alone(drift: SessionDrift, configs: int) -> str:
+    """The half-width of a latency interval against a baseline with this drift and no round
+    noise (stats.drift_quantile)."""
+    half = drift_half_width(drift_of(drift), DEFAULT_ALPHA, configs)
+    if half < math.log(2):
+        return f"+-{math.expm1(half):.1%}"
+    return f"{math.exp(half):.3g}x either way"
 
 
 def run(args: argparse.Namespace) -> int:

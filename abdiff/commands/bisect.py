@@ -28,6 +28,8 @@ from abdiff.errors import InputError, did_you_mean
 from abdiff.options import Schedule, Statistics
 from abdiff.repo.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.reports import bisect as bisect_report
+from abdiff.reports import table
+from abdiff.reports.printable import no_ci_commands
 from abdiff.run.schedule import Plan
 from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_runs
 from abdiff.store.files import write_atomic
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
-    bench = prepare_bench(selection, schedule, repo_root)
+    bench = prepare_bench(selection, schedule, repo_root, checkouts=2)
     if not bench.suite.configs:
         raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
                          "measures; list them in the suite's target.benchmarks")
@@ -127,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     path = first_parent_path(repo_root, spec_a, spec_b)
     steps = StepRunner(schedule, statistics, bench, expect)
 
-    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else \
-        (lambda text: print(text, file=sys.stderr))
+    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else table.say
     say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
         f"measuring {spec_a.rev}..{spec_b.rev}")
     ends = steps.compare(path[0], path[-1], args.config or None)
@@ -137,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if signatures:
         _search_path(result, path, steps, signatures, say)
     text = bisect_report.render(result, ends, output.format)
+    if output.format in ("table", "markdown"):  # a line a CI runner would obey
+        text = no_ci_commands(text)
     if output.output:
         write_atomic(output.output, text)
     else:

@@ -1,4 +1,4 @@
-"""`abdiff cache clean [--cache-dir DIR] [--repo PATH | --runs [--older-than DAYS]]`.
+"""`abdiff cache clean [--cache-dir DIR] [--repo PATH | --runs [--older-than DAYS] | --caches]`.
 
 Without --runs: remove cached checkouts. Checkouts are git worktrees registered in
 the user's repository, so deleting the cache folder by hand would leave stale `git
@@ -7,6 +7,10 @@ running measurement uses them. Measured rounds (`runs/` in the cache) are kept.
 
 With --runs: remove the measured rounds kept for --resume instead (all, or those not
 written for DAYS days), except those a running measurement holds.
+
+With --caches: remove every side's kept HOME, temporary folder and tool caches (`sides/` in
+the cache: compiled kernels, autotuner picks; sides.py); refused (exit 3) while a running
+measurement uses them. The next run compiles and tunes anew.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from abdiff.errors import InputError
 from abdiff.repo.checkouts import clean_cache, default_cache_dir
 from abdiff.repo.revs import open_repo
 from abdiff.run.schedule import clean_runs
+from abdiff.store.sides import clean_sides
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="only this repository's checkouts (default: all repositories)")
     clean.add_argument("--runs", action="store_true",
                        help="remove measured rounds (runs/ in the cache), not checkouts")
+    clean.add_argument("--caches", action="store_true",
+                       help="remove every side's kept tool caches, HOME and temporary folder "
+                       "(sides/ in the cache: compiled kernels, autotuner picks), not checkouts")
     clean.add_argument("--older-than", type=float, metavar="DAYS",
                        help="with --runs: only run folders not written for DAYS days")
     parser.set_defaults(run=run)
@@ -46,8 +54,17 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = args.cache_dir or default_cache_dir()
     if args.older_than is not None and not args.runs:
         raise InputError("--older-than DAYS selects run folders: add --runs")
+    if args.runs and args.caches:
+        raise InputError("--runs and --caches clean one kind each: run them one after the other")
     if args.runs:
         return clean_runs_folder(cache_dir / "runs", args.older_than, args.repo)
+    if args.caches:
+        if args.repo is not None:
+            raise InputError("--caches cleans every repository's side caches; drop --repo")
+        count = clean_sides(cache_dir)
+        print(f"abdiff: removed the caches of {count} side{'s' if count != 1 else ''} from "
+              f"{cache_dir / 'sides'}")
+        return 0
     repo_root = open_repo(args.repo) if args.repo is not None else None
     count = clean_cache(cache_dir, repo_root)
     which = f" of {repo_root}" if repo_root is not None else ""

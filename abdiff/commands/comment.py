@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from abdiff.errors import InputError
 from abdiff.reports.github import (
     DEFAULT_API_URL,
+    MARKER,
     GitHubClient,
     check_head_sha,
     check_result_names,
@@ -37,6 +38,7 @@ from abdiff.reports.github import (
     upsert_comment,
     validate_target,
 )
+from abdiff.reports.printable import printable
 from abdiff.store.files import read_text
 
 if TYPE_CHECKING:  # imported when rendering, like the rest of that path
@@ -78,6 +80,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--author", metavar="LOGIN",
                         help="the account whose earlier comment is updated, e.g. "
                         "github-actions[bot] (default: the token's own account)")
+    parser.add_argument("--exit-code", type=int, metavar="N",
+                        help="the measuring step's exit code, as the trusted job recorded it: "
+                        "with --result, a report is posted only for 0 or 1 and a result that "
+                        "says the same; otherwise the comment says the measurement failed")
     parser.add_argument("--dry-run", action="store_true",
                         help="print what would be sent; no network, no token needed")
     parser.set_defaults(run=run)
@@ -107,6 +113,35 @@ def _load_result(path: Path) -> Result:
                         for side, s in (("A", result.a), ("B", result.b))},
                        {"suite": result.suite, "target": result.target}, str(path))
     return result
+
+
+def measurement_failed(result: Result, measured_exit: int | None) -> str | None:
+    """Why `result` must not be posted as a report, None when it may: the measuring step
+    did not exit 0 or 1 (a result there is not what it measured: its benchmark could have
+    written it), exited otherwise than the result says, or the result's summary disagrees
+    with its own configs (forged or damaged)."""
+    from abdiff.reports.common import exit_code
+    from abdiff.verdict.policy import summary_disagreements
+
+    said = exit_code(result)
+    if measured_exit is not None and measured_exit not in (0, 1):
+        return f"the measuring step exited with code {measured_exit}"
+    if measured_exit is not None and measured_exit != said:
+        return (f"the measuring step exited with code {measured_exit}, its result file says "
+                f"{said}")
+    wrong = summary_disagreements(result.summary, result.configs)
+    if wrong:
+        return "its result file disagrees with itself: " + "; ".join(wrong[:3])
+    return None
+
+
+def failed_body(why: str) -> str:
+    """The comment for a run whose result is not posted: what is true, and no verdict
+    (`why` may quote the forged file: escaped as every report field is)."""
+    from abdiff.reports.markdown import escape
+
+    return (f"{MARKER}\n:warning: **abdiff: the measurement failed** ({escape(why, 400)}); no "
+            "verdict for this run. The CI job's log says what went wrong.\n")
 
 
 def _footer(args: argparse.Namespace, token: str, reported_sha: str | None) -> str:
@@ -139,9 +174,12 @@ def run(args: argparse.Namespace) -> int:
         from abdiff.reports import markdown
 
         result = _load_result(args.result)
-        body = markdown.render(result) + _footer(args, token, result.b.sha)
+        failed = measurement_failed(result, args.exit_code)
+        body = (failed_body(failed) if failed else markdown.render(result)) \
+            + _footer(args, token, result.b.sha)
     else:
         body = _read_body(args.body) + _footer(args, token, None)
+    body = printable(body)  # what the benchmark may have written reaches no log raw
     outcome = upsert_comment(args.repo, args.pr, body, token, api_url=args.api_url,
                              dry_run=args.dry_run, author=args.author)
     if outcome.action == "dry-run":

@@ -17,7 +17,8 @@ from abdiff.launchers import LAUNCHERS
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
 from abdiff.options import Output, Schedule, Selection, Statistics
 from abdiff.reports import FORMATS, markdown, table
-from abdiff.reports.common import clip, final_line, next_step, time_line
+from abdiff.reports.common import clip
+from abdiff.reports.printable import no_ci_commands
 from abdiff.run.devices import parse_devices
 from abdiff.run.schedule import Plan
 from abdiff.store.files import write_atomic
@@ -101,6 +102,10 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         "package registers (docs/targets.md; default: detected)")
     parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
                         help="extra argument passed to the target's benchmark (repeatable)")
+    parser.add_argument("--metric", action="append", default=[], metavar="NAME",
+                        help="the command target's Google Benchmark metric: real_time, "
+                        "cpu_time or a counter (repeatable; replaces the suite's "
+                        "target.metrics)")
     parser.add_argument("--launcher", choices=list(LAUNCHERS),
                         default=None, help="how workers start (default: local; mpirun for trtllm)")
     parser.add_argument("--np", type=positive_int, default=None,
@@ -181,6 +186,7 @@ def selection_of(args: argparse.Namespace) -> Selection:
     return Selection(
         suite=args.configs, repo=args.repo, allow_large=args.yes, target=args.target,
         target_args=tuple(args.target_arg), expect=tuple(getattr(args, "expect", ())),
+        metrics=tuple(getattr(args, "metric", ())),
         baselines_dir=getattr(args, "baselines_dir", None),
         allow_env_mismatch=getattr(args, "allow_env_mismatch", False))
 
@@ -261,13 +267,15 @@ def emit_reports(result: Result, output: Output) -> None:
         text = table.render(result, colour=False if output.output else None)
     else:
         text = FORMATS[output.format].render(result)
+    if output.format in ("table", "markdown", "csv"):  # a line a CI runner would obey
+        text = no_ci_commands(text)
     written = []
     for path, fmt in ((output.output, output.format), (output.json, "json"), (output.html, "html")):
         if path:
             write_atomic(path, text if path is output.output else FORMATS[fmt].render(result))
             written.append(f"{path} ({fmt})")
     if written:
-        print(f"abdiff: wrote {', '.join(written)}", file=sys.stderr, flush=True)
+        table.say(f"abdiff: wrote {', '.join(written)}")
     if not output.output:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     # a run that measured nothing ends with finish()'s error line instead: one line on stderr
@@ -275,13 +283,7 @@ def emit_reports(result: Result, output: Output) -> None:
     if (output.output or output.format != "table") and not (nothing and not output.output):
         stream = sys.stdout if output.output else sys.stderr
         sys.stdout.flush()
-        step = next_step(result)
-        if step:
-            print(step, file=stream)
-        spent = time_line(result)
-        if spent:
-            print(spent, file=stream)
-        print(final_line(result), file=stream, flush=True)
+        print("\n".join(table.ending(result, table.terminal_width())), file=stream, flush=True)
 
 
 def finish(result: Result, output: Output) -> int:

@@ -13,7 +13,7 @@ from abdiff.commands.common import (
     statistics_of,
 )
 from abdiff.errors import InputError
-from abdiff.store.baselines import drift_margin, interleaved, note_margin_effects
+from abdiff.store.baselines import drift_allowance, interleaved
 from abdiff.store.records import RunFile, load_run_file
 from abdiff.suites import builtin_suites, load_suite
 from abdiff.targets.command.files import (
@@ -39,11 +39,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def load_side(path: Path) -> RunFile:
-    """A run file, or a folder of upstream run.py outputs (targets/trtllm/upstream_runs.py)."""
+    """A run file, or a folder of upstream run.py outputs (targets/trtllm/upstream_runs.py).
+    A run file in a run folder of abdiff's cache (`runs/KEY/a.json`) counts only when its
+    folder's MAC holds: a benchmark could have written it (schedule.authenticated_run_files)."""
     if Path(path).is_dir():
         from abdiff.targets.trtllm.upstream_runs import import_run_dir
 
         return import_run_dir(path)
+    folder = Path(path).absolute().parent
+    if folder.parent.name == "runs" and Path(path).name in ("a.json", "b.json"):
+        from abdiff.run.schedule import authenticated_run_files
+
+        files = authenticated_run_files(folder)
+        if isinstance(files, str) or Path(path).absolute() not in files:
+            why = files if isinstance(files, str) else f"{Path(path).name} is not in it"
+            raise InputError(f"{path}: a run folder of abdiff's cache whose run files do not "
+                             f"authenticate ({why}); measure again, or copy a run file you "
+                             "trust out of the cache and compare that")
     return load_run_file(path)
 
 
@@ -74,19 +86,20 @@ def run(args: argparse.Namespace) -> int:
     if mismatched:
         notes.append(f"compared on the configs both files hold; {len(mismatched)} "
                      "config(s) are in one file only")
-    margin = min_effect
     together = interleaved(run_a, run_b)
+    allowed = None
     if together is False and fmt is None:
-        widened = drift_margin(run_a, min_effect, f"run file A ({args.run_a.name})")
-        margin = widened.value
+        allowed = drift_allowance(run_a, run_b, f"run file A ({args.run_a.name})",
+                                  statistics.gates)
         notes.append(f"the two run files were measured in different sessions, not interleaved: "
-                     f"{widened.why}")
+                     f"{allowed.why}")
     elif together is None and fmt is None:
         notes.append("a run file predates session records, so whether A and B were measured "
-                     f"interleaved is unknown; latency uses the interleaved {min_effect:.1%} "
-                     "margin")
-    result = compare_runs(run_a, run_b, expect, margin, statistics.alpha, notes,
-                          statistics.require_all, statistics.small_changes, statistics.gates)
-    if margin != min_effect:
-        note_margin_effects(result, min_effect, margin, f"run file A ({args.run_a.name})")
+                     "interleaved is unknown; latency is compared as if they were")
+    result = compare_runs(run_a, run_b, expect, min_effect, statistics.alpha, notes,
+                          statistics.require_all, statistics.small_changes,
+                          allowed.gates if allowed else statistics.gates,
+                          allowed.drift if allowed else None)
+    if allowed is not None:
+        result.summary.update(allowed.summary)
     return finish(result, output)

@@ -18,6 +18,7 @@ from abdiff.demo.builder import RUNNER_PATH, build_demo_repo
 from abdiff.errors import InputError
 from abdiff.repo.revs import run_git
 from abdiff.reports import FORMATS
+from abdiff.reports.table import say
 from abdiff.run.schedule import Plan
 
 DEMO_BRANCHES = ("main", "pr-v1", "pr")
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     as_told = True
     for branch, (expected_code, story) in STORY.items():
-        print(f"\n$ abdiff main..{branch} --configs mtp   # {story}", flush=True)
+        print(flush=True)
+        say(f"$ abdiff main..{branch} --configs mtp   # {story}", sys.stdout)
         argv = [f"main..{branch}", "--configs", "mtp", "--repo", str(path),
                 "--format", args.format]
         if args.rounds:

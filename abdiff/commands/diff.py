@@ -7,7 +7,6 @@ The range is the command word: `abdiff main..pr` is parsed as `abdiff diff main.
 from __future__ import annotations
 
 import argparse
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from abdiff.commands.common import (
     statistics_of,
 )
 from abdiff.repo.revs import open_repo, resolve_range
+from abdiff.reports.table import say
 from abdiff.run.schedule import Plan
 from abdiff.run.session import against_baseline, measure_and_compare, prepare_bench, side_runs
 from abdiff.store.baselines import parse_baseline_range
@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
     baseline = parse_baseline_range(args.range)
     # the range before the bench: a typo is refused before a worker process starts
     specs = resolve_range(repo_root, args.range) if baseline is None else None
-    bench = prepare_bench(selection, schedule, repo_root)
+    # a fork server per checkout measured in, started now: B only against a baseline, one
+    # for an A/A (both sides in one checkout)
+    checkouts = 1 if specs is None or specs[0].sha == specs[1].sha else 2
+    bench = prepare_bench(selection, schedule, repo_root, checkouts)
     if baseline is not None:
         name, rev_b = baseline
         return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if spec_a.sha == spec_b.sha:
         notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
                      "every change reported is noise or flakiness")
-        print(f"abdiff: note: {notes[0]}", file=sys.stderr, flush=True)
+        say(f"abdiff: note: {notes[0]}")
     bench, sides = side_runs(bench, {"A": spec_a, "B": spec_b})
     expect = expect_of(selection.expect, bench.suite)
     return finish(measure_and_compare(schedule, statistics, bench, sides, sides["A"].run,

@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.repo.checkouts import default_cache_dir
     from abdiff.repo.revs import open_repo
     from abdiff.reports.history import render_html, render_table
-    from abdiff.reports.table import terminal_width
+    from abdiff.reports.printable import printable
+    from abdiff.reports.table import say, terminal_width
     from abdiff.store.baselines import baselines_dir
     from abdiff.store.files import write_atomic
     from abdiff.store.history import collect
@@ -42,8 +43,12 @@ def run(args: argparse.Namespace) -> int:
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,
                       list(dict.fromkeys(args.config)), args.target)
-    sys.stdout.write(render_table(history, terminal_width()))
+    if history.skipped:
+        shown = "; ".join(history.skipped[:3]) + (
+            f"; {len(history.skipped) - 3} more" if len(history.skipped) > 3 else "")
+        say(f"abdiff: note: {len(history.skipped)} run folders in {runs} left out: {shown}")
+    sys.stdout.write(printable(render_table(history, terminal_width())))
     if args.html:
         write_atomic(args.html, render_html(history))
-        print(f"abdiff: wrote {args.html} (html)", file=sys.stderr)
+        say(f"abdiff: wrote {args.html} (html)")
     return 0

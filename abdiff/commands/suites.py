@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tabulate import tabulate
-
+from abdiff.reports.table import grid, terminal_width
 from abdiff.suites import builtin_suites, load_suite
 from abdiff.targets.trtllm.preflight import sm_text, suite_sm
 
@@ -20,8 +19,8 @@ def run(args: argparse.Namespace) -> int:
     for name in sorted(builtin_suites()):
         suite = load_suite(name)
         expect = "; ".join(f"{k}={','.join(v)}" for k, v in suite.expect.items()) or "nothing"
-        rows.append([name, len(suite.configs), expect, sm_text(suite_sm(suite)) or "any",
+        rows.append([name, str(len(suite.configs)), expect, sm_text(suite_sm(suite)) or "any",
                      suite.description])
-    print(tabulate(rows, headers=["suite", "configs", "may change", "trtllm GPUs",
-                                  "description"]))
+    print(grid(["suite", "configs", "may change", "trtllm GPUs", "description"], rows,
+               terminal_width()))
     return 0

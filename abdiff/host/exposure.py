@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.host import procfs
+
+log = logging.getLogger(__name__)
 
 # Names of variables that hold credentials (case-insensitive). `*TOKEN*` would also take
 # TOKENIZERS_PARALLELISM (Hugging Face), hence the underscores.
@@ -113,11 +116,11 @@ def refuse_secrets(pass_env: list[str] | None, unsafe_allowed: bool) -> None:
     where = f"{name} (in abdiff's environment)" if pid is None else \
         f"{name} (in process {pid}, {command}, above abdiff)"
     if unsafe_allowed:
-        print(f"abdiff: warning: {UNSAFE_FLAG}: measuring with {where} in reach of the "
-              "benchmark's code (/proc/PID/environ)", file=sys.stderr)
+        log.warning(f"warning: {UNSAFE_FLAG}: measuring with {where} in reach of the "
+                    "benchmark's code (/proc/PID/environ)")
         if os.geteuid() == 0:
-            print("abdiff: warning: as root, the benchmark can also read the memory and "
-                  "environment of every process on this machine (docs/ci.md)", file=sys.stderr)
+            log.warning("warning: as root, the benchmark can also read the memory and "
+                        "environment of every process on this machine (docs/ci.md)")
         return
     step = f"unset {name} for the measuring step" if pid is None else (
         f"start the measuring step from an environment without {name} (it can be read from "
@@ -195,8 +198,8 @@ def warn_if_root() -> None:
     marker = private_dir() / "root-warned"
     if marker.exists():
         return
-    print("abdiff: note: measuring as root: in the sandbox the benchmark's code runs as "
-          "nobody but still owns root's files in the folders it may write; without one it "
-          "runs as root and can read every process's memory and environment here; measure "
-          "as an unprivileged user (docs/ci.md)", file=sys.stderr)
+    log.info("note: measuring as root: in the sandbox the benchmark's code runs as "
+             "nobody but still owns root's files in the folders it may write; without one it "
+             "runs as root and can read every process's memory and environment here; measure "
+             "as an unprivileged user (docs/ci.md)")
     marker.touch()

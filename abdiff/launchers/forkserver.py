@@ -29,9 +29,11 @@ from typing import Any
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
+from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
 # for the first job the server may still be importing torch and the target's preimport
@@ -105,7 +107,7 @@ class ForkServer:
                               dict(env))
             self.server = start_process(spec, subprocess.PIPE, self.folder / "server.stderr.txt",
                                         self.pass_env, self.max_memory_bytes,
-                                        stdin=subprocess.PIPE)
+                                        stdin=subprocess.PIPE, ahead=True)
             self.server_env = dict(env)
 
     def take(self, spec: LaunchSpec, stdout: Path,
@@ -117,10 +119,13 @@ class ForkServer:
         server = self.server
         if server is None or self.server_env != spec.env:
             return None
-        home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
+        home = None if spec.folders else tempfile.TemporaryDirectory(
+            prefix="abdiff-home-", ignore_cleanup_errors=True)
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
                "stderr": str(stderr), "cpus": list(spec.cpus),
-               "env": worker_environment(spec.env, self.pass_env, Path(home.name))}
+               "env": worker_environment(spec.env, self.pass_env,
+                                         Path(home.name) if home else None, spec.folders),
+               "confine": sandbox.narrowing(spec.folders.writable() if spec.folders else ())}
         pid = None
         try:  # unbuffered: nothing is left to flush (and fail) when it is closed
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
@@ -129,21 +134,29 @@ class ForkServer:
         except BrokenPipeError:
             self._fail(f"it ended (exit {server.proc.wait()})")
         if pid is None:
-            home.cleanup()
+            if home is not None:
+                home.cleanup()
             return None
         self.taken += 1
         # the server may run in a pid namespace of its own (launchers/sandbox.py)
         here = procfs.seen_from_here(pid, server.proc.pid)
         return StartedProcess(ForkedProcess(self, pid, here), home)
 
-    def send_preimport(self, cwd: Path, modules: tuple[str, ...]) -> None:
+    def send_preimport(self, cwd: Path, modules: tuple[str, ...],
+                       folders: WorkerFolders | None = None) -> None:
         """Have the server import `modules` from the checkout `cwd` before its first fork
-        (forkserver_process.preimport; none: it only answers, once torch is imported)."""
+        (forkserver_process.preimport; none: it only answers, once torch is imported).
+        The side's code then runs in the server: in a sandbox, it first narrows its own to
+        `folders` (writable: that side's round folders and caches), with the side's HOME and
+        caches in its environment."""
         server = self.server
         if server is None or self.failure or self.preimport_sent:
             return
         self.preimport_sent = True
-        message = {"preimport": {"cwd": str(cwd), "modules": list(modules)}}
+        message: dict[str, object] = {"preimport": {
+            "cwd": str(cwd), "modules": list(modules),
+            "confine": sandbox.narrowing(folders.writable()) if folders and modules else None,
+            "env": folders.side.environment() if folders and modules else {}}}
         try:
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
                      (json.dumps(message) + "\n").encode())
@@ -265,12 +278,12 @@ class ForkServers:
         self.folder = Path(folder)
         self.own_folder = own_folder  # made for these servers alone (`prime`): removed with them
         self.make = lambda n: ForkServer(self.folder / f"server{n}", pass_env, max_memory_bytes)
-        self.waiting: ForkServer | None = None  # started ahead of knowing its checkout
+        self.waiting: list[ForkServer] = []  # started ahead of knowing their checkouts
         self.by_checkout: dict[Path, ForkServer] = {}
 
     @property
     def servers(self) -> list[ForkServer]:
-        return [*self.by_checkout.values(), *([self.waiting] if self.waiting else [])]
+        return [*self.by_checkout.values(), *self.waiting]
 
     @property
     def taken(self) -> int:
@@ -281,22 +294,26 @@ class ForkServers:
         return next((server.failure for server in self.servers if server.failure), None)
 
     def start_waiting(self, env: dict[str, str]) -> None:
-        """Start a server now, for the first checkout that sends a job."""
-        if self.waiting is None:
-            self.waiting = self.make(len(self.servers))
-        self.waiting.start_waiting(env)
+        """Start one more server now, for the next checkout without one (called once per
+        side that will measure: both sides' torch imports overlap abdiff's own set-up)."""
+        server = self.make(len(self.servers))
+        self.waiting.append(server)
+        server.start_waiting(env)
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Start the server of every checkout now, so that their imports overlap, have each
         import `preimport` from its checkout, and wait until all are ready to fork: nothing
-        of theirs then runs beside a timed worker."""
+        of theirs then runs beside a timed worker. A server that imports a side's code
+        writes only that side's `folders` from then on (its round folders, its caches)."""
         servers = [self.server_of(cwd) for cwd in checkouts]
         for cwd, server in zip(checkouts, servers, strict=True):
             server.start_waiting(env)
-            server.send_preimport(cwd, preimport)
+            server.send_preimport(cwd, preimport, (folders or {}).get(cwd))
         for server in servers:
             server.wait_preimport()
+        self.sweep()  # what an import left running ends before the first round
 
     def preimported(self, cwd: Path) -> str | None:
         server = self.by_checkout.get(cwd)
@@ -309,7 +326,7 @@ class ForkServers:
     def server_of(self, cwd: Path) -> ForkServer:
         server = self.by_checkout.get(cwd)
         if server is None:
-            server, self.waiting = self.waiting or self.make(len(self.servers)), None
+            server = self.waiting.pop(0) if self.waiting else self.make(len(self.servers))
             self.by_checkout[cwd] = server
         return server
 
@@ -324,6 +341,6 @@ class ForkServers:
     def close(self) -> None:
         for server in self.servers:
             server.close()
-        self.waiting, self.by_checkout = None, {}
+        self.waiting, self.by_checkout = [], {}
         if self.own_folder and not self.failure:
             shutil.rmtree(self.folder, ignore_errors=True)

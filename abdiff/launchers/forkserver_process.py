@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from abdiff.launchers.guard import arm_parent_death, not_dumpable
+from abdiff.launchers.guard import Confinement, arm_parent_death, narrow, not_dumpable
 from abdiff.launchers.standby_worker import become, prepare
 
 
@@ -103,9 +103,12 @@ def preimport(cwd: str, modules: list[str]) -> dict:
     """Import `modules` from the checkout at `cwd` (first on the path, as `python -m` there
     puts it, and the working folder while they import); their output goes to this
     process's stderr, never into the message pipe. A module that fails to import is left
-    to the workers, which fail on it the same way, each with its own stderr."""
+    to the workers, which fail on it the same way, each with its own stderr: the modules
+    the failed attempt left behind are taken out again, so a worker imports as if cold
+    (a half-imported package in sys.modules would make it fail another way)."""
     started = time.monotonic()
     here = os.getcwd()
+    before = set(sys.modules)
     saved_out = os.dup(1)
     os.dup2(2, 1)
     sys.path.insert(0, cwd)
@@ -124,6 +127,8 @@ def preimport(cwd: str, modules: list[str]) -> dict:
         os.chdir(here)
     seconds = round(time.monotonic() - started, 3)
     if failed is not None:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
         return {"preimported": [], "seconds": seconds, "failed": failed}
     return {"preimported": modules, "seconds": seconds}
 
@@ -161,6 +166,15 @@ def serve() -> dict | None:
                 continue
             if "preimport" in message:
                 modules = message["preimport"]["modules"]
+                confine = message["preimport"].get("confine")
+                try:  # the side's code runs here from now on: its folders only
+                    if confine:
+                        narrow(Confinement.decode(confine))
+                except OSError as exc:
+                    tell({"error": f"cannot narrow the sandbox before the preimport: "
+                                   f"{exc.strerror or exc}"})
+                    return None
+                os.environ.update(message["preimport"].get("env") or {})
                 done = preimport(message["preimport"]["cwd"], modules)
                 unsafe = unsafe_to_fork()
                 if unsafe:
@@ -197,8 +211,6 @@ def main() -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.environ.clear()
-    os.environ.update(job["env"])
     become(job)
     return 0
 

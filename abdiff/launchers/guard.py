@@ -188,6 +188,31 @@ def lock(uid: int, gid: int) -> None:
     _own_user_namespace(uid or NOBODY, gid or NOBODY, CLONE_NEWNS)
 
 
+def narrow(confinement: Confinement) -> None:
+    """In a process started ahead of its job, in a sandbox already (a fork server's worker, a
+    standby worker): one more user and mount namespace where `confinement` applies on top
+    (what its job may write), locked as the first. Needs no privilege: a user namespace may
+    be made inside another. OSError when the kernel refuses."""
+    uid, gid = os.geteuid(), os.getegid()
+    _own_user_namespace(0, 0, CLONE_NEWNS)
+    confine_mounts(confinement)
+    lock(uid, gid)
+
+
+def exit_as(child: int) -> int:
+    """Wait for `child` and end as it ended: its exit code, or death by its signal (signals
+    meant for it reach it through its process group, not through this process)."""
+    for number in RELAYED:
+        signal.signal(number, signal.SIG_IGN)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
 def exec_command(command: list[str]) -> int:
     """Replace this process with `command`, with the signal dispositions a new program
     expects (Python ignores SIGPIPE and SIGXFSZ); returns only when it cannot."""

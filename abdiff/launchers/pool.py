@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 
 class WorkerProcess(Protocol):
@@ -50,16 +51,17 @@ ProcessT = TypeVar("ProcessT", bound=WorkerProcess, covariant=True)
 @dataclass(frozen=True)
 class StartedProcess(Generic[ProcessT]):
     """A worker process in its own session (or, forked, its own process group), with the
-    temporary HOME it owns."""
+    temporary HOME it owns (None: a round's worker, whose HOME is its side's, kept)."""
 
     proc: ProcessT
-    home: tempfile.TemporaryDirectory[str]
+    home: tempfile.TemporaryDirectory[str] | None
 
     def close(self) -> None:
-        """Kill whatever is left of its process group; remove its HOME."""
+        """Kill whatever is left of its process group; remove its temporary HOME."""
         signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
-        self.home.cleanup()
+        if self.home is not None:
+            self.home.cleanup()
 
 
 class WorkerPool(Protocol):
@@ -83,9 +85,11 @@ class WorkerPool(Protocol):
         """Start a process waiting now, for jobs with `env`."""
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Before the first round: get ready for the jobs of these checkouts (with `env`),
-        importing `preimport` from each ahead where the pool can."""
+        importing `preimport` from each ahead where the pool can; a process that imports a
+        checkout's code may write only that checkout's `folders` from then on."""
 
     def preimported(self, cwd: Path) -> str | None:
         """What became of checkout `cwd`'s preimport, in words (None: nothing asked)."""

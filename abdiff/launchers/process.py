@@ -33,6 +33,7 @@ from abdiff.launchers.guard import not_dumpable
 from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.store.files import open_for_worker, read_worker_file
+from abdiff.store.sides import CACHE_VARIABLES, WorkerFolders
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
@@ -55,7 +56,7 @@ KERNEL_SELECTING_PREFIXES = ("TLLM_", "TRTLLM_", "NCCL_", "CUDA_")
 NOT_KERNEL_SELECTING = frozenset({
     "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDA_CACHE_PATH",
     "CUDA_VERSION", "CUDA_DRIVER_VERSION", "NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS",
-    "NCCL_VERSION", "TLLM_LOG_LEVEL",
+    "NCCL_VERSION", "TLLM_LOG_LEVEL", *CACHE_VARIABLES,
 })
 # Credentials that use an allowed prefix (SLURM_JWT, a TORCH_HUB token): still kept out.
 SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_KEY",
@@ -83,16 +84,22 @@ def kernel_selecting_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,
-                       home: Path | None = None) -> dict[str, str]:
+                       home: Path | None = None,
+                       folders: WorkerFolders | None = None) -> dict[str, str]:
     """The allowed part of this process's environment, plus the target's variables.
 
-    `home` replaces HOME (a fresh folder per worker process, so `~/.netrc`,
-    `~/.docker/config.json` or `~/.git-credentials` of the CI user are not there).
+    `home` replaces HOME (a fresh folder per process of abdiff's own, so `~/.netrc`,
+    `~/.docker/config.json` or `~/.git-credentials` of the CI user are not there); a
+    round's worker gets its side's kept HOME, TMPDIR and tool caches instead (sides.py),
+    over whatever the user set for them (--pass-env TRITON_CACHE_DIR included): one folder
+    of the user's would be shared by both sides.
     """
     env = {name: value for name, value in os.environ.items() if passed_to_workers(name, pass_env)}
     env.update(extra)
     if home is not None:
         env["HOME"] = str(home)
+    if folders is not None:
+        env.update(folders.side.environment())
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -243,39 +250,44 @@ def _kill_group(proc: WorkerProcess) -> int:
     return proc.wait()
 
 
-def guarded(argv: list[str], max_memory_bytes: int | None, cpus: tuple[int, ...] = ()
-            ) -> list[str]:
+def guarded(argv: list[str], max_memory_bytes: int | None, cpus: tuple[int, ...] = (),
+            writable: tuple[str, ...] | None = None, ahead: bool = False) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
     limit inside the new process, pins it to `cpus` (where given), and enters the sandbox
-    in force (launchers/sandbox.py), before it execs `argv` (no preexec_fn: see guard.py)."""
+    in force (launchers/sandbox.py; writable only in `writable`: a round's worker its
+    round's and its side's folders), before it execs `argv` (no preexec_fn: see guard.py)."""
     # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
     pinned = ["--cpus", ",".join(map(str, cpus))] if cpus else []
     return [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), str(max_memory_bytes or 0),
-            *pinned, *sandbox.guard_options(), "--", *argv]
+            *pinned, *sandbox.guard_options(writable=writable, ahead=ahead), "--", *argv]
 
 
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                   pass_env: list[str] | None, max_memory_bytes: int | None,
-                  stdin: int | None = subprocess.DEVNULL
+                  stdin: int | None = subprocess.DEVNULL, ahead: bool = False
                   ) -> StartedProcess[subprocess.Popen[bytes]]:
     """Start `spec` through guard.py in a session of its own, output appended to the files
-    (stdout may be subprocess.PIPE: the fork server's messages)."""
+    (stdout may be subprocess.PIPE: the fork server's messages). `ahead`: a process that
+    waits for its jobs (launchers/pool.py), whose sandbox each job narrows."""
     hide_environment(pass_env)
     if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
             os.access(spec.cwd / spec.argv[0], os.X_OK)):
         # checked here, because once guard.py runs a failed exec is only an exit code
         raise InfrastructureError(f"cannot start {spec.argv[0]}: no such program; install it "
                                   "or put it on PATH (`abdiff doctor` lists what is missing)")
-    home = tempfile.TemporaryDirectory(prefix="abdiff-home-", ignore_cleanup_errors=True)
+    home = None if spec.folders else tempfile.TemporaryDirectory(prefix="abdiff-home-",
+                                                                 ignore_cleanup_errors=True)
     try:
         with contextlib.ExitStack() as files:
             out = stdout if isinstance(stdout, int) else files.enter_context(
                 os.fdopen(open_for_worker(stdout), "ab"))
             err = files.enter_context(os.fdopen(open_for_worker(stderr), "ab"))
             proc = subprocess.Popen(
-                guarded(spec.argv, max_memory_bytes, spec.cpus),
+                guarded(spec.argv, max_memory_bytes, spec.cpus,
+                        spec.folders.writable() if spec.folders else None, ahead),
                 cwd=spec.cwd,
-                env=worker_environment(spec.env, pass_env, Path(home.name)),
+                env=worker_environment(spec.env, pass_env, Path(home.name) if home else None,
+                                       spec.folders),
                 stdin=stdin,
                 stdout=out,
                 stderr=err,
@@ -283,7 +295,8 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
             )
             _started.add(proc.pid)
     except OSError as exc:
-        home.cleanup()
+        if home is not None:
+            home.cleanup()
         raise InfrastructureError(f"cannot start {spec.argv[0]}: {exc.strerror}") from None
     return StartedProcess(proc, home)
 

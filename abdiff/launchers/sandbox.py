@@ -6,10 +6,12 @@ write the repository's `.git` (a replace ref, a moved branch), the cached checko
 abdiff's own Python environment (a `.pth` file) and the home folder, and see every
 process of the user. In the sandbox (guard.py enters it before the worker's command
 starts: Linux user, mount and pid namespaces, no privilege needed) abdiff's state
-folder and the credential files are empty, every file system is read-only but the
-cache folder (its `runs/`, where workers write; not its checkouts), the temporary
-folders and named tool caches, root is nobody, and /proc shows the worker's own
-processes only.
+folder and the credential files are empty, every file system is read-only (the cache
+folder and the temporary folders too) but, per worker, its round's folder and its side's
+folders (store/sides.py: HOME, TMPDIR, tool caches), root is nobody, and /proc shows the
+worker's own processes only. A process started ahead of its job (a fork server, a
+standby worker) may write every round's and side's folder until its job narrows it
+(`narrowing`, guard.narrow).
 
 `--sandbox auto` (the default) uses it when a trial start works and says once why not
 otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
@@ -23,14 +25,19 @@ import site
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
 from abdiff.launchers.guard import CANNOT_CONFINE_LINE, NOBODY, Confinement
 from abdiff.launchers.spec import ABDIFF_ROOT
+from abdiff.store.files import own_folder
 
 MODES = ("auto", "on", "off")
+# what a run without the sandbox loses, said once on stderr and recorded in its run files
+LOST_WITHOUT = ("benchmark code can write the repository's .git, abdiff's Python environment "
+                "and every folder of abdiff's cache (runs/, locks/, the other side's caches; "
+                "the side caches still point per side, but nothing stops a write elsewhere), "
+                "and read abdiff's key for stored rounds and the user's credentials (docs/ci.md)")
 PROBE_TIMEOUT_S = 30.0
 GUARD = Path(__file__).with_name("guard.py")
 # what a trial start checks inside: that the namespaces and mounts were made (root is NOBODY)
@@ -41,11 +48,10 @@ CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", 
                ".aws", ".azure", ".config/gcloud", ".config/gh", ".kube", ".gnupg", ".pypirc",
                ".npmrc", ".cargo/credentials", ".cargo/credentials.toml",
                ".cache/huggingface/token", ".huggingface/token", ".config/hub")
-# variables that name where a benchmark's tools keep their caches (passed to workers, or
-# by --pass-env): those folders stay writable when everything else is read-only
-CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR",
-                   "CUDA_CACHE_PATH", "HF_HOME", "HF_HUB_CACHE")
+# the sandbox in force and the folders under which workers started ahead of their job (a
+# fork server, a standby worker) write, narrowed to one round's and side's folders per job
 _active: Confinement | None = None
+_ahead_writable: tuple[str, ...] = ()
 
 
 def python_folders() -> set[Path]:
@@ -73,33 +79,47 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
          state_folder: Path) -> Confinement:
     """The sandbox of a measurement: abdiff's state folder and the user's credentials
     (CREDENTIALS) hidden; every mount read-only, and by name (strictly) the repository (its
-    working tree and its git common dir), the cache's checkouts, the user's home folder
-    (a .bashrc runs later too) and abdiff's Python environment; writable again: the cache
-    folder but its checkouts, the temporary folders and the caches CACHE_VARIABLES name."""
+    working tree and its git common dir), the cache folder, the user's home folder (a
+    .bashrc runs later too) and abdiff's Python environment. What a worker may write is
+    added per worker (`guard_options`): its round's folder and its side's folders."""
     # the home folder by $HOME, as Python finds it; an empty or relative one names none
     home = Path(os.path.expanduser("~"))
     homes = [home] if home.is_absolute() else []
     hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
                                         for name in CREDENTIALS if (h / name).exists())}
-    read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir / "checkouts",
+    read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir,
                                        *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
-    # the cache folder (its runs/, which may not exist yet, is where workers write; its
-    # checkouts/, read-only, is mounted over it)
-    writable = {p.resolve() for p in (cache_dir, Path(tempfile.gettempdir()),
-                                      Path("/var/tmp"),
-                                      *(Path(os.environ[name]) for name in CACHE_VARIABLES
-                                        if os.path.isabs(os.environ.get(name, ""))))}
-    writable = {p for p in writable  # never all of /: that is no sandbox
-                if p.is_dir() and p != Path("/") and not _under(p, hidden)}
     return Confinement(tuple(sorted(map(str, hidden))), tuple(sorted(map(str, read_only))),
-                       tuple(sorted(map(str, writable))), all_read_only=True)
+                       (), all_read_only=True)
 
 
-def guard_options(confinement: Confinement | None = None) -> list[str]:
-    """guard.py's options for the sandbox in force (or `confinement`), none without one."""
+def worker_folders_root(cache_dir: Path) -> tuple[Path, Path]:
+    """Where round folders (runs/) and side folders (sides/) live in the cache."""
+    return cache_dir / "runs", cache_dir / "sides"
+
+
+def guard_options(confinement: Confinement | None = None,
+                  writable: tuple[str, ...] | None = None, ahead: bool = False) -> list[str]:
+    """guard.py's options for the sandbox in force (or `confinement`), none without one:
+    with `writable`, a round's worker that may write there; with `ahead`, a process that
+    waits for its job (it writes nothing itself; each job narrows it, `narrowing`)."""
     chosen = confinement or _active
-    return [] if chosen is None else ["--confine", chosen.encode()]
+    if chosen is None:
+        return []
+    extra = writable or (_ahead_writable if ahead else ())
+    if extra:
+        chosen = dataclasses.replace(chosen, writable=tuple(sorted({*chosen.writable, *extra})))
+    return ["--confine", chosen.encode()]
+
+
+def narrowing(writable: tuple[str, ...]) -> str | None:
+    """What a job given to a process started ahead narrows its sandbox to (guard.narrow):
+    the folders of every round and side read-only again, but `writable`; None without a
+    sandbox."""
+    if _active is None:
+        return None
+    return Confinement(read_only=_ahead_writable, writable=writable, own_proc=False).encode()
 
 
 def trial(confinement: Confinement) -> str | None:
@@ -126,10 +146,11 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
     returns what they run in, in words (recorded with the run). `elsewhere`: why the
     benchmark's processes do not start below abdiff (the launcher's words), so that no
     sandbox of abdiff's can hold them. `on` without a sandbox: InfrastructureError."""
-    global _active
-    _active = None
+    global _active, _ahead_writable
+    _active, _ahead_writable = None, ()
     if mode == "off":
-        return "none (--sandbox off)"
+        print(f"abdiff: note: --sandbox off: {LOST_WITHOUT}", file=sys.stderr)
+        return f"none (--sandbox off: {LOST_WITHOUT})"
     if elsewhere is not None:
         why = f"{elsewhere}, outside abdiff's process tree"
     elif not sys.platform.startswith("linux"):
@@ -137,17 +158,19 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
     else:
         # what is read-only must exist before the workers start: a folder made later would
         # be writable to a fork server started earlier, and a missing one cannot be mounted
-        (cache_dir / "checkouts").mkdir(parents=True, exist_ok=True)
+        for folder in (cache_dir / "checkouts", *worker_folders_root(cache_dir)):
+            own_folder(folder)
         if site.ENABLE_USER_SITE:  # where a .pth would run in abdiff's next command
             Path(site.getusersitepackages()).mkdir(parents=True, exist_ok=True)
         confinement = plan(repo_root, git_common_dir, cache_dir, state_folder)
+        ahead = tuple(str(p.resolve()) for p in worker_folders_root(cache_dir))
         failed = trial(confinement)
         if failed is None:
-            _active = confinement
+            _active, _ahead_writable = confinement, ahead
             return "user, mount and pid namespaces"
         without_pid = dataclasses.replace(confinement, own_proc=False)
         if trial(without_pid) is None:
-            _active = without_pid
+            _active, _ahead_writable = without_pid, ahead
             return f"user and mount namespaces (no /proc of its own: {failed})"
         why = failed
     if mode == "on":
@@ -156,13 +179,12 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
                "measure with --sandbox auto in a throwaway container")
         raise InfrastructureError(f"--sandbox on: workers cannot be sandboxed here ({why}); "
                                   f"{fix}")
-    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): it can write "
-          "the repository's .git and read abdiff's key for stored rounds (docs/ci.md)",
+    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): {LOST_WITHOUT}",
           file=sys.stderr)
-    return f"none ({why})"
+    return f"none ({why}; {LOST_WITHOUT})"
 
 
 def release() -> None:
     """Workers started from now on run without the sandbox (the command is over)."""
-    global _active
-    _active = None
+    global _active, _ahead_writable
+    _active, _ahead_writable = None, ()

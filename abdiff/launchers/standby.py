@@ -18,9 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
-from abdiff.launchers.process import pipe, start_process
+from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 STANDBY_MODULE = "abdiff.launchers.standby_worker"
 
@@ -57,7 +59,8 @@ class StandbyPool:
         return ready
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Nothing to do: a worker started ahead imports nothing of a checkout before its
         job names one."""
 
@@ -92,8 +95,11 @@ class StandbyPool:
             return False
         if self.waiting_env != spec.env:
             return False
-        job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
-               "stderr": str(stderr)}
+        job: dict[str, object] = {
+            "cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout), "stderr": str(stderr),
+            "confine": sandbox.narrowing(spec.folders.writable() if spec.folders else ())}
+        if spec.folders:  # its side's HOME and caches, not the temporary HOME it started with
+            job["env"] = worker_environment(spec.env, self.pass_env, None, spec.folders)
         try:
             job_pipe = pipe(ready.proc.stdin, ready.proc.pid)
             job_pipe.write((json.dumps(job) + "\n").encode())
@@ -111,6 +117,6 @@ class StandbyPool:
                              dict(spec.env))
         self.waiting = start_process(standby, self.folder / f"{name}.stdout.txt",
                                      self.folder / f"{name}.stderr.txt", self.pass_env,
-                                     self.max_memory_bytes, stdin=subprocess.PIPE)
+                                     self.max_memory_bytes, stdin=subprocess.PIPE, ahead=True)
         self.waiting_env = dict(spec.env)
         self.started += 1

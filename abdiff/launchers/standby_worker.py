@@ -17,6 +17,15 @@ import os
 import runpy
 import sys
 
+from abdiff.launchers.guard import (
+    CANNOT_CONFINE,
+    CANNOT_CONFINE_LINE,
+    Confinement,
+    arm_parent_death,
+    exit_as,
+    narrow,
+)
+
 
 def prepare() -> None:
     """What every worker of the run does first: import torch. Not the CUDA context: creating
@@ -25,11 +34,22 @@ def prepare() -> None:
 
 
 def become(job: dict) -> None:
-    """Run the job's `python -m MODULE ARGS...` in its folder, with its output files."""
+    """Run the job's `python -m MODULE ARGS...` in its folder, with its output files, its
+    environment (its side's HOME and caches) and, in a sandbox, writable only where its
+    "confine" says (guard.narrow)."""
     for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(handle, fd)
         os.close(handle)
+    if job.get("confine"):
+        try:
+            narrow(Confinement.decode(job["confine"]))
+        except OSError as exc:
+            print(f"{CANNOT_CONFINE_LINE}{exc.strerror or exc}", file=sys.stderr, flush=True)
+            raise SystemExit(CANNOT_CONFINE) from None
+    if "env" in job:
+        os.environ.clear()
+        os.environ.update(job["env"])
     os.chdir(job["cwd"])
     _, flag, module, *args = job["argv"]
     if flag != "-m":
@@ -46,7 +66,16 @@ def main() -> int:
     line = sys.stdin.readline()
     if not line:  # abdiff ended the run without a job for this process
         return 0
-    become(json.loads(line))
+    job = json.loads(line)
+    if job.get("confine"):
+        # a user namespace cannot be made by a process with threads (torch's import may have
+        # started some): a fork has one thread; this process ends as it ends
+        child = os.fork()
+        if child:
+            return exit_as(child)
+        if not arm_parent_death(os.getppid()):
+            os._exit(1)
+    become(job)
     return 0
 
 

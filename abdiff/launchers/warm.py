@@ -53,15 +53,17 @@ def standing_by(launcher: Launcher, mode: str, folder: Path,
 
 
 def prime(launcher: Launcher, mode: str, under: Path, env: dict[str, str] | None,
-          pass_env: list[str] | None, max_memory_bytes: int | None) -> None:
-    """Start the pool's first process now, before the run's checks and checkouts, so that
-    its torch import overlaps them (where a warm mode is chosen and the target's worker
-    environment is known), in a folder of its own under `under`; the first
-    measurement's `standing_by` takes the pool over and ends it."""
+          pass_env: list[str] | None, max_memory_bytes: int | None, sides: int = 1) -> None:
+    """Start the pool's first process now (a fork server per side that will measure),
+    before the run's checks and checkouts, so that their torch imports overlap them (where
+    a warm mode is chosen and the target's worker environment is known), in a folder of
+    its own under `under`; the first measurement's `standing_by` takes the pool over and
+    ends it."""
     if mode in POOLS and launcher.can_prestart and env is not None and launcher.standby is None:
         under.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=f"abdiff-{mode}-", dir=under))
         pool = make_pool(mode, folder, pass_env, max_memory_bytes, own_folder=True)
-        pool.start_waiting(env)
+        for _ in range(sides):
+            pool.start_waiting(env)
         launcher.standby = pool
         atexit.register(pool.close)  # a run that stops before measuring leaves nothing

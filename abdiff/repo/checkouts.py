@@ -12,7 +12,7 @@ Layout under the cache folder (`default_cache_dir()`):
     checkouts/<repo-key>/<sha>.done         marker, written last (atomically), holds the sha
     checkouts/<repo-key>/worktree-<hash>/   copy of the working tree (side B of "A..")
     checkouts/<repo-key>/worktree-<hash>.done
-    checkouts/.locks/<repo-key>.lock        one FileLock per repository
+    checkouts/.locks/<repo-key>.lock        one lock per repository
 
 `<repo-key>` is the repository's folder name plus a short hash of its absolute
 git common dir, so two repositories (or two clones named alike) never collide,
@@ -51,11 +51,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.repo.revs import WORKTREE, SideSpec, git_message, is_bare, run_git, run_git_bytes
-from abdiff.store.files import hold_in_use, unless_in_use, write_atomic
+from abdiff.store.files import hold_in_use, lock_exclusively, unless_in_use, write_atomic
 
 _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _COPY_PREFIX = "worktree-"
@@ -495,15 +493,15 @@ class CheckoutCache:
             locks.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InfrastructureError(f"cannot create the cache folder {locks}: {exc}") from exc
-        lock = FileLock(str(locks / f"{self.key}.lock"), timeout=self.lock_timeout)
+        path = locks / f"{self.key}.lock"
+        fd = lock_exclusively(path, self.lock_timeout)
+        if fd is None:
+            raise InfrastructureError(f"another abdiff has held {path} for "
+                                      f"{self.lock_timeout:.0f} s; is it stuck?")
         try:
-            with lock:
-                yield
-        except Timeout:
-            raise InfrastructureError(
-                f"another abdiff has held {lock.lock_file} for {self.lock_timeout:.0f} s; "
-                "is it stuck?") from None
-
+            yield
+        finally:
+            os.close(fd)
 
 _README = """\
 This folder belongs to abdiff (differential A/B benchmarking).

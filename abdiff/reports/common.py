@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from abdiff.reports.printable import printable
 from abdiff.store.records import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
@@ -46,21 +46,11 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
     Text from benchmarks (error lines, fact values, kernel and config names)
     may hold newlines, ANSI escapes, bidirectional overrides or megabytes of
     traceback; no report should inherit any of that. Newlines become " / ",
-    other control and format characters (Unicode Cc, Cf) are dropped.
+    other control and format characters are dropped (printable.py, which also breaks up
+    what a CI runner would read as a workflow command).
     """
-    text = str(text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    parts: list[str] = []
-    for ch in text:
-        if ch == "\n":
-            parts.append(" / ")
-        elif ch == "\t":
-            parts.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs"):
-            continue
-        else:
-            parts.append(ch)
-    line = "".join(parts).strip()
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n").replace("\n", " / ")
+    line = printable(text, lines=False).strip()
     if len(line) > limit:
         line = line[: max(limit - 1, 0)].rstrip() + ELLIPSIS
     return line
@@ -297,6 +287,10 @@ def final_line(result: Result) -> str:
         meaning = "--require-all and a config not measured on both sides"
     else:
         head = "no unintended change"
+    soft = result.summary.get("soft_gates")
+    if code == 0 and tally["unintended"] and isinstance(soft, list) and soft:
+        meaning = (f"the unintended changes are in soft gate classes only ("
+                   f"{clip(', '.join(map(str, soft)), 80)}): reported, not failing")
     order = [*SUMMARY_ORDER, *(v for v in tally if v not in SUMMARY_ORDER)]
     verdicts = ", ".join(f"{tally[v]} {v}" for v in order if tally.get(v))
     differs = result.summary.get("kernel_env_differs")
@@ -330,6 +324,10 @@ def next_step(result: Result) -> str | None:
     if not projected:
         return f"{text}; more rounds would decide them: re-run with a larger --max-rounds"
     needed = max(projected)
+    if facts.max_rounds and needed <= facts.max_rounds:  # advice this run already followed
+        return (f"{text}; the --max-rounds {facts.max_rounds} of this run already allowed "
+                f"the {needed} rounds their spread asks for: it grew as rounds came in, "
+                "measure on an idle machine")
     if needed <= MOST_ROUNDS_ADVISED:
         return (f"{text}; about {needed} rounds per side would decide them at the spread "
                 f"measured: re-run with --max-rounds {needed} (a config whose spread grows "
@@ -390,6 +388,63 @@ def context_items(result: Result) -> list[tuple[str, str]]:
     items.append(("threshold", f"±{percent(facts.min_effect)} (--min-effect)"))
     items.append(("alpha", f"{percent(facts.alpha)} family-wise (--alpha)"))
     return items
+
+
+def environment_text(side: Side) -> str:
+    """Where and with what a side was measured, from its run file's environment (2026-12-05):
+    "cpu Intel(R) Xeon(R), torch 2.13.0+cpu, ..., 3 sessions on vm (2026-12-05 10:30 to
+    10:31)"; empty for a result that predates it. Every value is the untrusted file's,
+    clipped."""
+    env, parts = side.env, []
+
+    def text(key: str, limit: int = 60) -> str | None:
+        value = env.get(key)
+        return clip(str(value), limit) if value not in (None, "", {}, []) else None
+
+    device = text("device_name") or text("device")
+    if device:
+        count = env.get("device_count")
+        parts.append(device + (f" x{count}" if isinstance(count, int) and count > 1 else ""))
+    for key, label in (("driver", "driver "), ("cuda", "CUDA "), ("cpu_model", ""),
+                       ("torch", "torch "), ("python", "Python "),
+                       ("target_package", "target package "),
+                       ("timing", "timing: ")):
+        if text(key):
+            parts.append(f"{label}{text(key)}")
+    parts += [f"{clip(key[:-len('.version')], 40)} {clip(str(value), 40)}"
+              for key, value in sorted(env.items()) if key.endswith(".version") and value]
+    if side.env:
+        kernel_env = env.get("kernel_env")
+        parts.append("kernel env: " + (", ".join(f"{clip(str(k), 40)}={clip(str(v), 40)}"
+                                                for k, v in sorted(kernel_env.items()))
+                                      if isinstance(kernel_env, dict) and kernel_env
+                                      else "none set"))
+    if text("sandbox"):
+        parts.append(f"sandbox: {text('sandbox')}")
+    checks = env.get("machine")
+    if isinstance(checks, list) and checks:
+        flagged = [clip(str(c.get("name")), 40) for c in checks
+                   if isinstance(c, dict) and c.get("ok") is False]
+        parts.append("machine check: " + (f"{', '.join(flagged)} flagged" if flagged
+                                          else "nothing flagged"))
+    if side.sessions:
+        hosts = sorted({clip(str(w.get("host")), 40) for w in side.sessions.values()
+                        if isinstance(w, dict) and w.get("host")})
+        started = sorted(str(w.get("started"))[:16].replace("T", " ")
+                         for w in side.sessions.values()
+                         if isinstance(w, dict) and w.get("started"))
+        when = (f" ({started[0]}" + (f" to {started[-1]}" if started[-1] != started[0] else "")
+                + ")") if started else ""
+        count = len(side.sessions)
+        parts.append(f"{count} session{'s' * (count != 1)}"
+                     + (f" on {', '.join(hosts[:4])}" if hosts else "") + when)
+    return ", ".join(parts)
+
+
+def environment_items(result: Result) -> list[tuple[str, str]]:
+    """("A measured with", ...), ("B measured with", ...) for the sides that say."""
+    return [(f"{name} measured with", environment_text(side))
+            for name, side in (("A", result.a), ("B", result.b)) if environment_text(side)]
 
 
 def value_text(value: Any, limit: int = 60) -> str:
@@ -457,14 +512,17 @@ def latency_details(latency: LatencyResult, max_rounds: int | None = None) -> li
     cell, `times_cell`): ["detects ≥ 2.2%", ...].
 
     A detectable change of 100% or more is no latency statement (a step cannot get more
-    than 100% faster): "undecidable at this noise" instead. An undecided config that
+    than 100% faster): an undecided config says "undecidable at this noise" instead, a
+    decided one (its interval excludes 1: a change that large was seen) says nothing of
+    it. An undecided config that
     stopped below the run's --max-rounds says so: the adaptive plan found more rounds
     futile at the spread it had by then (stats.futile).
     """
     parts = []
-    if latency.detectable is not None:
-        parts.append(f"detects ≥ {latency.detectable:.1%}" if latency.detectable < 1 else
-                     "undecidable at this noise (detects only changes over 100%)")
+    if latency.detectable is not None and latency.detectable < 1:
+        parts.append(f"detects ≥ {latency.detectable:.1%}")
+    elif latency.detectable is not None and latency.verdict == "inconclusive":
+        parts.append("undecidable at this noise (detects only changes over 100%)")
     if latency.note:
         parts.append(clip(latency.note, NOTE_LIMIT))
     rounds = min(latency.rounds_a, latency.rounds_b)
@@ -484,9 +542,17 @@ def significant(value: float, digits: int, sign: bool = False) -> str:
     return f"{rounded:{plus}g}"
 
 
+def time_scale(value_us: float) -> tuple[float, str]:
+    """The unit a time of `value_us` microseconds reads best in: nanoseconds below one
+    microsecond (a CPU micro-benchmark's), else microseconds."""
+    return (1e3, "ns") if value_us < 1 else (1.0, "µs")
+
+
 def us_text(value: float) -> str:
-    """A time in microseconds with four significant digits: "512.3 µs", "18430 µs"."""
-    return f"{significant(value, 4)} µs" if value < 1e4 else f"{value:.0f} µs"
+    """A time with four significant digits: "512.3 µs", "18430 µs", "29.36 ns"."""
+    scale, unit = time_scale(value)
+    scaled = value * scale
+    return f"{significant(scaled, 4)} {unit}" if scaled < 1e4 else f"{scaled:.0f} {unit}"
 
 
 def side_times(latency: LatencyResult) -> dict[str, tuple[float, float | None]]:
@@ -512,8 +578,8 @@ def times_cell(latency: LatencyResult) -> str:
     parts = []
     for side, (median, spread) in side_times(latency).items():
         text = f"{side} {us_text(median)}"
-        if spread is not None:
-            text += f" ±{significant(spread, 2)}"
+        if spread is not None:  # in the median's unit
+            text += f" ±{significant(spread * time_scale(median)[0], 2)}"
         parts.append(text)
     return ", ".join(parts)
 

@@ -22,7 +22,7 @@ KIND_COLOURS = {"baseline": "#00838f", "run": "#1565c0"}
 CHANGE_COLOUR = "#c62828"
 PLOT_HEIGHT, PLOT_TOP, PLOT_BOTTOM = 220, 12, 190  # px: the y axis (time) runs top to bottom
 KERNELS_SHOWN = 6
-TERMINAL_KERNELS = 3  # of each kind, names cut to 48 characters: the HTML lists more
+TERMINAL_KERNELS = 3  # of each kind, names cut to 160 characters: the HTML lists more
 
 
 def latency_text(shot: Snapshot) -> str:
@@ -122,7 +122,7 @@ def render_table(history: History, width: int) -> str:
                         f"({history.searched})"], width, "    ")
     header = ("measured", "source", "status", "time per step", "measured as")
     for config_id in history.config_ids:
-        series = _series(history, config_id, TERMINAL_KERNELS, 48)
+        series = _series(history, config_id, TERMINAL_KERNELS, 160)
         commits = len({p.sha for p, _, _ in series})
         lines += ["", f"{config_id}: {len(series)} points on {commits} commit"
                   f"{'' if commits == 1 else 's'}"]

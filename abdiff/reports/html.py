@@ -140,10 +140,11 @@ def _extras(lat: LatencyResult) -> list[tuple[str, str]]:
     """Statistics worth a line when present: the detectable change, the rounds."""
     out = []
     detectable = lat.detectable
-    if detectable is not None and _finite(detectable):
-        out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"
-                    if detectable < 1 else "undecidable at this noise (only changes over "
-                    "100%, 80% power)"))
+    if detectable is not None and _finite(detectable) and detectable < 1:
+        out.append(("detectable", f"a change of {detectable:.1%} or more (80% power)"))
+    elif detectable is not None and lat.verdict == "inconclusive":  # common.latency_details
+        out.append(("detectable", "undecidable at this noise (only changes over 100%, 80% "
+                    "power)"))
     out.append(("rounds", f"A {lat.rounds_a}, B {lat.rounds_b}"))
     return out
 
@@ -191,7 +192,7 @@ def render(result: Result) -> str:
         tone=tone,
         summary=common.summary_sentence(result),
         next_step=common.next_step(result),
-        context=common.context_items(result),
+        context=[*common.context_items(result), *common.environment_items(result)],
         notes=[*common.notes(result), *common.only_in_lines(result)],
         directions=list(DIRECTION_COLOURS.items()),
         sides=list(SIDE_COLOURS.items()),

@@ -36,6 +36,8 @@ def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
         test = (f"{s.look_rounds} pairs cannot flag at level {s.level:.2g} (too few sign "
                 f"patterns): intervals at Student's t, df {s.df:g}, for `unchanged` only")
     text = f"{statistic}; {test}; interval at q={s.threshold:.2f} (family level {alpha:g})"
+    if s.drift is not None:
+        text += "; widened by the session drift"
     if s.looks > 1 and s.look is not None:
         text += f"; look {s.look + 1} of {s.looks} at {s.look_rounds} rounds, level {s.level:.2g}"
     return text
@@ -53,6 +55,10 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
         notes.append(f"needs at least {stats.MIN_ROUNDS} rounds per side (--rounds)")
     elif s.verdict == "inconclusive" and s.resolves is None:
         notes.append("too few rounds for this level: run with more --rounds")
+    elif s.verdict == "inconclusive" and s.drift is not None and s.drift >= min_effect:
+        notes.append(f"{rounds} rounds and the drift between sessions resolve "
+                     f"+-{s.resolves:.1%}; the drift alone is +-{s.drift:.1%}, so more rounds "
+                     f"cannot decide +-{min_effect:.0%}")
     elif s.verdict == "inconclusive" and s.rounds_needed is not None:
         decide = (f"about {s.rounds_needed} would decide +-{min_effect:.0%} (--max-rounds "
                   f"{s.rounds_needed})" if s.rounds_needed <= MOST_ROUNDS_ADVISED else

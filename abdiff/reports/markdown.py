@@ -160,6 +160,7 @@ def render(result: Result, details_url: str | None = None) -> str:
         f"{escape(common.summary_sentence(result), common.NOTE_LIMIT)}.",
         "",
         " · ".join(f"{escape(k)}: {escape(v)}" for k, v in common.context_items(result)),
+        *(f"\n{escape(k)}: {escape(v, 600)}" for k, v in common.environment_items(result)),
     ]
     if details_url:
         lines += ["", f"[Full report and run artifacts]({check_url(details_url)})"]

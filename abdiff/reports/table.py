@@ -23,6 +23,7 @@ import textwrap
 from typing import TextIO
 
 from abdiff.reports import common
+from abdiff.reports.printable import printable
 from abdiff.store.records import ConfigResult, Result
 
 WIDE = 120  # below this many columns, the per-config block layout
@@ -92,6 +93,14 @@ def wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
     for line in lines:
         out += wrapper.wrap(line) or [""]
     return out
+
+
+def say(text: str, stream: TextIO | None = None) -> None:
+    """One of abdiff's own messages (a note, what it wrote, where the run files are) on
+    stderr, or `stream`, wrapped to the terminal's width (`fit`). Error lines are not
+    wrapped: they are one line, whatever their length. What a message quotes of the
+    benchmark (a ref name, an error line) is made printable here, once wrapped."""
+    print(printable(fit(text, terminal_width())), file=stream or sys.stderr, flush=True)
 
 
 def fit(text: str, width: int) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from abdiff.reports.printable import printable
 from abdiff.store.files import read_worker_file
 
 WATCH_INTERVAL_S = 0.5
@@ -59,7 +60,7 @@ def latest_started(folder: Path) -> str | None:
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("event") == "start":
-            return str(event.get("id"))
+            return printable(event.get("id"), lines=False)
     return None
 
 

@@ -23,6 +23,7 @@ from abdiff.run.ranks import merge_rank_logs, read_rank_logs
 from abdiff.run.time_split import added, worker_time
 from abdiff.store.files import read_worker_file, remove_path
 from abdiff.store.records import RoundRecord, SideTime
+from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
 
@@ -172,6 +173,7 @@ def run_round(
     on_record: Callable[[str, RoundRecord], None],
     seed: Callable[[int], int | None] = lambda worker: None,
     device: Device | None = None,
+    side: SideFolders | None = None,
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
@@ -181,7 +183,8 @@ def run_round(
     wrote are handed over before the interrupt propagates. Configs a worker timed
     but could not capture kernels of (it died first) are captured by the next
     worker of the round after its own timed configs, or by a worker that only
-    captures them when none is left to time.
+    captures them when none is left to time. With `side`, the workers keep that side's
+    HOME and caches, and in a sandbox write only there and in `work_dir`.
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
     work_dir = Path(work_dir).absolute()
@@ -226,6 +229,8 @@ def run_round(
             spec.env.update(device.env)
             spec.cpus = device.cpus
         handed_at = time.time()
+        if side is not None:
+            spec.folders = WorkerFolders(side, work_dir)
         try:
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
                                    settings.pass_env, settings.max_memory_bytes)

@@ -24,6 +24,7 @@ import copy
 import datetime
 import hashlib
 import json
+import os
 import platform
 import random
 import shutil
@@ -37,8 +38,6 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from abdiff.errors import InfrastructureError, InputError
 from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
@@ -48,15 +47,22 @@ from abdiff.run.devices import Device
 from abdiff.run.progress import Progress
 from abdiff.run.rounds import RoundSettings, order_seed, run_round
 from abdiff.run.time_split import added
-from abdiff.store.files import remove_path, write_atomic
+from abdiff.store.files import (
+    lock_exclusively,
+    own_folder,
+    read_worker_file,
+    remove_path,
+    write_atomic,
+)
 from abdiff.store.records import (
     ConfigRuns,
     RoundRecord,
     RunFile,
     SideTime,
+    dump_json,
     load_run_file,
-    write_run_file,
 )
+from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
@@ -102,6 +108,7 @@ class SideRun:
     run: RunFile
     # makes the checkout exactly its commit again before a round starts (None: nothing to do)
     refresh: Callable[[], Path] | None = None
+    folders: SideFolders | None = None  # its workers' kept HOME, TMPDIR and tool caches
 
 
 def state_key(parts: dict) -> str:
@@ -119,8 +126,9 @@ class Measurement:
         self.warm_starts = 0  # of those, started ahead or forked (--prestart)
         self.warm_words = ""  # what the pool calls them (launchers/warm.py)
         self.time: dict[str, SideTime] = {}  # where each side's workers' time went this run
+        self.written: dict[str, str] = {}  # run file name -> SHA-256 of what save wrote
         # Every abdiff invocation is its own session, a resumed one too: the rounds it adds
-        # were measured at another time than the ones it found (baselines.drift_margin).
+        # were measured at another time than the ones it found (baselines.drift_allowance).
         self.session = uuid.uuid4().hex[:12]
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for side in sides.values():
@@ -171,17 +179,35 @@ class Measurement:
         measurement.save(complete=False)
         return measurement
 
-    def save(self, complete: bool) -> None:
+    def save(self, complete: bool, changed: list[str] | None = None) -> None:
+        """Write the run files and sign what was written. `changed`: the sides whose run
+        changed since the last save (None: all); the others keep the file and the hash
+        this process wrote (a run file is rewritten whole, and a suite's grows with every
+        round: writing only what changed saves most of abdiff's own time per round).
+        runs/ or the state folder replaced by a link (without a sandbox the benchmark can)
+        stops the measurement: nothing is written through it."""
+        own_folder(self.state_dir.parent)
+        own_folder(self.state_dir)
         for name, side in self.sides.items():
-            write_run_file(self.state_dir / f"{name.lower()}.json", side.run)
-        state: dict = {"seed": self.seed, "complete": complete,
-                       "files": _file_hashes(self.state_dir, self.sides)}
-        state["mac"] = authenticate(_signed(self.state_dir, state))
-        write_atomic(self.state_dir / "state.json", json.dumps(state) + "\n")
+            path = self.state_dir / f"{name.lower()}.json"
+            if changed is not None and name not in changed and path.name in self.written:
+                continue
+            text = dump_json(side.run.to_json())
+            write_atomic(path, text)
+            # the hash of what abdiff wrote, never read back: the benchmark can write there
+            self.written[path.name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        files = {f"{name.lower()}.json": self.written.get(f"{name.lower()}.json")
+                 for name in sorted(self.sides)}
+        write_state(self.state_dir, self.seed, complete, files)
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
-        return self.state_dir / "logs" / f"{side}-r{round_index}"
+        return self.side_rounds(side) / f"r{round_index}"
+
+    def side_rounds(self, side: str) -> Path:
+        """The folder of a side's round folders: what that side's fork server may write
+        once it has imported the side's code (launchers/forkserver.py, `prepare`)."""
+        return self.state_dir / "logs" / side
 
     def has_round(self, side: str, config_id: str, round_index: int) -> bool:
         config = self.sides[side].run.config(config_id)
@@ -202,11 +228,47 @@ class Measurement:
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
 
 
+def write_state(state_dir: Path, seed: int, complete: bool, files: dict[str, str | None]
+                ) -> None:
+    """state.json: the seed, whether the measurement is complete, the SHA-256 of each run
+    file as abdiff wrote it, and their MAC under the key the benchmark never gets."""
+    state: dict = {"seed": seed, "complete": complete, "files": files}
+    state["mac"] = authenticate(_signed(state_dir, state))
+    write_atomic(state_dir / "state.json", json.dumps(state) + "\n")
+
+
 def _signed(state_dir: Path, state: dict) -> bytes:
     """What state.json's MAC covers: its fields, and the state folder's name (the key of
     what was measured), so a valid state cannot be copied to another measurement."""
     fields = {k: state.get(k) for k in ("seed", "complete", "files")}
     return json.dumps([state_dir.name, fields], sort_keys=True).encode()
+
+
+def authenticated_run_files(state_dir: Path) -> list[Path] | str:
+    """The run files (a.json, b.json) of a state folder that abdiff wrote, as it wrote them:
+    its state.json's MAC holds (under the key the benchmark never gets) and each file's
+    SHA-256 is the one recorded; else why not. Read without following links. What
+    `history` and `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    text = read_worker_file(state_dir / "state.json")
+    try:
+        state = json.loads(text)
+    except ValueError:
+        state = None
+    if not isinstance(state, dict):
+        return "no readable state.json" if text else "no state.json"
+    files = state.get("files")
+    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict):
+        return "its state.json fails authentication (not written by this abdiff, or changed)"
+    found = []
+    for name in ("a.json", "b.json"):
+        path = state_dir / name
+        data = read_worker_file(path).encode()
+        if files.get(name) is None and not data:
+            continue
+        if files.get(name) != hashlib.sha256(data).hexdigest():
+            return f"{name} is not the file abdiff wrote (changed since)"
+        found.append(path)
+    return found
 
 
 def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:
@@ -221,51 +283,60 @@ def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | 
     return hashes
 
 
-def state_lock(state_dir: Path) -> FileLock:
-    """Held while measuring: a second identical command must not redo the same rounds."""
-    locks = state_dir.parent.with_name("locks")  # beside runs/, so runs/ holds only states
-    locks.mkdir(parents=True, exist_ok=True)
-    return FileLock(locks / f"{state_dir.name}.lock", timeout=0)
+def state_lock_path(state_dir: Path) -> Path:
+    """The lock held while a state folder is measured (a second identical command must not
+    redo the same rounds): in `locks/`, beside runs/, so that runs/ holds only states."""
+    return own_folder(state_dir.parent.with_name("locks")) / f"{state_dir.name}.lock"
+
+
+def runs_folder(cache_dir: Path) -> Path:
+    """The cache's runs/ (made if missing), refused when it is a link or no folder."""
+    return own_folder(Path(cache_dir) / "runs")
 
 
 def clean_runs(runs_dir: Path, older_than_days: float | None) -> tuple[int, int]:
     """Remove the run folders under `runs_dir` last written more than `older_than_days`
-    ago (all when None); returns (removed, kept because a running abdiff measures them)."""
-    if not runs_dir.is_dir():
+    ago (all when None); returns (removed, kept because a running abdiff measures them).
+    runs/ and locks/ themselves are refused when links, and a link inside runs/ is
+    removed, never followed."""
+    if not os.path.lexists(runs_dir):
         return 0, 0
+    runs_dir = own_folder(runs_dir)
     cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     removed = kept = 0
-    for folder in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.is_symlink()):
-        written = max([folder.stat().st_mtime] + [p.stat().st_mtime for p in folder.iterdir()])
+    for entry in sorted(runs_dir.iterdir()):
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink()  # nothing abdiff made: the benchmark planted it
+            continue
+        written = max([entry.stat().st_mtime] + [p.lstat().st_mtime for p in entry.iterdir()])
         if cutoff is not None and written >= cutoff:
             continue
-        lock = state_lock(folder)
-        try:
-            lock.acquire()
-        except Timeout:
+        lock = lock_exclusively(state_lock_path(entry))
+        if lock is None:
             kept += 1
             continue
         try:
-            shutil.rmtree(folder)
+            shutil.rmtree(entry)
             removed += 1
         finally:
-            lock.release()
+            os.close(lock)
     return removed, kept
 
 
 @contextmanager
 def exclusive(state_dir: Path) -> Iterator[None]:
-    """The state folder's lock, or one clear error when another abdiff holds it."""
-    lock = state_lock(state_dir)
-    try:
-        lock.acquire()
-    except Timeout:
+    """The state folder's lock, or one clear error when another abdiff holds it; runs/,
+    locks/, the lock and the state folder refused when they are links (own_folder)."""
+    runs_folder(state_dir.parent.parent)
+    lock = lock_exclusively(state_lock_path(state_dir))
+    if lock is None:
         raise InfrastructureError(f"another abdiff is measuring the same runs ({state_dir}); "
-                                  "wait for it to end, then re-run to reuse its rounds") from None
+                                  "wait for it to end, then re-run to reuse its rounds")
     try:
+        own_folder(state_dir)
         yield
     finally:
-        lock.release()
+        os.close(lock)
 
 
 @dataclass
@@ -324,6 +395,10 @@ def run_slots(
         remove_path(work_dir)
         if side_run.refresh is not None and spread is None:
             side_run.checkout = side_run.refresh()
+        if side_run.folders is not None:  # what a worker may write must exist: it is bound
+            side_run.folders.make()
+        own_folder(work_dir.parent.parent)
+        own_folder(work_dir.parent)
         if spread is None:
             progress.watch(work_dir, side)
 
@@ -335,12 +410,7 @@ def run_slots(
             with guard:
                 measurement.add(side, cid, record)
 
-        try:
-            output = run_round(target, launcher, side_run.checkout, todo, settings,
-                               round_index, work_dir, keep,
-                               partial(order_seed, measurement.seed, side, round_index),
-                               device)
-        finally:
+        def after_round() -> None:
             if spread is None:
                 progress.watch(None)
             # nothing the benchmark left running may rewrite what is saved, or run beside
@@ -350,7 +420,18 @@ def run_slots(
                 launcher.standby.sweep()
             if spread is None:
                 end_orphans()
-                measurement.save(complete=False)
+
+        try:
+            output = run_round(target, launcher, side_run.checkout, todo, settings,
+                               round_index, work_dir, keep,
+                               partial(order_seed, measurement.seed, side, round_index),
+                               device, side_run.folders)
+        except BaseException:
+            after_round()
+            if spread is None:  # what the round's workers recorded is kept
+                measurement.save(complete=False, changed=[side])
+            raise
+        after_round()
         with guard:
             side_run.run.orders = [o for o in side_run.run.orders
                                    if o["round"] != round_index] + output.orders
@@ -368,7 +449,7 @@ def run_slots(
             if any(session.get(k) != v for k, v in machine.items()):
                 session.update(machine)
             if spread is None or not spread.stop.is_set():
-                measurement.save(complete=False)
+                measurement.save(complete=False, changed=[side])
             progress.step(len(configs), time.monotonic() - started)
 
 
@@ -487,13 +568,22 @@ def measure(
                 measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
                 settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
             env = target.worker_env()
+            # what a server that imports a side's code ahead may write: that side's folders
+            # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
+            logs = own_folder(measurement.state_dir / "logs")
+            folders: dict[Path, WorkerFolders] = {}
+            for name, side in measurement.sides.items():
+                if side.folders is not None:
+                    rounds = own_folder(measurement.side_rounds(name))
+                    shared = side.checkout in folders
+                    folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
             for lane, pool in zip(lanes, pools, strict=True):
                 if pool is not None and env is not None:
                     # both sides' servers ready (and the target's preimport done) before
                     # the first worker: no import runs beside a timed one
                     pool.prepare([side.checkout for side in measurement.sides.values()],
                                  {**env, **(lane.device.env if lane.device else {})},
-                                 target.preimport)
+                                 target.preimport, folders)
 
             def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
                     ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -25,7 +26,11 @@ from abdiff.host.machine_state import read_machine, summary_line
 from abdiff.host.machine_state import to_json as machine_json
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import adopt_leftovers, worker_environment
+from abdiff.launchers.process import (
+    adopt_leftovers,
+    kernel_selecting_environment,
+    worker_environment,
+)
 from abdiff.launchers.warm import prime
 from abdiff.options import Schedule, Selection, Statistics
 from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
@@ -38,6 +43,7 @@ from abdiff.repo.revs import (
     resolve_rev,
     resolve_side_b,
 )
+from abdiff.reports.table import say
 from abdiff.run.devices import Device, parse_devices
 from abdiff.run.rounds import RoundSettings, worker_stderr
 from abdiff.run.schedule import (
@@ -52,15 +58,18 @@ from abdiff.run.schedule import (
 )
 from abdiff.run.time_split import time_split
 from abdiff.store.baselines import (
+    Allowance,
     baselines_dir,
-    drift_margin,
+    drift_allowance,
     fingerprint,
     fingerprint_differences,
     fingerprint_notes,
     load_baseline,
-    note_margin_effects,
+    sessions_with_rounds,
 )
+from abdiff.store.files import hold_in_use
 from abdiff.store.records import Result, RunFile
+from abdiff.store.sides import SideFolders, in_use_lock
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
@@ -85,6 +94,10 @@ class Bench:
     devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
 
+# the workers' variables that name a job, not what it does: a run resumed in another
+# terminal or cluster job keeps its rounds
+JOB_VARIABLES = ("TERM", "TMPDIR")
+JOB_PREFIXES = ("SLURM_", "OMPI_", "PMIX_")
 WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
 
 
@@ -95,15 +108,23 @@ def worker_start(choice: str) -> str:
     return WORKER_STARTS[choice]
 
 
-def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> Bench:
+def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
+                  checkouts: int = 1) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
-    in reach of the benchmark already (commands/common.measuring), before any git."""
+    in reach of the benchmark already (commands/common.measuring), before any git.
+    `checkouts`: how many the run will measure in (a fork server is started for each)."""
     started = time.monotonic()
     devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
         if schedule.devices else None
     adopt_leftovers()  # what the benchmark leaves running ends with the rounds
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
+    if selection.metrics:  # --metric: the command target's metrics, in the suite's block
+        if target.name != "command":
+            raise InputError(f"--metric chooses what the command target compares; target "
+                             f"{target.name} measures latency only: leave it out")
+        suite = dataclasses.replace(suite, target_options={**(suite.target_options or {}),
+                                                           "metrics": list(selection.metrics)})
     launcher_name = schedule.launcher or target.default_launcher
     if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
@@ -117,6 +138,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
                    or target.preflight(suite, launcher_name))
         if problem:
             raise InfrastructureError(problem)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     # before the first worker: a fork server keeps the namespaces it started in
     workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
                                private_dir(), launcher.ranks_start_elsewhere)
@@ -127,7 +149,8 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
     # torch cost seconds (a resumed unfinished run starts its server when it measures)
     if not schedule.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes)
+              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes,
+              checkouts)
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
@@ -149,13 +172,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path) -> 
                  devices)
 
 
-def side_folder(bench: Bench, checkout: Path) -> Path:
-    """The side's own writable folder (a build), kept with the cache, keyed as its checkout
-    is (the commit, or the working tree's content)."""
-    checkouts = bench.cache_dir / "checkouts"
-    key = Path(checkout).relative_to(checkouts) if checkouts in Path(checkout).parents \
-        else Path(Path(checkout).name)
-    return bench.cache_dir / "builds" / key
+def side_folders(bench: Bench, side: SideSpec) -> SideFolders:
+    """The side's kept HOME, TMPDIR, tool caches and build folder: its commit and
+    kernel-selecting variables (store/sides.py), made before its first worker."""
+    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    folders.make()
+    return folders
 
 
 def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str, SideRun]]:
@@ -163,15 +185,14 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
     per side per run); the configs both sides list, where the target takes them from the
     sides; then each side's run."""
     checkouts = {name: bench.cache.checkout(spec) for name, spec in specs.items()}
+    folders = {name: side_folders(bench, spec) for name, spec in specs.items()}
     listed: dict[str, list] = {}
     failures: dict[str, str] = {}
     for name, spec in specs.items():
-        prepared = bench.target.prepare(bench.suite, checkouts[name],
-                                        side_folder(bench, checkouts[name]))
+        prepared = bench.target.prepare(bench.suite, checkouts[name], folders[name].build)
         if prepared.failure is not None:
             failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
-            print(f"abdiff: side {failures[name]}; its configs fail with this reason",
-                  file=sys.stderr, flush=True)
+            say(f"abdiff: side {failures[name]}; its configs fail with this reason")
         if prepared.configs is not None:
             listed[name] = prepared.configs
     if not bench.suite.configs:  # the target lists them per side: both sides' together
@@ -183,21 +204,20 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
         for name, configs in listed.items():
             missing = [c for c in merged if c not in {d.id for d in configs}]
             if missing:
-                print(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
-                      f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
-                      f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported",
-                      file=sys.stderr, flush=True)
-    return bench, {name: side_run(bench, spec, checkouts[name]) for name, spec in specs.items()}
+                say(f"abdiff: note: side {name} ({specs[name].rev}) does not list "
+                    f"{len(missing)} config(s) the other side has ({', '.join(missing[:3])}"
+                    f"{', ...' if len(missing) > 3 else ''}): they fail there as not reported")
+    return bench, {name: side_run(bench, spec, checkouts[name], folders[name])
+                   for name, spec in specs.items()}
 
 
-def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> SideRun:
-    checkout = checkout or bench.cache.checkout(side)
+def side_run(bench: Bench, side: SideSpec, checkout: Path, folders: SideFolders) -> SideRun:
     # worker_start: how worker processes started: cold, ahead or fork (--prestart)
     # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
     # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
            "sandbox": bench.sandbox, "launcher": launcher_text(bench),
-           "repository": str(bench.cache.repo_root.resolve()),
+           "repository": str(bench.cache.repo_root.resolve()), "side_folders": folders.to_json(),
            "target_package": target_package(bench.target.name),
            **bench.target.env_info(checkout)}
     run = empty_run(side.rev, side.sha, bench.target.name, bench.suite.name,
@@ -206,8 +226,8 @@ def side_run(bench: Bench, side: SideSpec, checkout: Path | None = None) -> Side
     # .git) is undone, and the checkout verified against the commit (checkouts.py). A copy
     # of the working tree is not made again mid-run: the user may be editing the original.
     if side.sha == WORKTREE:
-        return SideRun(checkout, run)
-    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side))
+        return SideRun(checkout, run, folders=folders)
+    return SideRun(checkout, run, refresh=lambda: bench.cache.checkout(side), folders=folders)
 
 
 def launcher_text(bench: Bench) -> str:
@@ -230,7 +250,9 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
         # or environment is not this measurement's (the values: a hash, not kept in clear)
         "sandbox": bench.sandbox,
         "environment": hashlib.sha256(json.dumps(
-            worker_environment(bench.target.worker_env() or {}, bench.settings.pass_env),
+            {name: value for name, value in worker_environment(
+                bench.target.worker_env() or {}, bench.settings.pass_env).items()
+             if name not in JOB_VARIABLES and not name.startswith(JOB_PREFIXES)},
             sort_keys=True).encode()).hexdigest(),
     }
     return bench.cache_dir / "runs" / state_key(parts)
@@ -294,7 +316,7 @@ def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> lis
     note = (f"the repository's refs changed while the benchmark ran ({shown}): a later run "
             "resolves names to where they point now; check them before trusting it")
     if not quiet:
-        print(f"abdiff: warning: {note}", file=sys.stderr)
+        say(f"abdiff: warning: {note}")
     return [note]
 
 
@@ -330,9 +352,11 @@ def measure_and_compare(
     schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
     run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
     check_measured: Callable[[], list[str]] | None = None,
+    allowance: Callable[[], Allowance] | None = None,
 ) -> Result:
     """Measure the sides, then compare. `check_measured` may refuse what was measured (an
-    InputError, before anything else is printed) or add notes."""
+    InputError, before anything else is printed) or add notes; `allowance` (a side
+    measured apart) says, once B is measured, what the drift between sessions allows."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
     rounds = schedule.rounds
@@ -348,18 +372,23 @@ def measure_and_compare(
                 stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
+        allowed = allowance() if allowance is not None else None
+        if allowed is not None:
+            notes = notes + [allowed.why]
+            statistics = dataclasses.replace(statistics, gates=allowed.gates)
         notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
         if not schedule.quiet and not measurement.processes:
-            print(f"abdiff: no worker started: the rounds kept in {where} are reported",
-                  file=sys.stderr)
+            say(f"abdiff: no worker started: the rounds kept in {where} are reported")
         elif not schedule.quiet:
             ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
                      if measurement.warm_starts else "")
-            print(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
-                  f"in {where}", file=sys.stderr)
+            say(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
+                f"in {where}")
         result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
                               notes, statistics.require_all, statistics.small_changes,
-                              statistics.gates)
+                              statistics.gates, allowed.drift if allowed else None)
+        if allowed is not None:
+            result.summary.update(allowed.summary)
         if measurement.processes:
             result.time = time_split(time.monotonic() - bench.started, measurement.time,
                                      len(bench.devices or [None]))
@@ -383,13 +412,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
     expect = expect_of(bench.suite)  # the configs are known now
     wanted = {c.id for c in bench.suite.configs}
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
-    what = f"baseline {name!r}"
-    min_effect = statistics.min_effect
-    margin = drift_margin(run_a, min_effect, what)
-    # three notes, each a whole sentence: a report clips a note, never mid-sentence here
+    # notes, each a whole sentence: a report clips a note, never mid-sentence here; what
+    # the drift allows follows once B is measured (the machine it ran on decides it)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
-             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}); it was not "
-             "interleaved with B", margin.why,
+             f"recorded {run_a.env.get('recorded_at', 'at an unknown time')}, "
+             f"{len(sessions_with_rounds(run_a))} sessions); it was not interleaved with B",
              "B gets no adaptive rounds: they would run fewer configs per process than the "
              "baseline's rounds did, and a config's place in its process moves its latency"]
 
@@ -407,10 +434,11 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
                          "comparable, but check): " + "; ".join(machine))
         return notes
 
-    result = measure_and_compare(schedule, dataclasses.replace(statistics, min_effect=margin.value),
-                                 bench, sides, run_a, expect, notes, adaptive=False,
-                                 check_measured=machine_matches)
-    note_margin_effects(result, min_effect, margin.value, what)
+    result = measure_and_compare(
+        schedule, statistics, bench, sides, run_a, expect, notes, adaptive=False,
+        check_measured=machine_matches,
+        allowance=lambda: drift_allowance(run_a, sides["B"].run, f"baseline {name!r}",
+                                          statistics.gates))
     result.a.baseline = name
     return result
 

@@ -1,11 +1,12 @@
 """Stored baselines: run files under `baselines/NAME.json`, with an environment fingerprint.
 
-A baseline is side A measured in another session, so nothing cancels the
-drift between that session and this one the way ABBA interleaving does inside
-a run. Comparisons against a baseline therefore refuse a different machine
-(unless told otherwise) and use a wider latency margin: measured from the
-baseline's own sessions when it has two or more (`drift_margin`), else a fixed
-factor of `--min-effect` (docs/baselines.md).
+A baseline is side A measured in other sessions, so nothing cancels the
+drift between those sessions and this one the way ABBA interleaving does
+inside a run. Comparisons against a baseline therefore refuse a different
+machine (unless told otherwise) and allow for the drift (`drift_allowance`):
+measured from the baseline's own sessions, it is added to each latency
+interval; not measured, latency is reported but does not gate
+(docs/baselines.md).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from abdiff.errors import InputError
-from abdiff.store.records import Result, RunFile, load_run_file
+from abdiff.host.machine_state import recorded_noise
+from abdiff.store.records import RunFile, load_run_file
+from abdiff.verdict.stats import Drift
 
 # What must match between the baseline's machine and this one for latency to be comparable
 # (cuda_graph too: graph replays and eager calls time different things).
@@ -31,7 +34,6 @@ KERNEL_ENV = "kernel_env"
 # Where the baseline's machine differs from this one in these, latency is still comparable
 # (another host with the same GPU model, driver and software): a note, never a refusal.
 NOTE_KEYS = ("host", "gpu_uuid", "clock_policy")
-DRIFT_COVERAGE = 0.95  # of the prediction bound on a new session's shift
 PREFIX = "baseline:"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -99,99 +101,158 @@ def fingerprint_notes(baseline_env: dict[str, Any], here_env: dict[str, Any]) ->
             and baseline_env[key] != here_env[key]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SessionDrift:
-    """How far sessions of one commit move apart, from a run file's rounds."""
+    """How far sessions of one commit move apart, from a run file's rounds (log latency)."""
 
-    sigma: float  # between-session standard deviation of log latency (robust pool over configs)
-    sessions: int  # sessions that measured the configs (the fewest over configs)
-    df: int  # degrees of freedom: sum over configs of (sessions - 1)
+    shared: float  # SD of the offset all configs share in a session
+    own: float  # SD of a config's own offset in a session (robust pool over configs)
+    sessions: int  # sessions every pooled config measured in (k)
+    df: int  # the own part's degrees of freedom: configs x (k - 1)
     spread: dict[str, float]  # config id -> max/min - 1 of its session medians
 
 
 def session_drift(run: RunFile) -> SessionDrift | None:
     """Between-session variation of `run`, or None with fewer than two sessions.
 
-    Model: a round's log latency = config mean + session offset + round noise,
-    with the session offset a random effect of variance sigma^2, the same for
-    every config. Per config, the one-way ANOVA (method-of-moments) estimator
-    gives sigma_c^2 = max(0, (MS_between - MS_within) / n0), n0 being the usual
-    effective group size for unequal rounds per session. The configs are pooled
-    by the median of sigma_c^2, scaled by (k - 1) / chi2_median(k - 1) so that it
-    estimates the mean: robust to one config with an odd worker process (on the
+    Model: a round's log latency = config mean + shared session offset + the
+    config's own session offset + round noise. Per config, each session's mean
+    of its log round medians (stats.round_summary), centred on the config's mean
+    over sessions: the shared offset of a session is the median of those over
+    the configs (one config with an odd worker process cannot move it), its
+    variance the sum of squares over the k sessions / (k - 1); a config's own
+    offsets are what is left, their variance pooled by the median over configs,
+    scaled by (k - 1) / chi2_median(k - 1) so that it estimates the mean (on the
     H200, one process 25% slow in one session gave that config alone a 1.6%
-    between-session estimate while the others stayed near 0). Rounds are
-    summarised by their median iteration (stats.round_summary), as everywhere.
+    between-session estimate while the others stayed near 0). The round noise of
+    the session means is not subtracted: a method-of-moments subtraction
+    estimated 0 whenever the sessions happened to lie closer than their noise,
+    and a drift then went uncovered (docs/baselines.md). Only the configs that
+    measured in every session are pooled.
     """
+    import numpy as np
     from scipy import stats as scipy_stats
 
     from abdiff.verdict.stats import round_summary
 
-    components: list[float] = []
-    sessions: list[int] = []
+    means: dict[str, dict[str, float]] = {}
     spread: dict[str, float] = {}
     for config in run.configs:
         groups: dict[str, list[float]] = defaultdict(list)
         for record in config.rounds:
             if record.status == "ok" and record.latency_us and record.session:
                 groups[record.session].append(math.log(round_summary(record.latency_us)))
-        values = list(groups.values())
-        k, total = len(values), sum(len(v) for v in values)
-        if k < 2 or total - k < 1:
-            continue  # one session, or one round per session: nothing to separate
-        grand = sum(map(sum, values)) / total
-        means = [sum(v) / len(v) for v in values]
-        ms_between = sum(len(v) * (m - grand) ** 2 for v, m in zip(values, means, strict=True)) \
-            / (k - 1)
-        ms_within = sum((x - m) ** 2 for v, m in zip(values, means, strict=True) for x in v) \
-            / (total - k)
-        n0 = (total - sum(len(v) ** 2 for v in values) / total) / (k - 1)
-        components.append(max(0.0, (ms_between - ms_within) / n0))
-        sessions.append(k)
-        medians = [math.exp(statistics.median(v)) for v in values]
+        if len(groups) < 2:
+            continue
+        means[config.id] = {sid: sum(v) / len(v) for sid, v in groups.items()}
+        medians = [math.exp(statistics.median(v)) for v in groups.values()]
         spread[config.id] = max(medians) / min(medians) - 1
-    if not components:
+    if not means:
         return None
-    fewest = min(sessions)
-    scale = (fewest - 1) / float(scipy_stats.chi2.ppf(0.5, fewest - 1))
-    sigma = math.sqrt(statistics.median(components) * scale)
-    return SessionDrift(sigma, fewest, sum(k - 1 for k in sessions), spread)
+    counted = max(len(m) for m in means.values())
+    pooled = {cid: m for cid, m in means.items() if len(m) == counted}
+    order = sorted(next(iter(pooled.values())))
+    pooled = {cid: m for cid, m in pooled.items() if sorted(m) == order}
+    k = len(order)
+    centred = np.array([[m[sid] for sid in order] for m in pooled.values()])
+    centred -= centred.mean(axis=1, keepdims=True)
+    shared = np.median(centred, axis=0)
+    own = ((centred - shared) ** 2).sum(axis=1) / (k - 1)
+    scale = (k - 1) / float(scipy_stats.chi2.ppf(0.5, k - 1))
+    return SessionDrift(math.sqrt(float((shared ** 2).sum()) / (k - 1)),
+                        math.sqrt(float(np.median(own)) * scale), k, len(pooled) * (k - 1),
+                        spread)
 
 
-@dataclass
-class Margin:
-    """The latency margin of a comparison whose sides were not interleaved, and why."""
+def sessions_with_rounds(run: RunFile) -> dict[str, dict[str, Any]]:
+    """The run's sessions that measured rounds (a session can be named and hold none)."""
+    used = {r.session for c in run.configs for r in c.rounds if r.session}
+    return {sid: where for sid, where in run.sessions.items() if sid in used}
 
-    value: float
+
+def unlike_machine(baseline: RunFile, here: RunFile) -> list[str]:
+    """`host 'b' (the baseline's sessions ran on 'a')` for each of host and GPU where this run
+    measured on one the baseline's sessions never did: their drift says nothing of a move
+    between machines unless the baseline itself spans several (then it has measured it)."""
+    found = []
+    for key in ("host", "gpu_uuid"):
+        there = {str(w[key]) for w in sessions_with_rounds(baseline).values() if w.get(key)}
+        now = {str(w[key]) for w in sessions_with_rounds(here).values() if w.get(key)}
+        if len(there) == 1 and now and not now <= there:
+            found.append(f"{key} {', '.join(sorted(now))} (the baseline's sessions ran on "
+                         f"{next(iter(there))})")
+    return found
+
+
+def busy_readings(run: RunFile) -> list[str]:
+    """The machine check's flagged readings (`name: value`) of the run and of each of its
+    sessions that measured rounds (a refresh records each session's check)."""
+    readings = recorded_noise(run.env)
+    for where in sessions_with_rounds(run).values():
+        readings += [r for r in recorded_noise(where) if r not in readings]
+    return readings
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What the drift between a stored side's sessions and this one's allows: the drift
+    added to each latency interval (None: not measured), the gates that follow (latency
+    soft where the drift is not measured, unless the user named it), and why, in words."""
+
+    drift: Drift | None
+    gates: dict[str, str]
     why: str
+    summary: dict[str, Any]
 
 
-def drift_margin(baseline: RunFile, min_effect: float, what: str) -> Margin:
-    """`min_effect` widened by the baseline's measured session drift, else by a fixed factor.
+def drift_of(drift: SessionDrift) -> Drift:
+    """The variances of a new session's shift against the mean of the baseline's k
+    sessions, sigma^2 (1 + 1/k) for the shared and the own part, with their df."""
+    wider = 1 + 1 / drift.sessions
+    return Drift(drift.shared ** 2 * wider, drift.own ** 2 * wider, drift.sessions,
+                 float(drift.df))
 
-    With two or more sessions: the shift of a new session against the mean of
-    the baseline's k sessions has variance sigma^2 (1 + 1/k); its two-sided
-    DRIFT_COVERAGE prediction bound t(df) * sigma * sqrt(1 + 1/k) widens the
-    margin multiplicatively, (1 + min_effect) * exp(bound) - 1. With one session
-    nothing is known of the drift: the margin stays `min_effect` (a guessed factor would
-    let a measured 3% change pass as noise) and the reason says the drift is missing.
-    """
-    from scipy import stats as scipy_stats
 
+def drift_allowance(baseline: RunFile, here: RunFile, what: str,
+                    gates: dict[str, str]) -> Allowance:
+    """The rule of docs/baselines.md: measured drift widens each latency interval; drift not
+    measured (one session, or another machine than the baseline's only one) leaves latency
+    reported with its interval but not gated, unless `gates` names latency (`--gate
+    latency=hard` knowingly)."""
     drift = session_drift(baseline)
+    moved = unlike_machine(baseline, here)
+    busy = [(side, readings[0]) for side, readings in (("the baseline", busy_readings(baseline)),
+                                                       ("this run", busy_readings(here)))
+            if readings]
+    if drift is not None and not moved and not busy:
+        widened = drift_of(drift)
+        return Allowance(widened, gates, (
+            f"the drift between sessions measured in {what} ({drift.sessions} sessions, SD "
+            f"{drift.shared:.2%} shared by the configs, {drift.own:.2%} a config's own) widens "
+            "each latency interval: a change flagged is beyond what that drift explains"),
+            {"drift": {"measured": True, "shared_sd": drift.shared, "own_sd": drift.own,
+                       "sessions": drift.sessions, "df": drift.df}})
     if drift is None:
-        return Margin(min_effect, f"{what} has one measuring session, so the drift between "
-                                  f"sessions is not measured and not allowed for: latency uses "
-                                  f"the same-session {min_effect:.1%} threshold, and a change "
-                                  "may be drift; `abdiff baseline refresh NAME --append` in "
-                                  "another session measures it")
-    bound = float(scipy_stats.t.ppf(0.5 + DRIFT_COVERAGE / 2, drift.df)) * drift.sigma \
-        * math.sqrt(1 + 1 / drift.sessions)
-    wide = (1 + min_effect) * math.exp(bound) - 1
-    return Margin(wide, f"latency uses a {wide:.1%} margin: --min-effect {min_effect:.1%} plus "
-                        f"the session drift measured in {what} ({drift.sessions} sessions, "
-                        f"between-session SD {drift.sigma:.2%}, {DRIFT_COVERAGE:.0%} prediction "
-                        f"bound {math.expm1(bound):.2%})")
+        missing = (f"{what} has one measuring session, so the drift between sessions is not "
+                   "measured")
+    elif moved:
+        missing = (f"this run measured on {'; '.join(moved)}, a machine unlike the "
+                   "baseline's, whose drift between machines is not measured")
+    else:  # a load that comes and goes: sessions under one load do not sample the others
+        missing = ("the machine was busy while " + " and ".join(
+            f"{side} measured ({reading[:80]})" for side, reading in busy)
+            + ", so drift under other loads is not measured")
+    explicit = "latency" in gates
+    soft = gates if explicit else {**gates, "latency": "soft"}
+    consequence = (f"latency is gated as --gate latency={gates['latency']} says, although a "
+                   "change may be that drift" if explicit else
+                   "latency is reported with its interval, not gated (--gate latency=hard "
+                   "gates it)")
+    remedy = ("`abdiff baseline refresh NAME --rev REV --append` in another session measures "
+              "it" if drift is None else "record the baseline on this machine" if moved else
+              "measure both on an idle machine")
+    return Allowance(None, soft, f"{missing}: {consequence}; {remedy}",
+                     {"drift": {"measured": False, "missing": missing}})
 
 
 def interleaved(run_a: RunFile, run_b: RunFile) -> bool | None:
@@ -200,20 +261,6 @@ def interleaved(run_a: RunFile, run_b: RunFile) -> bool | None:
     if not run_a.sessions or not run_b.sessions:
         return None
     return bool(set(run_a.sessions) & set(run_b.sessions))
-
-
-def note_margin_effects(result: Result, min_effect: float, margin: float, what: str) -> None:
-    """Say where the drift-widened margin decided: a change flagged beyond +-min_effect
-    but labelled below the (widened) threshold says both numbers."""
-    for config in result.configs:
-        latency = config.latency
-        if not latency.below_threshold or not latency.ci or latency.ratio is None:
-            continue
-        if abs(math.log(latency.ratio)) > math.log1p(min_effect):
-            low, high = latency.ci
-            latency.note = (f"{latency.ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}]: beyond "
-                            f"{min_effect:.0%}, within {what}'s {margin:.1%} margin of "
-                            "measured drift")
 
 
 def parse_baseline_range(text: str) -> tuple[str, str] | None:
@@ -240,13 +287,18 @@ def append_rounds(old: RunFile, new: RunFile) -> RunFile:
         raise InputError("--append: the environment differs from the baseline's: "
                          + "; ".join(differences))
     old.sessions.update(new.sessions)
+    # one offset for every config: the rounds of a session keep their common numbering,
+    # which the worker orders (`orders[].round`) refer to
+    offset = 1 + max((r.round for c in old.configs for r in c.rounds if r.round is not None),
+                     default=-1)
     for config in new.configs:
+        for record in config.rounds:
+            record.round = offset + (record.round or 0)
         kept = old.config(config.id)
         if kept is None:
             old.configs.append(config)
-            continue
-        offset = 1 + max((r.round for r in kept.rounds if r.round is not None), default=-1)
-        for record in config.rounds:
-            record.round = offset + (record.round or 0)
-        kept.rounds += config.rounds
+        else:
+            kept.rounds += config.rounds
+    old.orders += [{**order, "round": offset + int(order.get("round") or 0)}
+                   for order in new.orders]
     return old

@@ -10,6 +10,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,26 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def own_folder(folder: Path) -> Path:
+    """`folder`, made if missing, refused (InfrastructureError) when something else is
+    there: a link (the benchmark could have put it in place of abdiff's folder, and abdiff
+    would write, lock or delete through it) or a file."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise InfrastructureError(f"cannot make {folder}: {exc.strerror}") from None
+    status = os.lstat(folder)
+    if not stat.S_ISDIR(status.st_mode):
+        what = "a link" if stat.S_ISLNK(status.st_mode) else "not a folder"
+        raise InfrastructureError(f"{folder} is {what}, where abdiff keeps a folder of its own "
+                                  "(benchmark code may have put it there); remove it and run "
+                                  "again")
+    return folder
 
 
 def read_worker_file(path: Path, tail: int | None = None) -> str:
@@ -79,6 +100,41 @@ def path_under_root(path: str | os.PathLike[str], root: str | os.PathLike[str]) 
     return real == top or top in real.parents
 
 
+def open_lock(path: Path) -> int:
+    """A descriptor of the lock file `path` (made if missing), opened without following a
+    link: a lock the benchmark replaced by a link to a file of the user must not open (let
+    alone truncate) that file. A link or a non-file there: InfrastructureError."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)
+    except OSError as exc:
+        raise InfrastructureError(f"cannot open the lock {path}: {exc.strerror} (a link where "
+                                  "abdiff keeps its lock is refused); remove it and run again"
+                                  ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InfrastructureError(f"{path} is not a file, where abdiff keeps a lock; remove it "
+                                  "and run again")
+    return fd
+
+
+def lock_exclusively(path: Path, timeout_s: float = 0.0) -> int | None:
+    """Hold an exclusive lock on `path` (open_lock; flock, released when the descriptor is
+    closed or the process ends): its descriptor, or None when another process still holds
+    it after `timeout_s` seconds."""
+    fd = open_lock(path)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
 def hold_in_use(lock_path: Path) -> int:
     """Mark something as in use until this process ends: a shared POSIX lock on
     `lock_path`, whose descriptor is returned and kept open (the kernel drops it when the
@@ -87,7 +143,7 @@ def hold_in_use(lock_path: Path) -> int:
     POSIX locks (lockf), not flock: they belong to the process, so the process that holds
     one may still clean up itself; only other processes are refused."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock(lock_path)
     fcntl.lockf(fd, fcntl.LOCK_SH)
     return fd
 
@@ -97,7 +153,7 @@ def unless_in_use(lock_path: Path, what: str) -> Iterator[None]:
     """Run the block holding `lock_path` exclusively; InfrastructureError (exit 3) right
     away when a running process holds it with `hold_in_use`."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock(lock_path)
     try:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

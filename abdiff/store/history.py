@@ -68,6 +68,8 @@ class History:
     config_ids: tuple[str, ...]
     points: tuple[Point, ...]  # oldest first
     searched: str  # where the sources were looked for, as a user reads it
+    # run folders left out, each "FOLDER: why" (their run files fail authentication)
+    skipped: tuple[str, ...] = ()
 
 
 def measured_at(run: RunFile) -> str:
@@ -94,14 +96,23 @@ def setup_of(run: RunFile) -> str:
     return ", ".join(str(p) for p in parts if p)
 
 
-def _sources(baselines: Path, runs: Path) -> list[tuple[Literal["baseline", "run"], str, Path]]:
+def _sources(baselines: Path, runs: Path, skipped: list[str]
+             ) -> list[tuple[Literal["baseline", "run"], str, Path]]:
+    """The baselines, and the run files of the run folders whose MAC holds (the others,
+    which a benchmark could have written, go to `skipped` with why)."""
+    from abdiff.run.schedule import authenticated_run_files
+
     found: list[tuple[Literal["baseline", "run"], str, Path]] = [
         ("baseline", f"baseline {p.stem}", p) for p in sorted(baselines.glob("*.json"))]
-    for state in sorted(runs.glob("*/state.json")):
-        for side in ("a", "b"):
-            path = state.parent / f"{side}.json"
-            if path.is_file():
-                found.append(("run", f"run {state.parent.name[:8]} {side.upper()}", path))
+    folders = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()) \
+        if runs.is_dir() and not runs.is_symlink() else []
+    for folder in folders:
+        files = authenticated_run_files(folder)
+        if isinstance(files, str):
+            skipped.append(f"{folder.name}: {files}")
+            continue
+        for path in files:
+            found.append(("run", f"run {folder.name[:8]} {path.stem.upper()}", path))
     return found
 
 
@@ -123,7 +134,8 @@ def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str],
     when there is no source at all."""
     searched = f"{baselines}/*.json and the runs in {runs}"
     loaded = []
-    for kind, source, path in _sources(baselines, runs):
+    skipped: list[str] = []
+    for kind, source, path in _sources(baselines, runs, skipped):
         try:
             loaded.append((kind, source, load_run_file(path)))
         except InputError:
@@ -160,4 +172,4 @@ def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str],
     for point in sorted(points, key=lambda p: (p.when, p.source)):
         first.setdefault(point.sha, point.when)
     points.sort(key=lambda p: (first[p.sha], p.sha, p.when, p.source))
-    return History(tuple(config_ids), tuple(points), searched)
+    return History(tuple(config_ids), tuple(points), searched, tuple(skipped))

@@ -218,6 +218,10 @@ class Side:
     rev: str
     sha: str
     baseline: str | None = None  # name of the stored baseline used as this side
+    # the environment its run file recorded (compare.SIDE_ENV_KEYS: device, driver, torch,
+    # target package, kernel_env, sandbox, machine check, ...) and its sessions (2026-12-05)
+    env: dict[str, Any] = field(default_factory=dict)
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

@@ -7,8 +7,8 @@ allowed, because a suite is hand-written and the error is read by a person.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
-import sys
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -21,6 +21,8 @@ from abdiff.store.files import read_text
 from abdiff.store.validate import Len, from_json
 from abdiff.suites.model import Config, Suite
 from abdiff.targets.layerwise import MATRIX_KEYS, Matrix, NonNegative, Positive, config_id
+
+log = logging.getLogger(__name__)
 
 MAX_CONFIGS = 256  # larger matrices need --yes: a typo in a list should not start a day-long run
 Scalar = str | int | float | bool
@@ -104,7 +106,7 @@ def load_suite(name_or_path: str, allow_large: bool = False,
         from abdiff.suites.upstream_tests import load_upstream_tests
 
         suite, note = load_upstream_tests(repo_root)
-        print(f"abdiff: {note}", file=sys.stderr)
+        log.info(note)
         return suite
     builtin = builtin_suites()
     if name_or_path in builtin:
@@ -135,7 +137,7 @@ def load_suite(name_or_path: str, allow_large: bool = False,
 
     if is_upstream_config(data):  # upstream's config_gen.yaml / config_ctx.yaml
         data, note = translate(data, path)
-        print(f"abdiff: {note}", file=sys.stderr)
+        log.info(note)
     return parse_suite(data, name, str(path), allow_large)
 
 

@@ -144,11 +144,12 @@ def round_medians(config: ConfigRuns) -> dict[int, float]:
 
 def latency_results(
     pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float,
-    looks: Looks | None = None, paired: bool = True,
+    looks: Looks | None = None, paired: bool = True, drift: stats.Drift | None = None,
 ) -> list[LatencyResult]:
     """Per-config latency verdicts, one family-wise test over the run's configs
     (stats.latency_verdicts); `looks` is the run's adaptive plan, `paired` whether A and
-    B were interleaved (a stored baseline was not)."""
+    B were interleaved (a stored baseline was not), `drift` what moves between the
+    sessions of sides measured apart (baselines.drift_allowance)."""
     comparable = [
         i for i, (a, b) in enumerate(pairs)
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
@@ -157,7 +158,7 @@ def latency_results(
     computed = [latency_result(s, min_effect, alpha) for s in stats.latency_verdicts(
         [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]))
          for i in comparable],
-        min_effect, alpha, looks=looks, paired=paired,
+        min_effect, alpha, looks=looks, paired=paired, drift=drift,
     )]
     results = [
         LatencyResult("n/a", rounds_a=len(a.rounds), rounds_b=len(b.rounds)) for a, b in pairs
@@ -213,6 +214,21 @@ def run_timing(run_a: RunFile, run_b: RunFile) -> str:
     return a if a == b else f"A: {a}, B: {b}"
 
 
+# What a result says of each side's environment, as its run file recorded it (with the
+# target package's version, `NAME.version`, and the sessions): "measured where, with what"
+SIDE_ENV_KEYS = ("device", "device_name", "device_count", "driver", "cuda", "torch", "python",
+                 "cpu_model", "host", "target_package", "kernel_env", "sandbox", "machine",
+                 "timing", "cuda_graph", "cpu_threads", "worker_start", "abdiff",
+                 "recorded_at")
+
+
+def side_of(run: RunFile, baseline: str | None = None) -> Side:
+    """The result's Side of `run`: revision, commit and the environment it was measured in."""
+    env = {key: run.env[key] for key in SIDE_ENV_KEYS if key in run.env}
+    env.update({key: value for key, value in run.env.items() if key.endswith(".version")})
+    return Side(run.rev, run.sha, baseline, env, dict(run.sessions))
+
+
 def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
     """What the benchmark itself said about its timings (its `warnings` in env: the command
     target's Google Benchmark context), once per warning, naming the sides."""
@@ -233,11 +249,13 @@ def compare_runs(
     require_all: bool = False,
     small_changes: str = "report",
     gates: dict[str, str] | None = None,
+    drift: stats.Drift | None = None,
 ) -> Result:
     """The Result of comparing B with A on the configs both measured.
 
     `require_all`: any config not measured on both sides makes the exit code 1
-    (policy.apply_policy); without it, only the count says so."""
+    (policy.apply_policy); without it, only the count says so. `drift`: sides measured
+    apart, the variance of the shift between their sessions (added to each interval)."""
     ids_b = {c.id for c in run_b.configs}
     pairs = []
     not_measured = []
@@ -251,7 +269,7 @@ def compare_runs(
             not_measured.append(config_a.id)
     # B is the side measured with this comparison's plan (a stored baseline's A was not)
     latencies = latency_results(pairs, min_effect, alpha, looks=Looks.from_json(run_b.looks),
-                                paired=interleaved(run_a, run_b) is not False)
+                                paired=interleaved(run_a, run_b) is not False, drift=drift)
     configs = []
     for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
         status_a, error_a = side_status(config_a.rounds)
@@ -310,10 +328,15 @@ def compare_runs(
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     all_notes += benchmark_warnings(run_a, run_b)
+    overall = stats.geometric_mean_ratio(latencies) if run_b.target == "command" else None
+    if overall is not None:  # what compare.py users read first: the suite's overall change
+        mean, count = overall
+        all_notes.append(f"geometric mean of B/A over the {count} config(s) with a ratio: "
+                         f"{mean:.3f}x ({mean - 1:+.1%})")
     all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
     return Result(
-        a=Side(run_a.rev, run_a.sha),
-        b=Side(run_b.rev, run_b.sha),
+        a=side_of(run_a),
+        b=side_of(run_b),
         expect=expect,
         configs=configs,
         summary=summary,

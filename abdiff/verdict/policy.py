@@ -143,6 +143,23 @@ def measured(config: ConfigResult) -> bool:
     return config.status_a == "ok" and config.status_b == "ok"
 
 
+def summary_disagreements(summary: dict[str, Any], configs: list[ConfigResult]) -> list[str]:
+    """What a result's summary says that its configs do not: its counts of configs, of
+    configs measured and of each verdict, and an exit code 0 beside an unintended change
+    that fails (a forged or damaged result file)."""
+    held = {"configs": len(configs), "measured": sum(map(measured, configs))}
+    for config in configs:
+        held[config.verdict] = held.get(config.verdict, 0) + 1
+    wrong = [f"{key} {summary[key]!r} but {held.get(key, 0)} in its configs"
+             for key in ("configs", "measured", *VERDICTS)
+             if key in summary and summary[key] != held.get(key, 0)]
+    soft = {c.id for c in configs if c.verdict == "unintended"} - set(
+        summary.get("soft_only") or ())
+    if summary.get("exit_code") == 0 and soft:
+        wrong.append(f"exit code 0 with {len(soft)} unintended change(s) that fail")
+    return wrong
+
+
 def exit_code(configs: list[ConfigResult], require_all: bool, not_compared: int = 0,
               gates: dict[str, str] | None = None) -> int:
     """3 when no config ran on either side, 1 for an unintended change in a hard gate class

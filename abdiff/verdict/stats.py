@@ -11,7 +11,10 @@ calibration are in docs/statistics.md.
   block; the test works on d = log(B round) - log(A round), so a state of the
   machine that lasts several rounds cancels. A stored baseline was not
   interleaved with B: its comparison is unpaired (`paired=False`: each side's Huber
-  location and moderated variance, Welch's df, the t quantile with Bonferroni).
+  location and moderated variance, Welch's df, the t quantile with Bonferroni). What
+  moves between sessions lands on that ratio whole; where it was measured (`Drift`,
+  baselines.session_drift) the intervals are widened by it, at a quantile of its own
+  (`drift_half_width`).
 - **The flag statistic**, computed anew under every sign pattern (so the
   permutation stays exact whatever it does): a worker process slow in every
   config (`odd_process_offsets`) is taken off the pair; Huber's location of d
@@ -468,6 +471,28 @@ def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.nd
     return (loc_b - loc_a)[None], se[None], np.nan_to_num(df, nan=1.0)[None]
 
 
+@dataclass(frozen=True)
+class Drift:
+    """How far the log latency of a session of one commit moves from the mean of the k
+    sessions a stored side was measured in: the variance of the offset all configs share
+    and of a config's own, each sigma^2 (1 + 1/k), k, and the own part's pooled df."""
+
+    shared: float
+    own: float
+    sessions: int
+    df: float
+
+
+def drift_half_width(drift: Drift, level: float, configs: int) -> float:
+    """The drift's part of an interval (log scale) at a family `level` over `configs`: the
+    shared offset is one draw, its variance estimated from k sessions (t with k - 1 df, no
+    Bonferroni); a config's own offsets are one a config (the pooled df, Bonferroni); the
+    two in quadrature."""
+    shared = float(sps.t.ppf(1 - level / 2, max(drift.sessions - 1, 1)))
+    own = float(sps.t.ppf(1 - level / (2 * max(configs, 1)), max(drift.df, 1.0)))
+    return math.sqrt(shared ** 2 * drift.shared + own ** 2 * drift.own)
+
+
 def sign_patterns(pairs: int) -> np.ndarray:
     """The sign patterns of `pairs` pairs, the observed (all +1) first: all 2**pairs up to
     EXACT_FLIPS_UP_TO pairs; beyond, the subgroup of 2**13 in which the first 13 pairs take
@@ -530,7 +555,8 @@ def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
 
 
 def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks: Looks | None,
-                paired: bool) -> tuple[list[Look], dict[int, Tested]]:
+                paired: bool, drift: Drift | None = None
+                ) -> tuple[list[Look], dict[int, Tested]]:
     """The family-wise test over looks. `matrix_a`/`matrix_b` are (configs, rounds) log
     round medians by round number (NaN where missing; the same width when `paired`).
     Returns the looks and, per config with enough rounds, its statistics at the last
@@ -541,7 +567,9 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
     sign patterns, that an earlier look flagged or this look's largest |t| reaches the
     config's: p <= the look's level exactly when |t| >= q. A look whose patterns cannot
     resolve what it may spend flags nothing and spends nothing; its q (Student's t at
-    alpha, df = pairs - 1) sets the intervals `unchanged` needs.
+    alpha, df = pairs - 1) sets the intervals `unchanged` needs. `drift` (sides measured
+    apart only) widens the standard errors so that q se is the rounds' part at q and the
+    drift's at its own quantile, in quadrature.
     """
     configs = matrix_a.shape[0]
     if paired:
@@ -594,6 +622,10 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             levelled = np.zeros(loc.shape, bool)
             mean, mean_se = unpaired_means(matrix_a[family], matrix_b[family])
             flags, df_one = True, float(df[0].min())
+            if drift is not None:  # q se' = sqrt((q se)^2 + (q_d s_d)^2)
+                q_rounds = float(sps.t.isf(budget / (2 * len(family)), df_one))
+                widen = (drift_half_width(drift, budget, len(family)) / q_rounds) ** 2
+                se, mean_se = np.sqrt(se ** 2 + widen), np.sqrt(mean_se ** 2 + widen)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
         p_values: list[float | None]
@@ -735,6 +767,7 @@ class LatencyStatistics:
     threshold_side: ThresholdSide | None = None  # slower/faster: the interval against +-min_effect
     rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
     resolves: float | None = None  # the half-width of the wider interval, as a fraction
+    drift: float | None = None  # sides measured apart: the drift's half-width, a fraction
 
     @property
     def below_threshold(self) -> bool:
@@ -781,8 +814,10 @@ def threshold_side(low: float, high: float, margin: float) -> ThresholdSide:
 
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
                      alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
-                     paired: bool = True) -> list[LatencyStatistics]:
-    """Verdicts for the configs of one run (see the module docstring)."""
+                     paired: bool = True, drift: Drift | None = None
+                     ) -> list[LatencyStatistics]:
+    """Verdicts for the configs of one run (see the module docstring); `drift` only where
+    the sides were measured apart (`paired` False)."""
     if not 0 < min_effect < math.inf:
         raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
@@ -792,7 +827,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         width = max(log_a.shape[1], log_b.shape[1])
         log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
         log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
-    found, tested = test_family(log_a, log_b, alpha, looks, paired)
+    drift = None if paired else drift
+    found, tested = test_family(log_a, log_b, alpha, looks, paired, drift)
     z = float(sps.norm.ppf(DETECTABLE_POWER))
     margin = math.log1p(min_effect)
     results = []
@@ -821,6 +857,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         verdict: LatencyVerdict
         side: ThresholdSide | None = None
         needed = None
+        drift_half = drift_half_width(drift, look.level, len(configs)) if drift else None
         if s.flagged:
             verdict = "slower" if s.location > 0 else "faster"
             side = threshold_side(low, high, margin)
@@ -829,7 +866,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
             verdict = "unchanged"
         else:
             verdict = "inconclusive"
-            if math.isfinite(half):
+            if math.isfinite(half) and (drift_half is None or drift_half < margin):
                 needed = rounds_to_resolve(max(s.se, s.mean_se), min(len(c.a), len(c.b)),
                                            min_effect, alpha, len(configs))
         finite = math.isfinite(half) and math.isfinite(mean_half)
@@ -845,7 +882,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
             statistic=statistic, threshold=q, df=look.df, look=s.look,
             look_rounds=look.rounds, family=look.family, flags=look.flags,
             threshold_side=side, rounds_needed=needed,
-            resolves=math.expm1(max(half, mean_half)) if finite else None, **common))
+            resolves=math.expm1(max(half, mean_half)) if finite else None,
+            drift=math.expm1(drift_half) if drift_half is not None else None, **common))
     return results
 
 
@@ -862,12 +900,22 @@ class Measured(Protocol):
     def se(self) -> float | None: ...
     @property
     def detectable(self) -> float | None: ...
+    @property
+    def ratio(self) -> float | None: ...
 
 
 def detectable_range(results: Sequence[Measured]) -> list[float] | None:
     """[smallest, largest] `detectable` of a run's configs; None if none."""
     values = [r.detectable for r in results if r.detectable is not None]
     return [min(values), max(values)] if values else None
+
+
+def geometric_mean_ratio(results: Sequence[Measured]) -> tuple[float, int] | None:
+    """(geometric mean of the B/A ratios, how many configs have one); None without any."""
+    ratios = [r.ratio for r in results if r.ratio is not None and r.ratio > 0]
+    if not ratios:
+        return None
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), len(ratios)
 
 
 def needs_more_rounds(result: Measured) -> bool:

@@ -2,9 +2,12 @@
 
 Google Benchmark (src/json_reporter.cc): `{"context": {...}, "benchmarks": [row, ...]}`;
 with `--benchmark_repetitions=N` a benchmark has N rows of `run_type` "iteration" (each
-the mean time per iteration of one repetition, `real_time` in `time_unit`) and then its
-aggregates (mean, median, stddev, cv), which are dropped: abdiff does its own statistics.
-A row with `error_occurred` (or `skipped`) carries `error_message` (`skip_message`).
+the mean per iteration of one repetition: `real_time` and `cpu_time` in `time_unit`, and
+its counters) and then its aggregates (mean, median, stddev, cv), which are dropped:
+abdiff does its own statistics (with aggregates only, the median row is the one value).
+A row with `error_occurred` (or `skipped`) carries `error_message` (`skip_message`). The
+reporter flushes after each benchmark: a process that died leaves the document cut there
+(`gbench_document` reads it up to the cut).
 
 nvbench (nvbench/json_printer.cu): `{"meta": ..., "devices": [...], "benchmarks":
 [{"name", "states": [{"name", "axis_values", "summaries", "is_skipped", "skip_reason"}]}]}`;
@@ -207,6 +210,12 @@ def gbench_report(document: Any, facts: Sequence[str] = (),
 def _gbench_result(name: str, rows: list[dict[str, Any]], facts: Sequence[str],
                    metric: str) -> BenchmarkResult:
     picked = _picked(rows[0], facts) if rows else {}
+    varying = [f for f in facts if any(row.get(f) != picked[f] for row in rows)]
+    if varying:  # a fact is compared exactly: a rate counter is not one
+        return BenchmarkResult([], f"fact {varying[0]} varies between the repetitions of one "
+                               f"process ({picked[varying[0]]!r}, ...): not a constant; compare "
+                               "it as a metric (target.metrics) instead",
+                               {k: v for k, v in picked.items() if k not in varying})
     values: list[float] = []
     for row in rows:
         if row.get("error_occurred"):
@@ -313,10 +322,16 @@ def benchmark_arguments(fmt: Format, out: Path, repetitions: int,
         return ["--jsonbin", str(out), *(a for name in chosen or [] for a in ("--benchmark", name))]
     arguments = [f"--benchmark_out={out}", "--benchmark_out_format=json",
                  f"--benchmark_repetitions={repetitions}"]
-    if chosen is not None:  # POSIX extended regular expression, whole names only
-        names = "|".join(_ere_escape(c) for c in chosen)
-        arguments.append(f"--benchmark_filter=^({names})$")
+    if chosen is not None:
+        arguments.append(gbench_filter(chosen))
     return arguments
+
+
+def gbench_filter(benchmarks: list[str]) -> str:
+    """Google Benchmark's filter for these names: a POSIX extended regular expression,
+    whole names only."""
+    names = "|".join(_ere_escape(c) for c in dict.fromkeys(benchmarks))
+    return f"--benchmark_filter=^({names})$"
 
 
 # what Google Benchmark writes to stderr that never says why it died: the context header

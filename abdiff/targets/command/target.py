@@ -54,6 +54,7 @@ DISCOVERY_TIMEOUT_S = 600.0
 BUILD_TIMEOUT_S = 3600.0
 BUILD_PLACEHOLDER = "{build}"
 BUILD_VARIABLE = "ABDIFF_BUILD_DIR"
+READ_ONLY = "Read-only file system"  # strerror(EROFS): the sandbox's mounts said no
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,15 @@ def build_environment(build: Path | None) -> dict[str, str]:
 def _run_repository_code(argv: list[str], folder: Path, build: Path | None, scratch: Path,
                          timeout: float) -> subprocess.CompletedProcess[str]:
     """The repository's code (a build, a listing): started as a worker is, in the sandbox in
-    force, with a worker's environment; OSError or TimeoutExpired when it cannot."""
+    force (writable: `scratch`, its HOME and TMPDIR, and the side's `build` folder), with a
+    worker's environment; OSError or TimeoutExpired when it cannot."""
     env = worker_environment({BUILD_VARIABLE: str(build)} if build is not None else {},
                              home=scratch)
-    return subprocess.run(guarded(argv, None), cwd=folder, capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env, stdin=subprocess.DEVNULL)
+    env["TMPDIR"] = str(scratch)
+    writable = (str(scratch), *([str(build)] if build is not None else []))
+    return subprocess.run(guarded(argv, None, writable=writable), cwd=folder,
+                          capture_output=True, text=True, timeout=timeout, check=False, env=env,
+                          stdin=subprocess.DEVNULL)
 
 
 def _why(done: subprocess.CompletedProcess[str]) -> str:
@@ -126,7 +131,9 @@ def build(options: CommandOptions, checkout: Path, folder: Path) -> str | None:
     log.write_text(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}", encoding="utf-8")
     if done.returncode == 0:
         return None
-    return f"target.build failed ({_why(done)}; full output in {log})"
+    hint = ("; the checkout is read-only to the benchmark's code: build into $ABDIFF_BUILD_DIR "
+            "(docs/targets.md)" if READ_ONLY in done.stdout + done.stderr else "")
+    return f"target.build failed ({_why(done)}; full output in {log}){hint}"
 
 
 def list_benchmarks(options: CommandOptions, folder: Path, build: Path | None) -> list[str]:
@@ -183,8 +190,8 @@ class CommandTarget(Target):
     }
 
     def __init__(self) -> None:
-        # checkout -> (its build folder, why it cannot run or None), set by `prepare`
-        self.sides: dict[Path, tuple[Path | None, str | None]] = {}
+        # checkout -> (its build folder, what `prepare` made of it): once per side per run
+        self.sides: dict[Path, tuple[Path | None, Prepared]] = {}
 
     @classmethod
     def detect(cls, root: Path) -> bool:
@@ -202,10 +209,15 @@ class CommandTarget(Target):
         return command_configs(options, options.benchmarks)
 
     def prepare(self, suite: Suite, checkout: Path, folder: Path) -> Prepared:
+        known = self.sides.get(Path(checkout).resolve())
+        if known is not None:  # A/A, or a bisect's commit met again: built once this run
+            return known[1]
         options = CommandOptions.parse(suite.target_options, suite.source)
-        checkout = Path(checkout)
-        build_dir = folder if options.build is not None or BUILD_PLACEHOLDER in " ".join(
-            options.command) else None
+        uses_build = options.build is not None or any(BUILD_PLACEHOLDER in a
+                                                       for a in options.command)
+        build_dir = folder if uses_build else None
+        if build_dir is not None:
+            build_dir.mkdir(parents=True, exist_ok=True)
         failure = build(options, checkout, folder) if options.build is not None else None
         listed = None
         if failure is None and options.benchmarks is None:
@@ -213,10 +225,9 @@ class CommandTarget(Target):
                 listed = command_configs(options, list_benchmarks(options, checkout, build_dir))
             except InputError as exc:
                 failure = str(exc)
-        if build_dir is not None:
-            build_dir.mkdir(parents=True, exist_ok=True)
-        self.sides[checkout.resolve()] = (build_dir, failure)
-        return Prepared(listed, failure)
+        prepared = Prepared(listed, failure)
+        self.sides[Path(checkout).resolve()] = (build_dir, prepared)
+        return prepared
 
     def worker_env(self) -> dict[str, str]:
         # abdiff's own folder, so the worker imports this abdiff also where it is not
@@ -227,7 +238,7 @@ class CommandTarget(Target):
         if job.ranks > 1:
             raise InputError(f"the command target runs one benchmark process per round, not "
                              f"{job.ranks} ranks; leave out --np (and the suite's tp)")
-        build_dir, failure = self.sides.get(Path(checkout).resolve(), (None, None))
+        build_dir, prepared = self.sides.get(Path(checkout).resolve(), (None, Prepared()))
         argv = [sys.executable, "-m", "abdiff.targets.command.worker", str(job_path),
-                str(build_dir or ""), *([failure] if failure else [])]
+                str(build_dir or ""), *([prepared.failure] if prepared.failure else [])]
         return LaunchSpec(argv, Path(checkout), self.worker_env())

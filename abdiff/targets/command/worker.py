@@ -1,14 +1,19 @@
-"""One round of the command target: `python -m abdiff.targets.command.worker JOB.json`.
+"""One round of the command target: `python -m abdiff.targets.command.worker JOB.json
+[BUILD_DIR [WHY_NOT]]`.
 
 Runs the suite's command once in the checkout (the working folder) for the job's configs,
-reads the JSON it wrote and records each config (protocol.py's events). The benchmark
-process is the measured one; this process only starts it and reads its report.
+`{build}` and $ABDIFF_BUILD_DIR naming the side's build folder, reads the JSON it wrote and
+records each config (protocol.py's events). The benchmark process is the measured one;
+this process only starts it and reads its report. With WHY_NOT (the side's build failed)
+nothing runs: every config fails with that line.
 
-A benchmark that dies (a signal, or a non-zero exit before reporting everything) is
+A benchmark that dies (a signal, or a non-zero exit before reporting everything) keeps
+what it reported before (a cut Google Benchmark JSON is read to its cut), and is
 reported as abdiff's own workers' deaths are: the first config it did not report is
-started in the record log, its stderr follows the start mark, and this process ends the
-same way, so the round runner records that config's status and starts a new worker for
-the rest (gbench: only those, by --benchmark_filter).
+started in the record log, its reason (the benchmark's last stderr line that can say
+why) follows the start mark, and this process ends the same way, so the round runner
+records that config's status and starts a new worker for the rest (gbench: only those,
+by --benchmark_filter).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from abdiff.run.protocol import RecordWriter, RoundJob
 from abdiff.store.records import RoundRecord
@@ -25,6 +31,7 @@ from abdiff.targets.command.formats import (
     BenchmarkReport,
     benchmark_arguments,
     death_line,
+    gbench_filter,
     read_report,
 )
 from abdiff.targets.command.target import CommandOptions, build_environment
@@ -55,12 +62,31 @@ def run_benchmark(job: RoundJob, options: CommandOptions, work: Path, build: Pat
         return returncode, None, f"{out.name} is not {options.format} JSON: {exc}"
 
 
-def record(writer: RecordWriter, job: RoundJob, report: BenchmarkReport | None,
-           complete: bool, why: str) -> str | None:
+def run_order(job: RoundJob, options: CommandOptions, build: Path | None) -> list[dict[str, Any]]:
+    """The job's configs in the order the benchmark runs them (Google Benchmark: as it lists
+    them under the round's filter, its registration order; the job's order where it cannot
+    say), so that the first one a dead process left unreported is the one it died in."""
+    if options.format != "gbench":
+        return job.configs
+    names = [str(c["params"].get("benchmark", c["id"])) for c in job.configs]
+    argv = [*options.argv(build), gbench_filter(names), *job.target_args,
+            "--benchmark_list_tests=true"]
+    try:
+        listed = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60,
+                                env=build_environment(build), stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return job.configs
+    position = {name.strip(): index for index, name in enumerate(listed.splitlines())}
+    return sorted(job.configs, key=lambda c: position.get(
+        str(c["params"].get("benchmark", c["id"])), len(position)))
+
+
+def record(writer: RecordWriter, job: RoundJob, configs: list[dict[str, Any]],
+           report: BenchmarkReport | None, complete: bool, why: str) -> str | None:
     """Write a record per config the benchmark reported (and, when it ran to the end,
-    one per config it did not); the first config left unreported, if any."""
+    one per config it did not); the first of `configs` left unreported, if any."""
     reported = report.results if report is not None else {}
-    for config in job.configs:
+    for config in configs:
         cid = config["id"]
         result = reported.get(cid)
         if result is None:
@@ -96,7 +122,9 @@ def main(argv: list[str]) -> int:
     if returncode is None:  # nothing ran: every config fails with this line (rounds.py)
         print(f"abdiff command worker: {why}", file=sys.stderr)
         return 1
-    culprit = record(writer, job, report, complete=returncode == 0, why=why)
+    complete = returncode == 0
+    configs = job.configs if complete else run_order(job, options, build)
+    culprit = record(writer, job, configs, report, complete, why)
     stderr = (work / "benchmark.stderr.txt").read_text(encoding="utf-8", errors="replace")
     sys.stderr.write(stderr)  # the benchmark's own lines, whole, before any start mark
     sys.stderr.flush()
