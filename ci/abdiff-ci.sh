@@ -11,7 +11,12 @@
 # request's benchmark could read it from this script's /proc/PID/environ. The
 # comment is always rendered by `abdiff comment --result` from the validated
 # result JSON, never taken from report.md, which the run step (pull-request
-# code) could have rewritten. Why and how: docs/ci.md.
+# code) could have rewritten, and posted as a report only when the measuring
+# step exited 0 or 1 (as this script recorded it after every process of the
+# benchmark had ended, or as your CI recorded it: ABDIFF_MEASURED_EXIT) and the
+# result agrees with itself; otherwise the comment says the measurement failed.
+# The output folder is this script's own: a link there is refused, and it is
+# emptied before measuring. Why and how: docs/ci.md.
 #
 # Exit codes: 0 no unintended change; 1 unintended change; 2 bad input or
 # usage; 3 abdiff (or posting the comment) could not run.
@@ -40,6 +45,8 @@ Posting (--post-only; run from a folder outside any checkout):
   [ABDIFF_COMMENT_AUTHOR=LOGIN]  (the account whose comment is updated; default: the token's)
   [ABDIFF_VERIFIED_HEAD=SHA ABDIFF_RUN_URL=URL]  (footer: the head you verified was measured,
                                  and this build; with no result, the earlier comment is marked stale)
+  [ABDIFF_MEASURED_EXIT=N]  (the measuring step's exit code as your CI recorded it; default:
+                             DIR/exit_code, which step 1 wrote once the benchmark had ended)
 Other: ABDIFF_BIN (the abdiff command, default: abdiff; to post, an install the
                    measuring step could not write, e.g. "/opt/abdiff/bin/python -I -m abdiff")
        ABDIFF_CACHE_DIR (default: a fresh folder for this job, removed at the end)
@@ -127,8 +134,18 @@ post_comment() {  # render and post "$out/result.json"; returns abdiff comment's
     return 3
   fi
   local rc=0
-  "${abdiff_cmd[@]}" "${args[@]}" --result "$out/result.json" || rc=$?
+  "${abdiff_cmd[@]}" "${args[@]}" --result "$out/result.json" \
+    --exit-code "$(measured_exit)" || rc=$?
   return "$rc"
+}
+
+measured_exit() {  # what step 1 exited with: ABDIFF_MEASURED_EXIT, else DIR/exit_code, else 3
+  local said="${ABDIFF_MEASURED_EXIT:-}"
+  if [[ -z "$said" && -f "$out/exit_code" && ! -L "$out/exit_code" ]]; then
+    said="$(head -c 8 "$out/exit_code" | tr -d '[:space:]')"
+  fi
+  [[ "$said" =~ ^[0-9]{1,3}$ ]] || said=3
+  printf '%s\n' "$said"
 }
 
 if [[ "$mode" == "post" ]]; then
@@ -151,6 +168,12 @@ check_word "base (--base/ABDIFF_BASE)" "$base"
 check_word "head (--head/ABDIFF_HEAD)" "$head"
 check_word "suite (--suite/ABDIFF_SUITE)" "$suite"
 [[ -d "$repo" ]] || die "repository folder not found: $repo"
+# The output folder is this script's own: never a link (a pull request can commit
+# one where the default abdiff-out lies, to a folder its benchmark can write), emptied
+# first (nothing in it was written by this measurement).
+[[ ! -L "$out" ]] || die "the output folder $out is a link; give --out a folder of this job"
+[[ ! -e "$out" || -d "$out" ]] || die "the output folder $out is not a folder"
+rm -rf -- "$out"
 mkdir -p -- "$out"
 
 # A cache of this job only, unless the operator names one: on a persistent agent
@@ -177,6 +200,15 @@ rc=0
   --repo "$repo" --configs "$suite" --cache-dir "$cache" \
   --format markdown --output "$out/report.md" --json "$out/result.json" \
   ${extra[@]+"${extra[@]}"} || rc=$?
+# Every process of the benchmark has ended (abdiff ends them): what is written now is
+# this script's. An output folder replaced meanwhile holds nothing of the measurement.
+if [[ -L "$out" || ! -d "$out" ]]; then
+  echo "abdiff-ci: $out was replaced while the benchmark ran; the measurement failed" >&2
+  rm -f -- "$out"
+  mkdir -p -- "$out"
+  rc=3
+fi
+rm -rf -- "$out/exit_code"
 printf '%s\n' "$rc" >"$out/exit_code"
 
 case "$rc" in

@@ -51,7 +51,7 @@ def breakdown(state: Path) -> dict[str, float]:
     """Seconds spent in each part of the workers' lives, summed over all workers."""
     parts = dict.fromkeys((START, SET_UP, WARM_UP, TIMED, CAPTURE, BETWEEN), 0.0)
     parts["workers"] = 0
-    jobs = sorted(state.glob("logs/*/worker*/job.json"), key=lambda p: p.stat().st_mtime)
+    jobs = sorted(state.glob("logs/*/*/worker*/job.json"), key=lambda p: p.stat().st_mtime)
     last_event = None  # the previous worker's last logged event: from then on it only exits
     for job in jobs:
         spawned = job.stat().st_mtime

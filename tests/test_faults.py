@@ -126,7 +126,7 @@ def test_broken_import_fails_every_config_with_its_reason(faulty_repo: Path,
     for config in run.configs:
         assert [(r.status, r.error) for r in config.rounds] == [
             ("failed", "RuntimeError: injected import failure: the harness cannot load")]
-    (logs,) = (tmp_path / "cache").glob("runs/*/logs/A-r0")
+    (logs,) = (tmp_path / "cache").glob("runs/*/logs/A/r0")
     assert [p.name for p in logs.iterdir()] == ["worker0"]  # not retried per config
 
 
@@ -153,7 +153,7 @@ def _state_dirs(cache: Path) -> list[Path]:
 
 def _in_slow_config(state: Path, slow: int) -> Path | None:
     """A B worker that has finished bs1 and is inside the slow config now (its log)."""
-    for log in state.glob("logs/B-r*/worker*/records.jsonl"):
+    for log in state.glob("logs/B/r*/worker*/records.jsonl"):
         events = []
         for line in log.read_text().splitlines():
             with contextlib.suppress(json.JSONDecodeError):  # a line being written
@@ -228,11 +228,11 @@ def test_stop_mid_suite_keeps_rounds_and_continues(faulty_repo: Path, tmp_path: 
         # the interrupted round's finished config was saved too, as its worker recorded it
         partial = next(json.loads(line)["record"] for line in log.read_text().splitlines()
                        if '"done"' in line)
-        side_round = int(log.parent.parent.name.split("-r")[1])
+        side_round = int(log.parent.parent.name.removeprefix("r"))
         assert kept[("B", config_id(1), side_round)] == partial["latency_us"]
         assert ("B", config_id(14), side_round) not in kept  # interrupted: not a failure
         assert json.loads((state / "state.json").read_text())["complete"] is False
-        first_logs = {p: p.stat().st_mtime_ns for p in state.glob("logs/*/worker*/job.json")}
+        first_logs = {p: p.stat().st_mtime_ns for p in state.glob("logs/*/*/worker*/job.json")}
 
         started = time.time_ns()
         rerun = run_abdiff(*args, *again)
@@ -363,7 +363,7 @@ def test_the_same_command_twice_at_once(faulty_repo: Path, tmp_path: Path) -> No
                               env=git_env())]
     try:
         deadline = time.monotonic() + 60
-        while not list(cache.glob("runs/*/logs/A-r0/worker0/records.jsonl")) \
+        while not list(cache.glob("runs/*/logs/A/r0/worker0/records.jsonl")) \
                 and time.monotonic() < deadline:
             time.sleep(0.02)
         procs.append(subprocess.Popen(abdiff_argv(*args, "--json", tmp_path / "second.json"),
@@ -446,7 +446,7 @@ def test_full_disk_and_killed_checkout_are_recovered(tmp_path: Path) -> None:
 
         # 3. the report does not fit on the disk
         (tmp_path / "report.html").unlink()
-        jobs = {p: p.stat().st_mtime_ns for p in state.glob("logs/*/worker*/job.json")}
+        jobs = {p: p.stat().st_mtime_ns for p in state.glob("logs/*/*/worker*/job.json")}
         full = subprocess.run(abdiff_argv(*args, "--resume", "--quiet"), capture_output=True,
                               text=True, env=git_env(), preexec_fn=_file_size_limit(2000),
                               timeout=120, check=False)
@@ -460,7 +460,7 @@ def test_full_disk_and_killed_checkout_are_recovered(tmp_path: Path) -> None:
     finally:
         kill_leftovers(str(tmp_path))
     assert "</html>" in (tmp_path / "report.html").read_text()
-    assert {p: p.stat().st_mtime_ns for p in state.glob("logs/*/worker*/job.json")} == jobs
+    assert {p: p.stat().st_mtime_ns for p in state.glob("logs/*/*/worker*/job.json")} == jobs
     assert _rounds_on_disk(state) == measured
     assert sorted(Path(t).name for t in _worktrees(repo)) == sorted([shas["main"], shas["pr"]])
     assert git(half, "status", "--porcelain") == ""

@@ -634,9 +634,11 @@ def test_ci_script_posts_with_footer_then_marks_stale(github: FakeGitHub, result
     """The Jenkins path: post the result with the verified footer; a later build that left
     no result.json (or a symbolic link in its place) marks that comment stale, exit 3."""
     out = result_file.parent
+    (out / "exit_code").write_text("1\n")  # what step 1 recorded (the result's own)
     proc = _post_only(github, out)
     assert proc.returncode == 0, proc.stderr
     assert f"Measured head `{HEAD}` (verified)" in github.comments[0]["body"]
+    assert "the measurement failed" not in github.comments[0]["body"]
     result_file.unlink()
     result_file.symlink_to(tmp_path / "elsewhere.json")
     proc = _post_only(github, out)

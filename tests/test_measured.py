@@ -60,9 +60,10 @@ def by_id(result: dict) -> dict[str, dict]:
 
 def assert_stopped_after_first_round(state: Path) -> None:
     """One round per side, one worker each: no process was spent after the first round."""
-    assert sorted(p.name for p in (state / "logs").iterdir()) == ["A-r0", "B-r0"]
-    for side in ("A-r0", "B-r0"):
-        assert [p.name for p in (state / "logs" / side).iterdir()] == ["worker0"]
+    assert sorted(p.name for p in (state / "logs").iterdir()) == ["A", "B"]
+    for side in "AB":
+        assert [p.name for p in (state / "logs" / side).iterdir()] == ["r0"]
+        assert [p.name for p in (state / "logs" / side / "r0").iterdir()] == ["worker0"]
     for side in "ab":  # the failed first round is kept, as every round is
         run = load_run_file(state / f"{side}.json")
         assert all([r.round for r in c.rounds] == [0] for c in run.configs)
@@ -106,7 +107,7 @@ def test_nothing_importable_on_both_sides_is_exit_3_after_one_round(demo: Path, 
     full_text = Path(match.group(4))
     assert "Traceback" in full_text.read_text()
     assert proc.stdout == ""  # no report that could be mistaken for a result
-    assert_stopped_after_first_round(full_text.parents[3])
+    assert_stopped_after_first_round(full_text.parents[4])
 
 
 def test_one_side_that_cannot_import_breaks_every_config(demo: Path, tmp_path: Path) -> None:
@@ -323,7 +324,7 @@ def test_trtllm_nothing_importable_is_exit_3_after_one_round(upstream: Path,
     assert match, proc.stderr
     assert match.group(2, 3) == (
         "noimport", "ModuleNotFoundError: No module named 'abdiff_test_missing_module'")
-    assert_stopped_after_first_round(Path(match.group(4)).parents[3])
+    assert_stopped_after_first_round(Path(match.group(4)).parents[4])
 
 
 def test_trtllm_one_side_that_cannot_import_breaks_every_config(upstream: Path,

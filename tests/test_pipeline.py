@@ -32,11 +32,11 @@ def test_each_part_and_the_time_between_workers(tmp_path: Path) -> None:
     t0 = 1_700_000_000.0
     # worker 1: started 2 s after its job, one config (1 s set-up, 0.5 s warm-up, 0.5 s
     # timed), a 1 s capture pass; its last event at t0 + 5
-    worker(tmp_path, "A-r0", t0, [
+    worker(tmp_path, "A/r0", t0, [
         {"event": "env", "t": t0 + 2}, {"event": "start", "id": "c", "t": t0 + 2},
         done("c", t0 + 4, 0.5, 0.5), {"event": "kernels", "id": "c", "t": t0 + 5}])
     # worker 2 gets its job 0.25 s after worker 1's last event; no capture
-    worker(tmp_path, "B-r0", t0 + 5.25, [
+    worker(tmp_path, "B/r0", t0 + 5.25, [
         {"event": "env", "t": t0 + 6.25}, {"event": "start", "id": "c", "t": t0 + 6.25},
         done("c", t0 + 7.25, 0.25, 0.25)])
     parts = pipeline.breakdown(tmp_path)

@@ -256,10 +256,12 @@ def test_the_plan(tmp_path: Path) -> None:
     assert worker.writable == ("/r", "/s")
 
 
-def test_off_runs_without_it(tmp_path: Path) -> None:
+def test_off_runs_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--sandbox off says once what it loses, and the run file records it (the words)."""
     assert sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path) == \
-        "none (--sandbox off)"
+        f"none (--sandbox off: {sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
+    assert capsys.readouterr().err.count("abdiff: note: --sandbox off: ") == 1
 
 
 # ---------------------------------------------------------------- where namespaces are refused
@@ -378,7 +380,8 @@ def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
     """srun's ranks start under slurmd: `auto` says so once and records it, `on` refuses."""
     elsewhere = SrunLauncher.ranks_start_elsewhere
     assert sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere) == \
-        "none (srun starts the ranks under slurmd, outside abdiff's process tree)"
+        "none (srun starts the ranks under slurmd, outside abdiff's process tree; " \
+        f"{sandbox.LOST_WITHOUT})"
     assert sandbox.guard_options() == []
     assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
     with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):
@@ -453,3 +456,53 @@ def test_an_empty_home_makes_no_mount_over_root(tmp_path: Path,
                         tmp_path / "state")
     assert "/" in plan.read_only and "/" not in plan.writable
     assert sandbox.trial(plan) is None
+
+
+PLANTER = r"""
+import json, sys
+from pathlib import Path
+from abdiff.launchers import sandbox
+from abdiff.launchers.forkserver import ForkServers
+from abdiff.launchers.spec import ABDIFF_ROOT
+from abdiff.store.sides import SideFolders, WorkerFolders
+folder, narrowed = Path(sys.argv[1]), sys.argv[2] == "narrowed"
+for name in ("repo", "cache", "state", "b/pkg"):
+    (folder / name).mkdir(parents=True)
+sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state")
+main_side = SideFolders.of(folder / "cache", "a" * 40, {})
+pr_side = SideFolders.of(folder / "cache", "b" * 40, {})
+main_side.make()
+pr_side.make()
+logs = folder / "cache" / "runs" / "key" / "logs"
+logs.mkdir(parents=True)
+# the pull request's package, imported ahead in its side's fork server: it plants a kernel
+# where main's workers load DeepGEMM's
+target = main_side.caches / "deep_gemm" / "planted.cubin"
+(folder / "b" / "pkg" / "__init__.py").write_text(
+    f"try:\n    open({str(target)!r}, 'w').write('x')\nexcept OSError:\n    pass\n")
+pool = ForkServers(folder / "servers")
+writes = {folder / "b": WorkerFolders(pr_side, logs)}
+pool.prepare([folder / "b"], {"PYTHONPATH": str(ABDIFF_ROOT)}, ("pkg",),
+             writes if narrowed else None)
+print(json.dumps({"planted": target.exists(), "preimported": pool.preimported(folder / "b"),
+                  "failure": pool.failure}))
+pool.close()
+"""
+
+
+@needs_namespaces
+@pytest.mark.slow
+@pytest.mark.parametrize("narrowed", [True, False])
+def test_a_preimport_writes_only_where_its_sides_workers_may(tmp_path: Path,
+                                                             narrowed: bool) -> None:
+    """The checkout's code runs in its side's fork server before any fork (the target's
+    preimport): the server narrows its sandbox to its side's folders first. Without that
+    (the control) the pull request's import plants a file in main's DeepGEMM cache."""
+    done = subprocess.run([sys.executable, "-c", PLANTER, str(tmp_path),
+                           "narrowed" if narrowed else "broad"],
+                          capture_output=True, text=True, check=False, timeout=180)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["failure"] is None
+    assert seen["preimported"].startswith("pkg imported once in the fork server")
+    assert seen["planted"] is not narrowed

@@ -33,6 +33,7 @@ from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
 # for the first job the server may still be importing torch and the target's preimport
@@ -141,14 +142,21 @@ class ForkServer:
         here = procfs.seen_from_here(pid, server.proc.pid)
         return StartedProcess(ForkedProcess(self, pid, here), home)
 
-    def send_preimport(self, cwd: Path, modules: tuple[str, ...]) -> None:
+    def send_preimport(self, cwd: Path, modules: tuple[str, ...],
+                       folders: WorkerFolders | None = None) -> None:
         """Have the server import `modules` from the checkout `cwd` before its first fork
-        (forkserver_process.preimport; none: it only answers, once torch is imported)."""
+        (forkserver_process.preimport; none: it only answers, once torch is imported).
+        The side's code then runs in the server: in a sandbox, it first narrows its own to
+        `folders` (writable: that side's round folders and caches), with the side's HOME and
+        caches in its environment."""
         server = self.server
         if server is None or self.failure or self.preimport_sent:
             return
         self.preimport_sent = True
-        message = {"preimport": {"cwd": str(cwd), "modules": list(modules)}}
+        message: dict[str, object] = {"preimport": {
+            "cwd": str(cwd), "modules": list(modules),
+            "confine": sandbox.narrowing(folders.writable()) if folders and modules else None,
+            "env": folders.side.environment() if folders and modules else {}}}
         try:
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
                      (json.dumps(message) + "\n").encode())
@@ -293,16 +301,19 @@ class ForkServers:
         server.start_waiting(env)
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Start the server of every checkout now, so that their imports overlap, have each
         import `preimport` from its checkout, and wait until all are ready to fork: nothing
-        of theirs then runs beside a timed worker."""
+        of theirs then runs beside a timed worker. A server that imports a side's code
+        writes only that side's `folders` from then on (its round folders, its caches)."""
         servers = [self.server_of(cwd) for cwd in checkouts]
         for cwd, server in zip(checkouts, servers, strict=True):
             server.start_waiting(env)
-            server.send_preimport(cwd, preimport)
+            server.send_preimport(cwd, preimport, (folders or {}).get(cwd))
         for server in servers:
             server.wait_preimport()
+        self.sweep()  # what an import left running ends before the first round
 
     def preimported(self, cwd: Path) -> str | None:
         server = self.by_checkout.get(cwd)

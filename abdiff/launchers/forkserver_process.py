@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from abdiff.launchers.guard import arm_parent_death, not_dumpable
+from abdiff.launchers.guard import Confinement, arm_parent_death, narrow, not_dumpable
 from abdiff.launchers.standby_worker import become, prepare
 
 
@@ -166,6 +166,15 @@ def serve() -> dict | None:
                 continue
             if "preimport" in message:
                 modules = message["preimport"]["modules"]
+                confine = message["preimport"].get("confine")
+                try:  # the side's code runs here from now on: its folders only
+                    if confine:
+                        narrow(Confinement.decode(confine))
+                except OSError as exc:
+                    tell({"error": f"cannot narrow the sandbox before the preimport: "
+                                   f"{exc.strerror or exc}"})
+                    return None
+                os.environ.update(message["preimport"].get("env") or {})
                 done = preimport(message["preimport"]["cwd"], modules)
                 unsafe = unsafe_to_fork()
                 if unsafe:

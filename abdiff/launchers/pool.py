@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 
 class WorkerProcess(Protocol):
@@ -84,9 +85,11 @@ class WorkerPool(Protocol):
         """Start a process waiting now, for jobs with `env`."""
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Before the first round: get ready for the jobs of these checkouts (with `env`),
-        importing `preimport` from each ahead where the pool can."""
+        importing `preimport` from each ahead where the pool can; a process that imports a
+        checkout's code may write only that checkout's `folders` from then on."""
 
     def preimported(self, cwd: Path) -> str | None:
         """What became of checkout `cwd`'s preimport, in words (None: nothing asked)."""

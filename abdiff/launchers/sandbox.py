@@ -6,10 +6,12 @@ write the repository's `.git` (a replace ref, a moved branch), the cached checko
 abdiff's own Python environment (a `.pth` file) and the home folder, and see every
 process of the user. In the sandbox (guard.py enters it before the worker's command
 starts: Linux user, mount and pid namespaces, no privilege needed) abdiff's state
-folder and the credential files are empty, every file system is read-only but the
-cache folder (its `runs/`, where workers write; not its checkouts), the temporary
-folders and named tool caches, root is nobody, and /proc shows the worker's own
-processes only.
+folder and the credential files are empty, every file system is read-only (the cache
+folder and the temporary folders too) but, per worker, its round's folder and its side's
+folders (store/sides.py: HOME, TMPDIR, tool caches), root is nobody, and /proc shows the
+worker's own processes only. A process started ahead of its job (a fork server, a
+standby worker) may write every round's and side's folder until its job narrows it
+(`narrowing`, guard.narrow).
 
 `--sandbox auto` (the default) uses it when a trial start works and says once why not
 otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
@@ -31,6 +33,11 @@ from abdiff.launchers.spec import ABDIFF_ROOT
 from abdiff.store.files import own_folder
 
 MODES = ("auto", "on", "off")
+# what a run without the sandbox loses, said once on stderr and recorded in its run files
+LOST_WITHOUT = ("benchmark code can write the repository's .git, abdiff's Python environment "
+                "and every folder of abdiff's cache (runs/, locks/, the other side's caches; "
+                "the side caches still point per side, but nothing stops a write elsewhere), "
+                "and read abdiff's key for stored rounds and the user's credentials (docs/ci.md)")
 PROBE_TIMEOUT_S = 30.0
 GUARD = Path(__file__).with_name("guard.py")
 # what a trial start checks inside: that the namespaces and mounts were made (root is NOBODY)
@@ -142,7 +149,8 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
     global _active, _ahead_writable
     _active, _ahead_writable = None, ()
     if mode == "off":
-        return "none (--sandbox off)"
+        print(f"abdiff: note: --sandbox off: {LOST_WITHOUT}", file=sys.stderr)
+        return f"none (--sandbox off: {LOST_WITHOUT})"
     if elsewhere is not None:
         why = f"{elsewhere}, outside abdiff's process tree"
     elif not sys.platform.startswith("linux"):
@@ -171,10 +179,9 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
                "measure with --sandbox auto in a throwaway container")
         raise InfrastructureError(f"--sandbox on: workers cannot be sandboxed here ({why}); "
                                   f"{fix}")
-    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): it can write "
-          "the repository's .git and read abdiff's key for stored rounds (docs/ci.md)",
+    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): {LOST_WITHOUT}",
           file=sys.stderr)
-    return f"none ({why})"
+    return f"none ({why}; {LOST_WITHOUT})"
 
 
 def release() -> None:

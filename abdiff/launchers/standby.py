@@ -22,6 +22,7 @@ from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.store.sides import WorkerFolders
 
 STANDBY_MODULE = "abdiff.launchers.standby_worker"
 
@@ -58,7 +59,8 @@ class StandbyPool:
         return ready
 
     def prepare(self, checkouts: list[Path], env: dict[str, str],
-                preimport: tuple[str, ...]) -> None:
+                preimport: tuple[str, ...],
+                folders: dict[Path, WorkerFolders] | None = None) -> None:
         """Nothing to do: a worker started ahead imports nothing of a checkout before its
         job names one."""
 

@@ -62,7 +62,7 @@ from abdiff.store.records import (
     dump_json,
     load_run_file,
 )
-from abdiff.store.sides import SideFolders
+from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
@@ -183,7 +183,11 @@ class Measurement:
         """Write the run files and sign what was written. `changed`: the sides whose run
         changed since the last save (None: all); the others keep the file and the hash
         this process wrote (a run file is rewritten whole, and a suite's grows with every
-        round: writing only what changed saves most of abdiff's own time per round)."""
+        round: writing only what changed saves most of abdiff's own time per round).
+        runs/ or the state folder replaced by a link (without a sandbox the benchmark can)
+        stops the measurement: nothing is written through it."""
+        own_folder(self.state_dir.parent)
+        own_folder(self.state_dir)
         for name, side in self.sides.items():
             path = self.state_dir / f"{name.lower()}.json"
             if changed is not None and name not in changed and path.name in self.written:
@@ -198,7 +202,12 @@ class Measurement:
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
-        return self.state_dir / "logs" / f"{side}-r{round_index}"
+        return self.side_rounds(side) / f"r{round_index}"
+
+    def side_rounds(self, side: str) -> Path:
+        """The folder of a side's round folders: what that side's fork server may write
+        once it has imported the side's code (launchers/forkserver.py, `prepare`)."""
+        return self.state_dir / "logs" / side
 
     def has_round(self, side: str, config_id: str, round_index: int) -> bool:
         config = self.sides[side].run.config(config_id)
@@ -243,12 +252,12 @@ def authenticated_run_files(state_dir: Path) -> list[Path] | str:
     text = read_worker_file(state_dir / "state.json")
     try:
         state = json.loads(text)
-        files = state["files"]
-        if not isinstance(files, dict):
-            raise TypeError("files")
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
+        state = None
+    if not isinstance(state, dict):
         return "no readable state.json" if text else "no state.json"
-    if not authentic(_signed(state_dir, state), state.get("mac")):
+    files = state.get("files")
+    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict):
         return "its state.json fails authentication (not written by this abdiff, or changed)"
     found = []
     for name in ("a.json", "b.json"):
@@ -388,6 +397,7 @@ def run_slots(
             side_run.checkout = side_run.refresh()
         if side_run.folders is not None:  # what a worker may write must exist: it is bound
             side_run.folders.make()
+        own_folder(work_dir.parent.parent)
         own_folder(work_dir.parent)
         if spread is None:
             progress.watch(work_dir, side)
@@ -558,13 +568,22 @@ def measure(
                 measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
                 settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
             env = target.worker_env()
+            # what a server that imports a side's code ahead may write: that side's folders
+            # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
+            logs = own_folder(measurement.state_dir / "logs")
+            folders: dict[Path, WorkerFolders] = {}
+            for name, side in measurement.sides.items():
+                if side.folders is not None:
+                    rounds = own_folder(measurement.side_rounds(name))
+                    shared = side.checkout in folders
+                    folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
             for lane, pool in zip(lanes, pools, strict=True):
                 if pool is not None and env is not None:
                     # both sides' servers ready (and the target's preimport done) before
                     # the first worker: no import runs beside a timed one
                     pool.prepare([side.checkout for side in measurement.sides.values()],
                                  {**env, **(lane.device.env if lane.device else {})},
-                                 target.preimport)
+                                 target.preimport, folders)
 
             def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
                     ) -> None:

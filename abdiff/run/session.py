@@ -133,12 +133,12 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                              getattr(target, "srun_container", None))
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
-    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
         problem = (preflight(target.name, schedule.device, launcher_name)
                    or target.preflight(suite, launcher_name))
         if problem:
             raise InfrastructureError(problem)
+    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
     # before the first worker: a fork server keeps the namespaces it started in
     workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
                                private_dir(), launcher.ranks_start_elsewhere)
