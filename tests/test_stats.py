@@ -326,19 +326,19 @@ def test_rounds_needed_project_the_final_threshold_not_the_first_looks() -> None
 
 
 def test_session_drift_widens_an_unpaired_interval_at_its_own_quantiles() -> None:
-    """Against a baseline, the drift's part of each interval (`drift_half_width`): an
-    offset shared by every config is one draw whose variance 3 sessions estimate with 2 df
-    (t(2) at 1%, no Bonferroni), a config's own offsets are one a config (the pooled df,
-    Bonferroni), in quadrature; a 10% change the rounds alone flag is then undecided under
-    a 1% shared drift SD, and still flagged with paired rounds (no drift there)."""
+    """Against a baseline, each interval is at least `drift_half_width` wide: an offset
+    shared by every config is one draw whose variance 3 sessions estimate with 2 df (t(2)
+    at half the level, no Bonferroni), a config's own offsets and its rounds one a config
+    (Bonferroni at the other half), the two added; a 10% change the rounds alone flag is
+    then undecided under a 1% shared drift SD, and still flagged with paired rounds."""
     shared = stats.Drift(shared=0.01 ** 2, own=0.0, sessions=3, df=24)
-    assert stats.drift_half_width(shared, 0.01, 6) == pytest.approx(sps.t.ppf(0.995, 2) * 0.01)
+    assert stats.drift_half_width(shared, 0.01, 6) == pytest.approx(sps.t.ppf(0.9975, 2) * 0.01)
     own = stats.Drift(shared=0.0, own=0.01 ** 2, sessions=3, df=24)
-    assert stats.drift_half_width(own, 0.01, 6) == pytest.approx(
-        sps.t.ppf(1 - 0.01 / 12, 24) * 0.01)
+    assert stats.drift_half_width(own, 0.01, 6, 0.02) == pytest.approx(
+        math.hypot(sps.t.ppf(1 - 0.01 / 24, 24) * 0.01, 0.02))
     both = stats.Drift(shared=0.01 ** 2, own=0.01 ** 2, sessions=3, df=24)
-    assert stats.drift_half_width(both, 0.01, 6) == pytest.approx(math.hypot(
-        stats.drift_half_width(shared, 0.01, 6), stats.drift_half_width(own, 0.01, 6)))
+    assert stats.drift_half_width(both, 0.01, 6) == pytest.approx(
+        stats.drift_half_width(shared, 0.01, 6) + stats.drift_half_width(own, 0.01, 6))
     rounds = suite(np.random.default_rng(11), rounds=5, shift=0.10, sd=0.003)
     plain = stats.latency_verdicts(rounds, paired=False)
     widened = stats.latency_verdicts(rounds, paired=False, drift=shared)
@@ -347,7 +347,7 @@ def test_session_drift_widens_an_unpaired_interval_at_its_own_quantiles() -> Non
         assert after.ratio == pytest.approx(before.ratio)  # the estimate is the same
         assert after.ci is not None and before.ci is not None
         half = math.log(after.ci[1] / after.ci[0]) / 2
-        assert half >= stats.drift_half_width(shared, 0.01, 6) > math.log(
+        assert half > stats.drift_half_width(shared, 0.01, 6) > math.log(
             before.ci[1] / before.ci[0]) / 2
     assert "the drift alone is" in (latency_result(widened[0], 0.02, 0.01).note or "")
     paired = suite(np.random.default_rng(11), rounds=12, shift=0.10, sd=0.003)  # 5 pairs

@@ -483,14 +483,26 @@ class Drift:
     df: float
 
 
-def drift_half_width(drift: Drift, level: float, configs: int) -> float:
-    """The drift's part of an interval (log scale) at a family `level` over `configs`: the
-    shared offset is one draw, its variance estimated from k sessions (t with k - 1 df, no
-    Bonferroni); a config's own offsets are one a config (the pooled df, Bonferroni); the
-    two in quadrature."""
-    shared = float(sps.t.ppf(1 - level / 2, max(drift.sessions - 1, 1)))
-    own = float(sps.t.ppf(1 - level / (2 * max(configs, 1)), max(drift.df, 1.0)))
-    return math.sqrt(shared ** 2 * drift.shared + own ** 2 * drift.own)
+def drift_parts(drift: Drift, level: float, configs: int) -> tuple[float, float]:
+    """The drift's parts of an interval (log scale) at a family `level` over `configs`,
+    each at half the level: the shared offset is one draw for every config, its variance
+    estimated from k sessions (t with k - 1 df, no Bonferroni); a config's own offsets are
+    one a config (the pooled df, Bonferroni). Returns (shared, own) half-widths."""
+    shared = float(sps.t.ppf(1 - level / 4, max(drift.sessions - 1, 1)))
+    own = float(sps.t.ppf(1 - level / (4 * max(configs, 1)), max(drift.df, 1.0)))
+    return shared * math.sqrt(drift.shared), own * math.sqrt(drift.own)
+
+
+def drift_half_width(drift: Drift, level: float, configs: int,
+                     rounds_half: float = 0.0) -> float:
+    """The half-width of a baseline comparison's interval: the shared offset's part plus,
+    in quadrature, a config's own offsets and its rounds' (`rounds_half`, taken at half the
+    level too). The two halves of the level add up (a union bound): an interval this wide
+    misses a shared offset with chance level / 2 for the whole family, and one config's own
+    offset and noise with level / 2 over the configs (on a simulated 2% shared offset the
+    parts in quadrature at the whole level gave 2.0% A/A false alarms)."""
+    shared, own = drift_parts(drift, level, configs)
+    return shared + math.hypot(own, rounds_half)
 
 
 def sign_patterns(pairs: int) -> np.ndarray:
@@ -622,10 +634,13 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
             levelled = np.zeros(loc.shape, bool)
             mean, mean_se = unpaired_means(matrix_a[family], matrix_b[family])
             flags, df_one = True, float(df[0].min())
-            if drift is not None:  # q se' = sqrt((q se)^2 + (q_d s_d)^2)
-                q_rounds = float(sps.t.isf(budget / (2 * len(family)), df_one))
-                widen = (drift_half_width(drift, budget, len(family)) / q_rounds) ** 2
-                se, mean_se = np.sqrt(se ** 2 + widen), np.sqrt(mean_se ** 2 + widen)
+            if drift is not None:  # the interval drift_half_width makes, as q x se
+                q_half = float(sps.t.isf(budget / (4 * len(family)), df_one))
+                q_full = float(sps.t.isf(budget / (2 * len(family)), df_one))
+                se = np.array([[drift_half_width(drift, budget, len(family), q_half * x)
+                                for x in se[0]]]) / q_full
+                mean_se = np.array([drift_half_width(drift, budget, len(family), q_half * x)
+                                    for x in mean_se]) / q_full
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
         p_values: list[float | None]
