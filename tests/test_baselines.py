@@ -103,7 +103,11 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert shown.returncode == 0 and "DG_HOST_ASSERT" in shown.stdout
     assert "max_total_draft_tokens=None" in shown.stdout
     assert "session drift: over 3 sessions, SD" in shown.stdout and "shared by" in shown.stdout
-    assert "against this baseline latency gates" in shown.stdout
+    flat = " ".join(shown.stdout.split())  # the lines wrap to the terminal
+    assert "the drift alone makes a comparison's latency interval" in flat
+    # gated beyond it on a quiet machine; this shared one is often busy, and then says so
+    assert ("latency against this baseline gates beyond that" in flat) != (
+        "machine check: busy while it measured" in flat)
 
     # 2 rounds leave latency inconclusive; B still gets no adaptive rounds (max-rounds 15)
     done = run_abdiff("baseline:rel-1..pr", "--expect", "backend=DSA", *AHEAD, "--rounds", 2,

@@ -79,6 +79,35 @@ def test_clean_refuses_what_a_running_measurement_uses(tmp_path: Path) -> None:
     assert not list((cache / "runs").iterdir())
 
 
+def test_clean_caches_removes_every_sides_folders_unless_in_use(tmp_path: Path) -> None:
+    """`cache clean --caches`: the side caches (compiled kernels, tuned picks) removed, a
+    link among them removed and not followed; refused while a measurement holds them."""
+    from abdiff.store.sides import SideFolders
+
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    side = SideFolders.of(cache, "a" * 40, {})
+    side.make()
+    (side.caches / "triton" / "kernel.cubin").write_text("x")
+    (cache / "sides" / "planted").symlink_to(outside)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from abdiff.store.files import hold_in_use; from abdiff.store.sides import "
+         "in_use_lock; hold_in_use(in_use_lock(Path(sys.argv[1]))); print('holding', "
+         "flush=True); sys.stdin.read()", str(cache)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=git_env())
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        refused = run_abdiff("cache", "clean", "--caches", "--cache-dir", cache)
+        assert refused.returncode == 3 and "in use by a running abdiff" in refused.stderr
+        assert (side.caches / "triton" / "kernel.cubin").exists()
+    finally:
+        holder.communicate("", timeout=60)
+    done = run_abdiff("cache", "clean", "--caches", "--cache-dir", cache)
+    assert done.returncode == 0 and "removed the caches of 2 sides" in done.stdout, done.stderr
+    assert not list((cache / "sides").iterdir()) and (outside / "keep").is_dir()
+
+
 def test_older_than_needs_runs(tmp_path: Path) -> None:
     done = run_abdiff("cache", "clean", "--older-than", 3, "--cache-dir", tmp_path)
     assert done.returncode == 2 and "add --runs" in one_line(done.stderr)

@@ -154,7 +154,7 @@ def test_baseline_show_fits_the_terminal(sources: dict[str, Path]) -> None:
     assert said[1].startswith("recorded 2026-12-02T15:02:54+00:00 on NVIDIA H200")
     assert said[1].endswith("; 1 session: s0310 (2026-12-03 10:00, h200)")
     assert said[2].startswith("machine fingerprint: target=reference, device=cuda")
-    assert said[3].startswith("session drift: unknown (one measuring session;")
+    assert said[3].startswith("session drift: not measured (one measuring session)")
     config = next(ln for ln in lines if ln.startswith(CONFIG))
     assert re.fullmatch(rf"{CONFIG}  ok  5 rounds  \d+(\.\d+)? µs ±\d+(\.\d+)?", config), config
     block = lines[lines.index(config):]

@@ -391,3 +391,103 @@ def test_a_main_entry_point_prints_errors_printable(capsys: pytest.CaptureFixtur
     code = cli.main(["compare", str(tmp_path / f"a{OSC52}.json"), str(tmp_path / "b.json")])
     err = capsys.readouterr().err
     assert code == 2 and "\x1b" not in err and "\x07" not in err
+
+
+ESCAPES_PLANT = '''\
+"""A benchmark whose record log names its config with an OSC 52 clipboard write and a
+window-title change (abdiff's tests), then takes its time: the progress line shows it."""
+import json
+import sys
+import time
+from pathlib import Path
+
+ID = {id!r}
+
+
+def plant():
+    record = Path(json.loads(Path(sys.argv[-1]).read_text())["record_path"])
+    with open(record, "a") as log:
+        log.write(json.dumps({{"event": "start", "id": ID}}) + "\\n")
+    time.sleep(2.5)
+'''
+
+
+@pytest.mark.slow
+def test_escape_sequences_from_the_record_log_never_reach_the_terminal(tmp_path: Path) -> None:
+    """The progress line on a real terminal (a pty), for a real run of a pull request whose
+    benchmark writes OSC 52 and a title change as its config id: the terminal gets the id's
+    text, never the sequences; control: the record log holds them as written."""
+    import pty
+    import select
+
+    repo = tmp_path / "repo"
+    build_demo_repo(repo)
+    evil_id = f"GEN-pwned{OSC52}\x1b]0;owned-title\x07{CLEAR}"
+    commit_benchmark(repo, "escapes", ESCAPES_PLANT.format(id=evil_id))
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    main_fd, worker_fd = pty.openpty()
+    proc = subprocess.Popen(cli_argv() + [
+        "main..escapes", "--configs", str(suite), "--repo", str(repo), "--cache-dir",
+        str(tmp_path / "cache"), "--rounds", "1", "--max-rounds", "1", "--seed", "3"],
+        stdin=subprocess.DEVNULL, stdout=worker_fd, stderr=worker_fd, env=git_env())
+    os.close(worker_fd)
+    seen = b""
+    while True:
+        if select.select([main_fd], [], [], 1.0)[0]:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=300)
+    os.close(main_fd)
+    shown = seen.decode(errors="replace")
+    assert proc.returncode in (0, 1), shown
+    assert "B: GEN-pwned]52;c;" in shown  # the progress line showed the planted id
+    assert "\x1b]" not in shown and "\x07" not in shown and "\x1b[2J" not in shown
+    logs = list((tmp_path / "cache" / "runs").glob("*/logs/B/r0/worker*/records.jsonl"))
+    assert any(OSC52 in line for log in logs for line in
+               (json.loads(text).get("id", "") for text in log.read_text().splitlines()))
+
+
+JIT_PLANT = '''\
+"""A benchmark whose "JIT compile" is kept where DeepGEMM keeps its (abdiff's tests): once
+per shape into $DG_JIT_CACHE_DIR, each compile counted in $HOME/compiles.log."""
+import os
+from pathlib import Path
+
+
+def plant():
+    kernel = Path(os.environ["DG_JIT_CACHE_DIR"]) / "gemm-shape-2.cubin"
+    if not kernel.exists():
+        kernel.write_text("compiled")
+        with open(Path(os.environ["HOME"]) / "compiles.log", "a") as log:
+            log.write(f"{os.getpid()} {os.environ['TMPDIR']}\\n")
+'''
+
+
+@pytest.mark.slow
+def test_a_sides_caches_are_kept_between_rounds_and_runs_and_apart(tmp_path: Path) -> None:
+    """Issue 42, item 1: a shape is compiled once per side, not once per worker, and a
+    later run compiles nothing; the other side's folders hold none of it."""
+    repo, cache = tmp_path / "repo", tmp_path / "cache"
+    build_demo_repo(repo)
+    commit_benchmark(repo, "jit", JIT_PLANT)
+    suite = write_suite(tmp_path / "s.yaml", [2])
+    for rounds in (2, 3):  # two runs, five rounds of side B: five workers at least
+        done = run_abdiff("main..jit", "--configs", suite, "--repo", repo, "--cache-dir", cache,
+                          "--rounds", rounds, "--max-rounds", rounds, "--seed", 3)
+        assert done.returncode in (0, 1), done.stderr
+    logs = list((cache / "sides").glob("*/home/compiles.log"))
+    assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 1
+    side_b = logs[0].parents[1]
+    assert (side_b / "caches" / "deep_gemm" / "gemm-shape-2.cubin").exists()
+    assert logs[0].read_text().split()[1] == str(side_b / "tmp")  # its TMPDIR, its side's
+    others = [p for p in (cache / "sides").iterdir() if p != side_b]
+    assert others and not [f for p in others for f in (p / "caches" / "deep_gemm").iterdir()]
+    run_b = json.loads(next((cache / "runs").glob("*/b.json")).read_text())
+    assert run_b["env"]["side_folders"]["root"] == str(side_b)

@@ -6,10 +6,12 @@ write the repository's `.git` (a replace ref, a moved branch), the cached checko
 abdiff's own Python environment (a `.pth` file) and the home folder, and see every
 process of the user. In the sandbox (guard.py enters it before the worker's command
 starts: Linux user, mount and pid namespaces, no privilege needed) abdiff's state
-folder and the credential files are empty, every file system is read-only but the
-cache folder (its `runs/`, where workers write; not its checkouts), the temporary
-folders and named tool caches, root is nobody, and /proc shows the worker's own
-processes only.
+folder and the credential files are empty, every file system is read-only (the cache
+folder and the temporary folders too) but, per worker, its round's folder and its side's
+folders (store/sides.py: HOME, TMPDIR, tool caches), root is nobody, and /proc shows the
+worker's own processes only. A process started ahead of its job (a fork server, a
+standby worker) may write every round's and side's folder until its job narrows it
+(`narrowing`, guard.narrow).
 
 `--sandbox auto` (the default) uses it when a trial start works and says once why not
 otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
