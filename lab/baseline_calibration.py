@@ -24,7 +24,7 @@ Three parts (docs/baselines.md publishes what they print):
 
 Usage (from the repository root):
     python lab/baseline_calibration.py --replay
-    python lab/baseline_calibration.py --simulate [--runs 2000]
+    python lab/baseline_calibration.py --simulate [--runs 2000] [--scenario 3,0.02,0 ...]
     python lab/baseline_calibration.py --real [--pairs 20] [--rounds 5] [--session-gap 30]
         [--suite lab/data/small-mtp.yaml] [--out DIR]
 """
@@ -133,11 +133,14 @@ def synthetic(rng: np.random.Generator, sessions: dict[str, float], shift: float
                    sessions={sid: {"host": "sim"} for sid in sessions})
 
 
-def simulate(runs: int, seed: int) -> None:
+SCENARIOS = ((3, 0.0, 0.0), (3, 0.005, 0.0), (3, 0.005, 0.003), (3, 0.02, 0.0),
+             (5, 0.005, 0.0), (2, 0.005, 0.0))  # sessions, shared SD, a config's own SD
+
+
+def simulate(runs: int, seed: int, scenarios: tuple[tuple[int, float, float], ...]) -> None:
     rng = np.random.default_rng(seed)
     print(f"simulation: {runs} baseline comparisons per row (12 configs, 5 rounds a session)")
-    for sessions, sigma, config_sd in ((3, 0.0, 0.0), (3, 0.005, 0.0), (3, 0.005, 0.003),
-                                       (3, 0.02, 0.0), (5, 0.005, 0.0), (2, 0.005, 0.0)):
+    for sessions, sigma, config_sd in scenarios:
         found: dict[str, list[dict]] = {"A/A": [], "+5%": []}
         for i in range(runs):
             offsets = {f"s{i}-{k}": rng.normal(0, sigma) for k in range(sessions)}
@@ -214,6 +217,9 @@ def main() -> None:
     parser.add_argument("--simulate", action="store_true")
     parser.add_argument("--real", action="store_true")
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--scenario", action="append", metavar="SESSIONS,SHARED,OWN",
+                        help="e.g. 3,0.02,0: a baseline of 3 sessions, SD 2%% shared by the "
+                        "configs, none of their own (default: the SCENARIOS rows)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
@@ -224,7 +230,9 @@ def main() -> None:
     if args.replay:
         replay()
     if args.simulate:
-        simulate(args.runs, args.seed)
+        chosen = tuple((int(n), float(a), float(b)) for n, a, b in
+                       (text.split(",") for text in args.scenario)) if args.scenario else SCENARIOS
+        simulate(args.runs, args.seed, chosen)
     if args.real:
         real(args.pairs, args.rounds, args.session_gap, args.suite, args.out)
 

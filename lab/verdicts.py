@@ -20,10 +20,12 @@ of +1/+2/+3/+5% in one config (config 0: a two-level config in `h200-like`), cou
 as power when that config is flagged slower (below the threshold counts: it is shown
 as a change; the column "above" counts only flags beyond the 2% threshold).
 
-Rules: `v3` (abdiff.verdict.stats as shipped: adaptive 5/10/15 rounds, looks spending 1%),
-`v3 fixed N` (one look at N rounds), `v2` (the previous rule, commit 1d19bd6: Welch on
-log round medians, odd rounds, Holm, alpha 0.005 spent over looks 5..15 by 2, the 2%
-veto), and the oracle `paired t` (Bonferroni over configs on the same pairs at 15 rounds,
+Rules: `v3` (abdiff.verdict.stats as shipped, named for the rule this script was written
+for; since issue 47 it runs verdicts v4, and lab/verdicts_v4.py sets v4 beside v3 loaded
+from git: adaptive 5/10/15 rounds, looks spending 1%), `v3 fixed N` (one look at N
+rounds), `v2` (the previous rule, commit 1d19bd6: Welch on log round medians, odd rounds,
+Holm, alpha 0.005 spent over looks 5..15 by 2, the 2% veto), and the oracle `paired t`
+(Bonferroni over configs on the same pairs at 15 rounds,
 no looks: the best simple test on the same rounds).
 
 Usage: python lab/verdicts.py [--runs 300] [--profiles h200-like,...] | --speed
@@ -57,14 +59,16 @@ H200_SD = (0.0206, 0.0032, 0.0020, 0.0016, 0.0013, 0.0010, 0.0082, 0.0099, 0.023
 
 
 def load_old_rule() -> ModuleType:
-    """abdiff.verdict.stats and abdiff.verdict.sequential of OLD_COMMIT as one module (git show)."""
+    """abdiff/stats.py and abdiff/sequential.py of OLD_COMMIT as one module (git show)."""
     root = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE, text=True,
                           capture_output=True, check=True).stdout.strip()
     folder = Path(tempfile.mkdtemp(prefix="abdiff-v2-"))
     for name in ("sequential", "stats"):
         text = subprocess.run(["git", "show", f"{OLD_COMMIT}:abdiff/{name}.py"], cwd=root,
                               text=True, capture_output=True, check=True).stdout
-        text = text.replace("from abdiff.verdict.sequential import", "from v2_sequential import")
+        text = text.replace("from abdiff.sequential import", "from v2_sequential import")
+        # the package layout moved since (abdiff.records -> abdiff.store.records)
+        text = text.replace("from abdiff.records import", "from abdiff.store.records import")
         (folder / f"v2_{name}.py").write_text(text)
     sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("v2_stats", folder / "v2_stats.py")

@@ -9,12 +9,13 @@ import pytest
 from scipy import special
 from scipy import stats as sps
 
+from abdiff.reports.latency_words import below_threshold_note, latency_result
 from abdiff.store.records import LatencyResult
 from abdiff.verdict import stats
 from abdiff.verdict.sequential import Looks
 
 
-def suite(rng: np.random.Generator, rounds: int = 10, configs: int = 6,
+def suite(rng: np.random.Generator, rounds: int = 12, configs: int = 6,
           shift: float = 0.0, sd: float = 0.005, state_sd: float = 0.0,
           two_level: tuple[int, ...] = ()) -> list[stats.ConfigRounds]:
     """Round medians of a suite; config 0 of B `shift` slower. `state_sd`: a machine state
@@ -49,8 +50,8 @@ def test_a_change_below_the_threshold_is_a_change_with_its_size() -> None:
     result = stats.latency_verdicts(suite(np.random.default_rng(2), rounds=15, shift=0.008,
                                           sd=0.001))[0]
     assert result.verdict == "slower" and result.below_threshold
-    assert result.ci[0] > 1 and result.ratio < 1.02
-    assert result.note.startswith(stats.below_threshold_note(0.02))
+    assert result.threshold_side == "below" and result.ci[1] < 1.02 and result.ci[0] > 1
+    assert latency_result(result, 0.02, 0.01).note.startswith(below_threshold_note(0.02))
 
 
 def test_unchanged_only_inside_the_threshold_with_the_power_to_see_it() -> None:
@@ -63,11 +64,13 @@ def test_unchanged_only_inside_the_threshold_with_the_power_to_see_it() -> None:
 def test_noise_leaves_latency_inconclusive_and_says_what_would_decide() -> None:
     result = stats.latency_verdicts(suite(np.random.default_rng(4), sd=0.015))[0]
     assert result.verdict == "inconclusive"
-    assert result.detectable > 0.02 and 10 < result.rounds_needed <= 100
-    assert result.note.startswith("10 rounds resolve +-")
-    assert f"about {result.rounds_needed} would decide +-2% (--max-rounds " in result.note
+    assert result.detectable > 0.02 and 12 < result.rounds_needed <= 100
+    note = latency_result(result, 0.02, 0.01).note
+    assert note.startswith("12 rounds resolve +-")
+    assert f"about {result.rounds_needed} would decide +-2% (--max-rounds " in note
     noisy = stats.latency_verdicts(suite(np.random.default_rng(4), sd=0.04))[0]
-    assert noisy.rounds_needed > 100 and "over 100 would be needed: a quieter machine" in noisy.note
+    assert noisy.rounds_needed > 100
+    assert "over 100 would be needed: a quieter machine" in latency_result(noisy, 0.02, 0.01).note
 
 
 @pytest.mark.parametrize("rounds", [1, 2])
@@ -75,25 +78,30 @@ def test_too_few_rounds_never_decide(rounds: int) -> None:
     result = stats.latency_verdicts(suite(np.random.default_rng(5), rounds=rounds,
                                           shift=0.5))[0]
     assert result.verdict == "inconclusive" and result.ci is None
-    assert "needs at least 3 rounds per side" in result.note
+    assert "needs at least 3 rounds per side" in latency_result(result, 0.02, 0.01).note
 
 
 def test_rows_agree_with_themselves() -> None:
-    """One estimator per row: p <= level exactly when the interval excludes 1, the ratio
-    inside its interval, `unchanged` only inside +-min_effect with detectable <= it."""
+    """One estimator per row: at a look that can flag, p <= level exactly when the interval
+    excludes 1; the ratio inside its interval; `unchanged` only with both the Huber and the
+    mean's interval inside +-min_effect around 1 and detectable <= it."""
     rng = np.random.default_rng(6)
     seen = set()
     for shift in (0.0, 0.005, 0.01, 0.03, 0.3):
         for sd in (0.002, 0.01, 0.05):
             for r in stats.latency_verdicts(suite(rng, shift=shift, sd=sd)):
                 seen.add(r.verdict)
+                assert r.flags and r.p is not None and r.level is not None
                 excludes = r.ci[0] > 1 or r.ci[1] < 1
                 assert excludes == (r.p <= r.level) == (r.verdict in ("slower", "faster"))
                 assert r.ci[0] <= r.ratio <= r.ci[1]
+                assert r.mean_ci[0] <= r.mean_ratio <= r.mean_ci[1]
                 assert math.isclose(math.log(r.ci[1]) - math.log(r.ratio),
                                     math.log(r.ratio) - math.log(r.ci[0]), rel_tol=1e-9)
                 if r.verdict == "unchanged":
-                    assert r.ci[0] > 1 / 1.02 and r.ci[1] < 1.02 and r.detectable <= 0.02
+                    for low, high in (r.ci, r.mean_ci):
+                        assert 1 / 1.02 < low <= 1 <= high < 1.02
+                    assert r.detectable <= 0.02
                 if r.verdict == "inconclusive":
                     assert r.rounds_needed is not None
     assert seen == {"slower", "unchanged", "inconclusive"}
@@ -105,8 +113,8 @@ def test_aa_suites_are_flagged_at_most_at_the_family_level() -> None:
     would say otherwise."""
     rng = np.random.default_rng(7)
     flagged = sum(any(r.verdict in ("slower", "faster")
-                      for r in stats.latency_verdicts(suite(rng, configs=8, sd=0.01,
-                                                            state_sd=0.01)))
+                      for r in stats.latency_verdicts(suite(rng, rounds=10, configs=8,
+                                                            sd=0.01, state_sd=0.01)))
                   for _ in range(200))
     assert flagged <= 5
 
@@ -123,9 +131,9 @@ def test_two_level_processes_are_taken_off_and_reported() -> None:
     rounds = suite(np.random.default_rng(9), rounds=15, shift=0.03, sd=0.002,
                    two_level=(0, 3))
     results = stats.latency_verdicts(rounds)
-    assert results[0].verdict == "slower" and "two levels taken off" in results[0].method
+    assert results[0].verdict == "slower" and results[0].statistic == "huber-levelled"
     assert results[0].ratio == pytest.approx(1.03, abs=0.005)
-    assert "processes sit on two levels 4." in results[0].note
+    assert "processes sit on two levels 4." in latency_result(results[0], 0.02, 0.01).note
     assert results[3].verdict != "slower" and results[3].verdict != "faster"
 
 
@@ -138,13 +146,17 @@ def test_b_sometimes_slow_is_a_change_not_a_level() -> None:
 
 
 def test_looks_spend_the_level_over_the_plan() -> None:
+    """5 pairs (32 sign patterns) cannot resolve a level: that look flags nothing, however
+    large the change, and spends nothing; the plan's last look has spent all of alpha."""
     rng = np.random.default_rng(11)
     looks = Looks(5, 15, 5)
-    early = stats.latency_verdicts(suite(rng, rounds=5), looks=looks)
-    assert early[0].level == pytest.approx(0.01 / 9)  # (5/15)**2 of alpha
-    assert "look 1 of 1" not in early[0].method
+    early = stats.latency_verdicts(suite(rng, rounds=5, shift=0.5), looks=looks)
+    assert not early[0].flags and early[0].p is None and early[0].verdict == "inconclusive"
+    assert early[0].level == pytest.approx(0.01 / 9)  # (5/15)**2 of alpha: not yet spent
+    assert early[0].df == 4 and early[0].threshold == pytest.approx(sps.t.isf(0.01, 4))
     full = stats.latency_verdicts(suite(rng, rounds=15), looks=looks)
-    assert full[0].level == pytest.approx(0.01) and "look 3 of 3 at 15 rounds" in full[0].method
+    assert full[0].level == pytest.approx(0.01) and (full[0].look, full[0].looks) == (2, 3)
+    assert full[0].flags
 
 
 def test_huber_location_ignores_a_slow_pair_and_its_variance_is_the_mean_s() -> None:
@@ -167,11 +179,18 @@ def test_limma_prior_and_its_inverse_trigamma() -> None:
     assert d0 == pytest.approx(20, rel=0.15) and s0 == pytest.approx(0.04, rel=0.05)
 
 
-def test_sign_patterns_are_every_pattern_when_few() -> None:
-    patterns = stats.sign_patterns(4, np.random.default_rng(0))
+def test_sign_patterns_are_every_pattern_when_few_and_a_subgroup_beyond() -> None:
+    patterns = stats.sign_patterns(4)
     assert len({tuple(p) for p in patterns}) == 16 and (patterns[0] == 1).all()
-    drawn = stats.sign_patterns(20, np.random.default_rng(0))
-    assert drawn.shape == (stats.FLIPS, 20) and (drawn[0] == 1).all()
+    many = stats.sign_patterns(15)
+    assert many.shape == (2 ** 13, 15) and (many[0] == 1).all()
+    # every pattern of the first 13 pairs, each once; closed under composition (a group, so
+    # the test is exact), and pattern i's first pairs are those of pattern i mod 2**pairs
+    assert len({tuple(p) for p in many[:, :13]}) == 2 ** 13
+    rows = {tuple(p) for p in many}
+    for i, j in ((3, 700), (1234, 8000), (5, 5)):
+        assert tuple(many[i] * many[j]) in rows
+    assert (many[np.arange(2 ** 13) % 2 ** 10, :10] == many[:, :10]).all()
 
 
 def test_futility_stops_only_what_max_rounds_cannot_decide() -> None:
@@ -187,6 +206,17 @@ def test_futility_stops_only_what_max_rounds_cannot_decide() -> None:
     assert stats.futile(close, 5, configs=12)  # the budget is spent
 
 
+def test_futility_is_judged_at_the_threshold_not_at_the_estimate() -> None:
+    """+0.8% with se 0.6% after 10 of 15 rounds: 15 rounds would flag a change of exactly 2%
+    in most runs, so they can still decide; the rule that judged the point estimate (0.8%
+    inside the projected half-width 1.6%, and 0.8 + 1.6 beyond 2%) stopped it. With se 2%
+    15 rounds would flag a 2% change in under 10% of runs: futile."""
+    middling = LatencyResult("inconclusive", ratio=1.008, rounds_a=10, rounds_b=10, se=0.006)
+    assert not stats.futile(middling, 15, configs=12)
+    assert stats.futile(LatencyResult("inconclusive", ratio=1.0, rounds_a=10, rounds_b=10,
+                                      se=0.02), 15, configs=12)
+
+
 def test_round_summary_and_variation() -> None:
     assert stats.round_summary([3.0, 1.0, 100.0]) == 3.0
     assert stats.round_variation([[1.0], [3.0]]) == pytest.approx(np.std([1, 3], ddof=1) / 2)
@@ -195,25 +225,94 @@ def test_round_summary_and_variation() -> None:
 
 
 
-def test_with_few_pairs_the_t_quantile_judges_students_t_of_the_mean() -> None:
-    """Too few pairs for the sign flips to reach 1% (3 pairs: 8 patterns): the t quantile
-    with Bonferroni decides, on the statistic it is exact for (normal rounds): each
-    config's mean difference and sample variance, i.e. scipy's one-sample t-test."""
+def test_with_few_pairs_nothing_is_flagged_even_what_two_levels_fake() -> None:
+    """3-5 pairs: the sign patterns cannot resolve 1%, and a Student t there flags a config
+    whose processes sit on two levels whenever every pair lands A low, B high (2 * 4**-n of
+    runs: 3% at 3 pairs). Nothing is flagged; the intervals serve `unchanged` only, and
+    `unchanged` needs 11 pairs."""
     rng = np.random.default_rng(5)
-    configs = [stats.ConfigRounds({r: 100.0 for r in range(3)},
-                                  {r: float(100 * np.exp(rng.normal(0.01, 0.01)))
-                                   for r in range(3)}) for _ in range(12)]
-    results = stats.latency_verdicts(configs)
-    for config, result in zip(configs, results, strict=True):
-        d = np.log([config.b[r] / config.a[r] for r in range(3)])
-        expected = min(1.0, 12 * sps.ttest_1samp(d, 0.0).pvalue)
-        assert result.p == pytest.approx(expected, rel=1e-9)
-        assert result.ratio == pytest.approx(math.exp(d.mean()), rel=1e-12)
-        assert result.method.startswith("mean of paired log round differences; Student t")
+    for pairs in (3, 4, 5):
+        configs = [stats.ConfigRounds({r: float(100 * np.exp(rng.normal(0, 0.003)))
+                                       for r in range(pairs)},
+                                      {r: float(104 * np.exp(rng.normal(0, 0.003)))
+                                       for r in range(pairs)}) for _ in range(12)]
+        results = stats.latency_verdicts(configs)
+        assert {r.verdict for r in results} == {"inconclusive"}
+        assert all(not r.flags and r.p is None and r.ci[0] > 1 for r in results)
+        assert results[0].threshold == pytest.approx(sps.t.isf(0.01, pairs - 1))
+
+
+def test_ties_of_a_coarse_timer_cannot_collapse_the_scale() -> None:
+    """A timer that rounds every round median to 1 us of 20 us: 8 of 15 pairs tie at 0 and B
+    is 20% slower in the other 7. The median |d| is 0; the scale was clamped to 1e-12 and
+    read `unchanged` [0.999999, 1.000001]. The floor (the quantum over sqrt(12)) keeps it
+    an interval that says what the rounds hold."""
+    quiet = [stats.ConfigRounds({r: 100.0 + c for r in range(15)},
+                                {r: 100.0 + c for r in range(15)}) for c in range(5)]
+    coarse = stats.ConfigRounds({r: 20.0 for r in range(15)},
+                                {r: 24.0 if r % 2 else 20.0 for r in range(15)})
+    result = stats.latency_verdicts([coarse, *quiet])[0]
+    assert result.verdict != "unchanged"
+    assert result.ci[1] - result.ci[0] > 0.02 and result.mean_ratio > 1.08
+    assert stats.tie_floor(np.log([[1.2, 1.0, 1.0, 1.2]])) == pytest.approx(
+        [math.log(1.2) / math.sqrt(12)])
+    assert stats.tie_floor(np.array([[0.01, -0.02, 0.03]])) == pytest.approx([0.0])
+
+
+def test_a_regression_in_some_of_b_processes_is_never_unchanged() -> None:
+    """A quiet config whose B runs 8% slower in 5 of its 15 processes (a tactic choice): the
+    mean moved +2.7%, the Huber location follows the 10 unchanged pairs. v3 read it
+    `unchanged`; the mean's interval must lie inside +-2% too."""
+    rng = np.random.default_rng(21)
+    rounds = suite(rng, rounds=15, sd=0.002)
+    b = {r: v * (1.08 if r in (1, 4, 8, 11, 13) else 1.0) for r, v in rounds[0].b.items()}
+    rounds[0] = stats.ConfigRounds(rounds[0].a, b)
+    result = stats.latency_verdicts(rounds)[0]
+    assert result.verdict != "unchanged"
+    assert result.ci[1] < 1.02 and result.mean_ci[1] > 1.02  # the Huber interval alone: inside
+    assert "mean of the rounds 1.02" in latency_result(result, 0.02, 0.01).note
+
+
+def test_unchanged_needs_eleven_pairs() -> None:
+    """With 10 pairs a change in 30% of B's processes hits none of them in 2.8% of runs."""
+    ten = stats.latency_verdicts(suite(np.random.default_rng(3), rounds=10, sd=0.001))
+    assert {r.verdict for r in ten} == {"inconclusive"}
+    assert all(r.rounds_needed == stats.MIN_UNCHANGED_ROUNDS == 11 for r in ten)
+    eleven = stats.latency_verdicts(suite(np.random.default_rng(3), rounds=11, sd=0.001))
+    assert {r.verdict for r in eleven} == {"unchanged"}
+
+
+def test_a_process_slow_in_every_config_is_taken_off_the_pair() -> None:
+    """One of B's worker processes ran every config 25% slow (8% of GPU processes do): it is
+    taken off its pair, so the mean still decides `unchanged` and a +5% change still flags."""
+    rng = np.random.default_rng(22)
+    rounds = suite(rng, rounds=12, configs=8, sd=0.002, shift=0.05)
+    rounds = [stats.ConfigRounds(c.a, {r: v * (1.25 if r == 3 else 1.0) for r, v in c.b.items()})
+              for c in rounds]
+    results = stats.latency_verdicts(rounds)
+    assert results[0].verdict == "slower" and results[0].ratio == pytest.approx(1.05, abs=0.01)
+    assert {r.verdict for r in results[1:]} == {"unchanged"}
+    d = np.log([[c.b[r] / c.a[r] for r in range(12)] for c in rounds])
+    offsets = stats.odd_process_offsets(d, stats.sign_patterns(12)[:3])
+    assert offsets[0, 3] == pytest.approx(math.log(1.25), abs=0.01)
+    assert np.count_nonzero(offsets[0]) == 1
+
+
+def test_a_change_near_the_threshold_says_it_cannot_tell_the_side() -> None:
+    """A true +2% change: whether its point estimate lands at 1.9% or 2.1% is a coin flip;
+    the interval straddles 2%, so the side is `unsure` and the row is not a small change."""
+    rng = np.random.default_rng(23)
+    result = stats.latency_verdicts(suite(rng, rounds=15, shift=0.02, sd=0.003))[0]
+    assert result.verdict == "slower" and result.threshold_side == "unsure"
+    assert not result.below_threshold
+    assert "cannot tell above or below" in latency_result(result, 0.02, 0.01).note
+    assert stats.threshold_side(0.025, 0.03, math.log(1.02)) == "above"
+    assert stats.threshold_side(-0.03, -0.025, math.log(1.02)) == "above"
+    assert stats.threshold_side(0.005, 0.015, math.log(1.02)) == "below"
 
 
 def test_rounds_needed_project_the_final_threshold_not_the_first_looks() -> None:
-    """3 pairs of 1% noise: the t quantile of that look is huge (df 2, Bonferroni), but
+    """3 pairs of 1% noise: the t quantile of that look is large (df 2), but
     more rounds bring the threshold down: the advice is a dozen rounds, not 10**5."""
     rng = np.random.default_rng(2)
     configs = [stats.ConfigRounds({r: float(100 * np.exp(rng.normal(0, 0.01))) for r in range(3)},
@@ -222,23 +321,24 @@ def test_rounds_needed_project_the_final_threshold_not_the_first_looks() -> None
     undecided = [r for r in stats.latency_verdicts(configs) if r.verdict == "inconclusive"]
     assert undecided and all(4 <= (r.rounds_needed or 0) <= 40 for r in undecided), \
         [r.rounds_needed for r in undecided]
-    assert not any("quieter machine" in (r.note or "") for r in undecided)
+    assert not any("quieter machine" in (latency_result(r, 0.02, 0.01).note or "")
+                   for r in undecided)
 
 
 def test_session_drift_widens_an_unpaired_interval_at_its_own_quantiles() -> None:
-    """Against a baseline, the drift's part of each interval (`drift_half_width`): an
-    offset shared by every config is one draw whose variance 3 sessions estimate with 2 df
-    (t(2) at 1%, no Bonferroni), a config's own offsets are one a config (the pooled df,
-    Bonferroni), in quadrature; a 10% change the rounds alone flag is then undecided under
-    a 1% shared drift SD, and still flagged with paired rounds (no drift there)."""
+    """Against a baseline, each interval is at least `drift_half_width` wide: an offset
+    shared by every config is one draw whose variance 3 sessions estimate with 2 df (t(2)
+    at half the level, no Bonferroni), a config's own offsets and its rounds one a config
+    (Bonferroni at the other half), the two added; a 10% change the rounds alone flag is
+    then undecided under a 1% shared drift SD, and still flagged with paired rounds."""
     shared = stats.Drift(shared=0.01 ** 2, own=0.0, sessions=3, df=24)
-    assert stats.drift_half_width(shared, 0.01, 6) == pytest.approx(sps.t.ppf(0.995, 2) * 0.01)
+    assert stats.drift_half_width(shared, 0.01, 6) == pytest.approx(sps.t.ppf(0.9975, 2) * 0.01)
     own = stats.Drift(shared=0.0, own=0.01 ** 2, sessions=3, df=24)
-    assert stats.drift_half_width(own, 0.01, 6) == pytest.approx(
-        sps.t.ppf(1 - 0.01 / 12, 24) * 0.01)
+    assert stats.drift_half_width(own, 0.01, 6, 0.02) == pytest.approx(
+        math.hypot(sps.t.ppf(1 - 0.01 / 24, 24) * 0.01, 0.02))
     both = stats.Drift(shared=0.01 ** 2, own=0.01 ** 2, sessions=3, df=24)
-    assert stats.drift_half_width(both, 0.01, 6) == pytest.approx(math.hypot(
-        stats.drift_half_width(shared, 0.01, 6), stats.drift_half_width(own, 0.01, 6)))
+    assert stats.drift_half_width(both, 0.01, 6) == pytest.approx(
+        stats.drift_half_width(shared, 0.01, 6) + stats.drift_half_width(own, 0.01, 6))
     rounds = suite(np.random.default_rng(11), rounds=5, shift=0.10, sd=0.003)
     plain = stats.latency_verdicts(rounds, paired=False)
     widened = stats.latency_verdicts(rounds, paired=False, drift=shared)
@@ -247,7 +347,22 @@ def test_session_drift_widens_an_unpaired_interval_at_its_own_quantiles() -> Non
         assert after.ratio == pytest.approx(before.ratio)  # the estimate is the same
         assert after.ci is not None and before.ci is not None
         half = math.log(after.ci[1] / after.ci[0]) / 2
-        assert half >= stats.drift_half_width(shared, 0.01, 6) > math.log(
+        assert half > stats.drift_half_width(shared, 0.01, 6) > math.log(
             before.ci[1] / before.ci[0]) / 2
-    assert "the drift alone is" in (widened[0].note or "")
-    assert stats.latency_verdicts(rounds, paired=True, drift=shared)[0].verdict == "slower"
+    assert "the drift alone is" in (latency_result(widened[0], 0.02, 0.01).note or "")
+    paired = suite(np.random.default_rng(11), rounds=12, shift=0.10, sd=0.003)  # 5 pairs
+    # cannot flag at 1%: 12
+    assert stats.latency_verdicts(paired, paired=True, drift=shared)[0].verdict == "slower"
+
+
+def test_unpaired_sides_may_have_different_round_counts() -> None:
+    """A baseline of 3 sessions holds 15 rounds, B 5: the unpaired test takes each side's
+    rounds as they are (a broadcast of B - A once made every baseline comparison fail)."""
+    rng = np.random.default_rng(5)
+    rounds = [stats.ConfigRounds({r: float(100 * math.exp(rng.normal(0, 0.01)))
+                                  for r in range(15)},
+                                 {r: float(100 * math.exp(rng.normal(0, 0.01)))
+                                  for r in range(5)}) for _ in range(4)]
+    results = stats.latency_verdicts(rounds, paired=False)
+    assert [r.rounds_a for r in results] == [15] * 4 and [r.rounds_b for r in results] == [5] * 4
+    assert all(r.ci is not None for r in results)

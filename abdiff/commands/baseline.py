@@ -144,6 +144,7 @@ def show(args: argparse.Namespace) -> int:
                     f"{where.get('host', '?')})" for sid, where in sessions))
     say("machine fingerprint: " + ", ".join(f"{k}={v}" for k, v in fingerprint(run).items()))
     drift = session_drift(run)
+    busy = busy_readings(run)
     if drift is None:
         say("session drift: not measured (one measuring session): against this baseline "
             "latency is reported with its interval but does not fail a run (--gate "
@@ -151,12 +152,10 @@ def show(args: argparse.Namespace) -> int:
             f"--configs {run.suite} --append` measures it")
     else:
         say(f"session drift: over {drift.sessions} sessions, SD {drift.shared:.2%} shared by "
-            f"the configs and {drift.own:.2%} a config's own (df {drift.df}); against this "
-            "baseline latency gates, each interval "
-            f"widened by it: the drift alone makes it {drift_alone(drift, len(run.configs))} "
-            f"wide (family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs), so "
-            "smaller changes are never flagged")
-    busy = busy_readings(run)
+            f"the configs and {drift.own:.2%} a config's own (df {drift.df}): the drift alone "
+            f"makes a comparison's latency interval {drift_alone(drift, len(run.configs))} wide "
+            f"(family level {DEFAULT_ALPHA:g} over {len(run.configs)} configs)"
+            + ("" if busy else "; latency against this baseline gates beyond that"))
     if busy:
         say(f"machine check: busy while it measured ({'; '.join(busy[:3])}): a load that comes "
             "and goes moves latency by more than sessions under it measure, so against this "
@@ -181,7 +180,7 @@ def drift_alone(drift: SessionDrift, configs: int) -> str:
     half = drift_half_width(drift_of(drift), DEFAULT_ALPHA, configs)
     if half < math.log(2):
         return f"+-{math.expm1(half):.1%}"
-    return f"{math.exp(half):.3g}x either way"
+    return f"{math.exp(-half):.3g}x to {math.exp(half):.3g}x"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -134,6 +134,12 @@ class LatencyResult:
     level: float | None = None  # the family level spent up to the look that decided (p <= it)
     se: float | None = None  # standard error of log(ratio): interval = ratio * exp(+-q se)
     rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
+    # the mean of the paired log differences (odd processes off) as a ratio, and its interval
+    # at the same threshold: `unchanged` needs it inside +-min_effect too (stats)
+    mean_ratio: float | None = None
+    mean_ci: Annotated[list[float], Len(2, 2)] | None = None
+    # slower/faster: the interval wholly above the threshold, below it, or across it
+    threshold_side: Literal["above", "below", "unsure"] | None = None
     # Each side's round medians (us), in round order: the HTML report's distributions.
     a_rounds_us: list[float] = field(default_factory=list)
     b_rounds_us: list[float] = field(default_factory=list)

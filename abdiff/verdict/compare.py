@@ -15,6 +15,7 @@ import numpy as np
 
 from abdiff.host.clocks import clock_notes
 from abdiff.host.machine_state import recorded_noise
+from abdiff.reports.latency_words import latency_result
 from abdiff.run.ranks import rank_notes
 from abdiff.store.baselines import interleaved, kernel_env_differences
 from abdiff.store.records import (
@@ -154,11 +155,11 @@ def latency_results(
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
         and latency_samples(a) and latency_samples(b)
     ]
-    computed = stats.latency_verdicts(
+    computed = [latency_result(s, min_effect, alpha) for s in stats.latency_verdicts(
         [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]))
          for i in comparable],
         min_effect, alpha, looks=looks, paired=paired, drift=drift,
-    )
+    )]
     results = [
         LatencyResult("n/a", rounds_a=len(a.rounds), rounds_b=len(b.rounds)) for a, b in pairs
     ]

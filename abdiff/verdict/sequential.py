@@ -4,10 +4,13 @@ A run measures its first rounds (5 per side by default), looks, and gives the
 configs still undecided another block of rounds (5 per side) up to `--max-rounds`
 (15), looking again after each block. Every look is one more chance for an
 unchanged config to be flagged by chance, so the family's level is spent over the
-looks (Lan and DeMets 1983): by information fraction t = rounds / max_rounds at
-most alpha * t**SPENDING_RHO has been spent, and the last look reached spends the
-rest. stats.test_family sets all looks' thresholds jointly on the same sign
-patterns, so the spent level is the chance of a false flag at any look, exactly.
+looks (Lan and DeMets 1983): by information fraction t = rounds / max_rounds the
+looks together may have flagged with chance at most alpha * t**SPENDING_RHO, and the
+plan's last look brings it to alpha. A run that ends sooner (every config decided)
+has spent less. stats.test_family sets the thresholds of all looks jointly on the
+same sign patterns, so what is spent is the chance of a false flag at any look. A
+look whose sign patterns cannot resolve its level (5 pairs: 32 patterns) flags
+nothing and spends nothing; the next look may spend what it left.
 
 A run without an extension (`--max-rounds` equal to `--rounds`, a baseline's B
 side, `abdiff run`) has one look and spends all of alpha there.
@@ -19,9 +22,9 @@ from dataclasses import dataclass
 
 SPENDING_RHO = 2.0
 """Exponent of the spending function alpha * t**rho: the default plan (looks at 5, 10
-and 15 rounds) spends 11% of alpha at 5 rounds (where the sign-flip test cannot yet
-reach it: only a change the Bonferroni t flags by far), 44% by 10 and all by 15
-(calibration: docs/statistics.md)."""
+and 15 rounds) may have spent 11% of alpha by 5 rounds (where the sign flips cannot
+reach it: nothing is spent there), 44% by 10 and all by 15 (calibration:
+docs/statistics.md)."""
 
 DEFAULT_STEP = 5
 """Rounds per side of each adaptive block: looks at 5, 10, 15 rather than every 2

@@ -1,76 +1,63 @@
-"""Latency verdicts: paired rounds, a robust moderated statistic, one family-wise test.
+"""Latency verdicts: paired rounds, robust statistics, one family-wise test (verdicts v4).
 
-Pure functions of numbers (round medians in, `LatencyResult`s out); compare.py is
-the only caller that knows configs and run files. The method and its calibration
-are in docs/statistics.md.
+Pure functions of numbers: round medians in, `LatencyStatistics` (numbers, no words)
+out; compare.py is the only caller that knows configs and run files, and
+reports/latency_words.py says the numbers in English. The method and its
+calibration are in docs/statistics.md.
 
 - **Unit of evidence: the round.** Each round (one fresh process per side) is
-  reduced to the median of its timed iterations (`round_summary`); iterations of
-  one process share its state and are not independent draws.
+  reduced to the median of its timed iterations (`round_summary`).
 - **Pairs.** A and B rounds with the same round number ran in the same ABBA
-  block, next to each other in time. The test works on the paired differences
-  d = log(B round) - log(A round), so a state of the machine that lasts several
-  rounds (a clock level, a neighbour's job) hits both members of a pair and
-  cancels instead of inflating the variance. A stored baseline was not
-  interleaved with B: its comparison is unpaired (`paired=False`, each side's
-  location and variance on its own, Welch's degrees of freedom, the t quantile
-  with Bonferroni over the configs: a baseline's sessions are not exchangeable
-  with B's rounds, so no permutation is). What moves between sessions lands on
-  that ratio whole; where it was measured (`Drift`, baselines.session_drift) the
-  interval is widened by it, at a quantile of its own (`drift_half_width`).
-- **A location a slow round cannot drag**: Huber's M-estimate of the
-  differences (HUBER_K), its scale the normal-consistent median of |d| (the
-  same for every sign pattern, so the permutation below keeps it), its standard
-  error from the influence function.
-- **Variance borrowed across the suite** (limma's moderated t, `moderate`): each
-  config's variance is shrunk toward a prior fitted to all configs' variances
-  (`fit_f_dist`), so a config with few rounds is not decided by one lucky small
-  variance.
-- **One family-wise test at the promised level.** Under "no change" A and B are
-  exchangeable within a pair, so flipping the sign of pair k for every config at
-  once is as likely as what was measured; the distribution of the largest
-  |t| over the suite's configs under all such flips (Westfall-Young max-T) gives
-  the threshold `q` that is exceeded by chance with probability `alpha` for the
-  whole family, the correlation between configs included (no Holm, no
-  Bonferroni). Sign patterns are enumerated when there are few enough
-  (EXACT_FLIPS_UP_TO pairs), else drawn (FLIPS). With too few pairs for the
-  permutation to reach the level (`permutation_reaches`), the threshold is the t
-  quantile with Bonferroni over the configs (valid, conservative).
-- **Looks.** An adaptive run looks at its configs at the plan's looks
-  (sequential.Looks). The level is spent over the looks (`sequential.spent`):
-  the thresholds of all looks are set jointly on the same sign flips, so the
-  chance of any false flag at any look is the cumulative spending.
-- **One estimator per row.** ratio = exp(location), interval = exp(location +-
-  q * se), p = the share of sign flips whose max |t| reaches this config's |t|;
-  p <= the look's level exactly when the interval excludes 1. `detectable` =
-  exp((q + z_0.8) * se) - 1, `a_us`/`b_us` are the Huber locations of each
-  side's log round medians (their ratio is close to, not equal to, `ratio`:
-  the ratio is the paired estimate).
-- **Verdicts.** `slower`/`faster`: the interval excludes 1 (when the ratio is
-  within `min_effect`, `below_threshold` is set: a real change, small; the
-  policy decides whether it fails the gate). `unchanged`: the interval lies
-  inside +-min_effect and `detectable` <= min_effect. `inconclusive`: neither;
-  the note says how far the run resolves and how many rounds would decide.
+  block; the test works on d = log(B round) - log(A round), so a state of the
+  machine that lasts several rounds cancels. A stored baseline was not
+  interleaved with B: its comparison is unpaired (`paired=False`: each side's Huber
+  location and moderated variance, Welch's df, the t quantile with Bonferroni). What
+  moves between sessions lands on that ratio whole; where it was measured (`Drift`,
+  baselines.session_drift) the intervals are widened by it, at a quantile of its own
+  (`drift_half_width`).
+- **The flag statistic**, computed anew under every sign pattern (so the
+  permutation stays exact whatever it does): a worker process slow in every
+  config (`odd_process_offsets`) is taken off the pair; Huber's location of d
+  (HUBER_K) with its scale the normal-consistent median |d|, floored where ties
+  would collapse it (`tie_floor`: a coarse timer); its variance moderated across
+  the suite (limma, `moderate`); and the same with two-level processes taken off,
+  the levels found inside each pattern (`levelled_differences`). The larger |t|
+  of the two decides, and the row names which (`statistic`).
+- **One family-wise test.** Under "no change" A and B are exchangeable within a
+  pair, so every sign pattern of the pairs (the same for all configs) is as
+  likely as the observed one; the largest |t| over the configs under each
+  pattern (Westfall-Young max-T) sets the threshold `q`. Up to EXACT_FLIPS_UP_TO
+  pairs all patterns are used, beyond that a fixed subgroup of 2**13
+  (`sign_patterns`), so a look at 10 rounds has the same threshold whether the
+  run has 10 or 15 rounds. A look whose patterns cannot resolve its level
+  (5 pairs: 32 patterns, p >= 1/16) flags nothing: its threshold is
+  Student's t quantile at alpha, used only for the intervals of `unchanged`.
+- **Looks.** Thresholds of all looks are set jointly on the same patterns; look
+  j may have flagged up to the cumulative level `sequential.spent` (a look that
+  cannot flag spends nothing: its share is left to the next).
+- **Verdicts.** `slower`/`faster`: |t| >= q, the interval exp(location +- q se)
+  excludes 1; `threshold_side` says whether the whole interval lies above or
+  below the threshold or straddles it. `unchanged`: not flagged, and both the
+  Huber interval and the interval of the mean of the pairs (`mean`, odd
+  processes taken off; the same q) contain 1 and lie inside +-min_effect (before
+  the plan's last look, inside EARLY_EQUIVALENCE of it), with `detectable` <=
+  min_effect, from at least MIN_UNCHANGED_ROUNDS pairs (fewer miss a change in 30% of
+  B's processes too often). `inconclusive`: neither; `rounds_needed` says how many would decide.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from abdiff.store.records import (
-    DEFAULT_ALPHA,
-    DEFAULT_MIN_EFFECT,
-    MOST_ROUNDS_ADVISED,
-    LatencyResult,
-    LatencyVerdict,
-)
+from abdiff.store.records import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, LatencyVerdict
 from abdiff.verdict.sequential import Looks, spent
 
 MIN_ROUNDS = 3
@@ -81,19 +68,33 @@ HUBER_K = 1.345
 1.345 robust scales from the location count as if they were that far."""
 
 EXACT_FLIPS_UP_TO = 13
-"""Up to this many pairs every sign pattern (2**13 = 8192) is enumerated."""
-
-FLIPS = 8192
-"""Above EXACT_FLIPS_UP_TO, this many sign patterns are drawn (the observed one first)."""
+"""Up to this many pairs every sign pattern (2**13 = 8192) is used; beyond, a subgroup of
+that size (`sign_patterns`)."""
 
 TAIL_FLIPS = 2
-"""The permutation decides a look only when its level leaves at least this many sign
-patterns in the rejection region; otherwise the t quantile with Bonferroni does."""
+"""A look flags only when its level leaves at least this many sign patterns in the
+rejection region (5 pairs: 32 patterns, never at 1%)."""
+
+UNSEEN_SHARE = 0.3
+"""`unchanged` is a claim about every process B may run: a change that hits this share of
+B's processes (a tactic choice, a memory layout) must show in the pairs. With n pairs it
+hits none of B's n processes with chance (1 - UNSEEN_SHARE)**n."""
+
+UNSEEN_RISK = 0.02
+"""The chance, at most, that such a change hit none of B's processes of a run that says
+`unchanged`: `unchanged` needs MIN_UNCHANGED_ROUNDS pairs."""
+
+MIN_UNCHANGED_ROUNDS = math.ceil(math.log(UNSEEN_RISK) / math.log1p(-UNSEEN_SHARE))
+"""Pairs `unchanged` needs (11): 0.7**10 = 2.8% of runs of 10 pairs see no process of a
+change in 30% of them, 0.7**11 = 2.0%."""
 
 EARLY_EQUIVALENCE = 0.5
-"""Before the plan's last look, `unchanged` needs the interval inside this share of
-+-min_effect (calibration: a +1% change stopped as unchanged at 10 rounds half the time
-at 1.0, where 15 rounds flag it in 90% of runs)."""
+"""Before the plan's last look, `unchanged` needs the intervals inside this share of
++-min_effect (a config a little off zero gets the rounds that can show it)."""
+
+FUTILITY_POWER = 0.1
+"""More rounds are futile when they would flag a change of exactly the threshold with less
+than this chance (`futile`)."""
 
 DETECTABLE_POWER = 0.8
 """Power at which `detectable` (the smallest change a run flags) is computed."""
@@ -109,6 +110,27 @@ LEVELS_AGREE = 0.25
 
 BIMODAL_SEPARATION = 6.0
 """Two levels are reported when their gap is this many within-level SDs (and >= 1%)."""
+
+ODD_PROCESS = math.log1p(0.10)
+"""A pair whose configs all moved together by more than this (log), and by more than
+ODD_PROCESS_SPREADS spreads of the run's other pairs, had one worker process slow (or
+fast) in every config: its shared part is taken off."""
+
+ODD_PROCESS_SPREADS = 5.0
+"""See ODD_PROCESS."""
+
+ODD_PROCESS_SHARE = 0.2
+"""Odd processes are taken off only while they are at most this share of the pairs: more
+of them are how B runs, not an accident of a few processes."""
+
+Statistic = Literal["huber", "huber-levelled", "welch-huber"]
+"""Which statistic decided a config: Huber's location of the paired differences, the same
+with two-level processes taken off, or (unpaired) the difference of each side's Huber
+location."""
+
+ThresholdSide = Literal["above", "below", "unsure"]
+"""Where a flagged change's interval lies against +-min_effect: wholly beyond it, wholly
+within it, or across it (cannot tell)."""
 
 
 def round_summary(latencies_us: list[float]) -> float:
@@ -212,53 +234,6 @@ def moderate(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return posterior, df + d0
 
 
-def _paired_once(d: np.ndarray, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                             np.ndarray]:
-    mask = np.isfinite(d)
-    scale = 1.4826 * np.array([np.median(np.abs(row[m])) if m.any() else 0.0
-                               for row, m in zip(d, mask, strict=True)])
-    x = signs[:, None, :] * np.where(mask, d, 0.0)[None]
-    loc, unit = huber(x, np.broadcast_to(mask, x.shape), scale)
-    n = mask.sum(axis=-1).astype(float)
-    own_df = np.broadcast_to(np.maximum(n - 1, 1), unit.shape)
-    variance, df = moderate(unit, own_df)
-    return loc, np.sqrt(variance / np.maximum(n, 1)), np.broadcast_to(df, loc.shape)
-
-
-def paired_means(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, standard error, df) of each config's paired differences, shape (1, configs):
-    Student's t, the statistic the t quantile is exact for under normal rounds. The
-    Huber location's standard error rests on its scale, the median |d|: with 3-5 pairs
-    two close ones make it tiny, and a t quantile on it flagged an A/A run."""
-    mask = np.isfinite(d)
-    n = mask.sum(axis=-1).astype(float)
-    mean = np.where(mask, d, 0.0).sum(axis=-1) / np.maximum(n, 1)
-    squares = (np.where(mask, d - mean[:, None], 0.0) ** 2).sum(axis=-1)
-    sd = np.sqrt(squares / np.maximum(n - 1, 1))
-    return mean[None], (sd / np.sqrt(np.maximum(n, 1)))[None], np.maximum(n - 1, 1)[None]
-
-
-def paired_statistics(d: np.ndarray, signs: np.ndarray, d_levelled: np.ndarray | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(location, standard error, df, levelled) of each config under each sign pattern.
-
-    `d` is (configs, pairs), NaN where a pair is missing; `signs` (patterns, pairs).
-    `d_levelled`: the same differences with two-level processes taken off
-    (`take_off_levels`); per config and pattern the larger |t| of the two is the
-    statistic (`levelled` says which), so a shift within the levels and a change in
-    how often B sits on the high level are both seen, and every sign pattern is judged
-    by the same rule. Arrays of shape (patterns, configs).
-    """
-    loc, se, df = _paired_once(d, signs)
-    if d_levelled is None:
-        return loc, se, df, np.zeros(loc.shape, bool)
-    loc_l, se_l, df_l = _paired_once(d_levelled, signs)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        levelled = np.abs(loc_l) * se > np.abs(loc) * se_l  # |t_l| > |t| without dividing
-    return (np.where(levelled, loc_l, loc), np.where(levelled, se_l, se),
-            np.where(levelled, df_l, df), levelled)
-
-
 def round_offsets(log_medians: np.ndarray) -> np.ndarray:
     """How much slower each round ran in all configs: per round (column), the median over
     configs (rows) of their deviation from their own median; 0 where fewer than
@@ -272,33 +247,196 @@ def round_offsets(log_medians: np.ndarray) -> np.ndarray:
     return np.where(known, np.nan_to_num(offsets), 0.0)
 
 
-def take_off_levels(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray,
-                                                                   list[Levels | None]]:
-    """B - A per pair with two-level processes taken off, and the levels found per config.
+def tie_floor(d: np.ndarray) -> np.ndarray:
+    """Per config (rows of `d`, NaN where missing): the smallest scale ties may leave.
 
-    Each round's offset shared by all configs (`round_offsets`: a machine state) is taken
-    off first; then, where *both* sides' rounds sit on two levels (`two_levels`, each
-    side on its own, so a shift of B does not blur them), each side's rounds above its
-    midpoint are moved down by its gap. A config on one level on either side keeps its
-    differences: B sitting on a level A never reaches is a change, not noise. Under no
-    change the sides are alike, so the levelled differences stay symmetric about 0
-    (calibrated: docs/statistics.md).
+    Where pair differences repeat exactly (a coarse timer rounds every round median to a
+    few values) the median |d| can be 0 and the location's standard error with it. The
+    floor is the quantum of the values, the smallest gap between the distinct |d| and 0,
+    over sqrt(12) (the SD of rounding to that quantum); 0 where no |d| repeats. It uses
+    |d| only, so every sign pattern has the same floor.
+    """
+    floors = np.zeros(len(d))
+    for c, row in enumerate(np.abs(d)):
+        values = row[np.isfinite(row)]
+        distinct = np.unique(np.concatenate([[0.0], values]))
+        if len(values) and len(np.unique(values)) < len(values) and len(distinct) > 1:
+            floors[c] = float(np.diff(distinct).min()) / math.sqrt(12)
+    return floors
+
+
+def odd_process_offsets(d: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """(patterns, pairs): under each sign pattern, the shift of a pair shared by all its
+    configs where it stands out from the run's other pairs, 0 elsewhere.
+
+    A worker process that ran slow in every config (8% of GPU processes run 25% slow)
+    moves every config's difference of its pair alike; the median over the configs
+    (OFFSET_CONFIGS or more) measures it. Only a pair beyond ODD_PROCESS and
+    ODD_PROCESS_SPREADS spreads of the pairs' medians, while such pairs are at most
+    ODD_PROCESS_SHARE of them, is taken off. The median over configs of a flipped pair is
+    the flipped median, so each pattern's offsets are those of its own data.
+    """
+    known = np.isfinite(d).sum(axis=0) >= OFFSET_CONFIGS
+    out = np.zeros(signs.shape)
+    if known.sum() < 3:
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column
+        shared = np.nanmedian(d, axis=0)[known]
+    flipped = signs[:, known] * shared[None]
+    deviation = flipped - np.median(flipped, axis=1, keepdims=True)
+    spread = 1.4826 * np.median(np.abs(deviation), axis=1, keepdims=True)
+    odd = np.abs(deviation) > np.maximum(ODD_PROCESS_SPREADS * spread, ODD_PROCESS)
+    few = odd.sum(axis=1, keepdims=True) <= ODD_PROCESS_SHARE * known.sum()
+    out[:, known] = np.where(odd & few, deviation, 0.0)
+    return out
+
+
+def pattern_levels(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`two_levels` over the last axis of `x` (NaN where missing), for every leading index at
+    once: (found, gap, cut), gap and cut in the units of x (log)."""
+    values = np.sort(x, axis=-1)  # NaN last
+    mask = np.isfinite(values)
+    n = mask.sum(axis=-1)
+    filled = np.where(mask, values, 0.0)
+    total, squares = np.cumsum(filled, axis=-1), np.cumsum(filled ** 2, axis=-1)
+    width = x.shape[-1]
+    if width < 2:
+        none = np.zeros(x.shape[:-1])
+        return none.astype(bool), none, none
+    low_n = np.arange(1, width, dtype=float)
+    low_sum, low_squares = total[..., :-1], squares[..., :-1]
+    all_sum, all_squares = total[..., -1:], squares[..., -1:]
+    high_n = n[..., None] - low_n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        within = (low_squares - low_sum ** 2 / low_n
+                  + (all_squares - low_squares) - (all_sum - low_sum) ** 2 / high_n)
+    least = np.maximum(2, np.ceil(BIMODAL_SHARE * n))[..., None]
+    allowed = (low_n >= least) & (high_n >= least)
+    within = np.where(allowed, within, np.inf)
+    best = np.argmin(within, axis=-1)[..., None]
+    best_within = np.take_along_axis(within, best, axis=-1)[..., 0]
+    cut_n = low_n[best[..., 0]]
+    low = np.take_along_axis(low_sum, best, axis=-1)[..., 0] / cut_n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        high = (all_sum[..., 0] - low * cut_n) / (n - cut_n)
+        sd = np.sqrt(np.maximum(best_within, 0.0) / np.maximum(n - 2, 1))
+    gap = high - low
+    found = (np.isfinite(best_within) & (gap >= math.log(1.01))
+             & (gap >= BIMODAL_SEPARATION * sd))
+    return found, np.where(found, gap, 0.0), (low + high) / 2
+
+
+def levelled_differences(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(patterns, configs, pairs) B - A under each sign pattern with two-level processes taken
+    off, and (patterns, configs) whether they were.
+
+    Each pattern swaps the A and B rounds of its flipped pairs; then, where both of its
+    sides sit on two levels (`pattern_levels`) with gaps agreeing within LEVELS_AGREE, each
+    side's rounds above its cut move down by the common gap. Levels are found inside
+    each pattern, so the sign-flip distribution of the levelled statistic is exact. The
+    rounds' shared offsets (a machine state) are to be taken off before.
+    """
+    centre = np.nanmedian(np.concatenate([log_a, log_b], axis=1), axis=1, keepdims=True)
+    a, b = log_a - centre, log_b - centre
+    flip = signs[:, None, :] < 0
+    side_a, side_b = np.where(flip, b[None], a[None]), np.where(flip, a[None], b[None])
+    found_a, gap_a, cut_a = pattern_levels(side_a)
+    found_b, gap_b, cut_b = pattern_levels(side_b)
+    with np.errstate(invalid="ignore"):
+        agree = np.abs(np.expm1(gap_a) - np.expm1(gap_b)) <= LEVELS_AGREE * np.maximum(
+            np.expm1(gap_a), np.expm1(gap_b))
+    both = found_a & found_b & agree
+    gap = ((gap_a + gap_b) / 2)[..., None]
+    levelled = ((side_b - gap * (side_b > cut_b[..., None]))
+                - (side_a - gap * (side_a > cut_a[..., None])))
+    return np.where(both[..., None], levelled, side_b - side_a), both
+
+
+def _median_abs(x: np.ndarray) -> np.ndarray:
+    """Median |x| over the last axis, NaN (missing) left out; 0 where none is there."""
+    values = np.sort(np.abs(x), axis=-1)  # NaN last
+    n = np.isfinite(values).sum(axis=-1)
+    low = np.take_along_axis(values, np.maximum((n - 1) // 2, 0)[..., None], axis=-1)[..., 0]
+    high = np.take_along_axis(values, np.maximum(n // 2, 0)[..., None], axis=-1)[..., 0]
+    return np.where(n > 0, (low + high) / 2, 0.0)
+
+
+def _huber_t(x: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(location, standard error, df) per leading index of x (patterns, configs, pairs): the
+    Huber location about the scale 1.4826 median |x| (at least `floor`), its variance
+    moderated over the configs."""
+    mask = np.isfinite(x)
+    filled = np.where(mask, x, 0.0)
+    scale = np.maximum(1.4826 * _median_abs(x), floor)
+    loc, unit = huber(filled, mask, scale)
+    n = mask.sum(axis=-1).astype(float)
+    variance, df = moderate(unit, np.maximum(n - 1, 1))
+    return loc, np.sqrt(variance / np.maximum(n, 1)), np.broadcast_to(df, loc.shape)
+
+
+@dataclass(frozen=True)
+class PairedStatistics:
+    """Per sign pattern (rows) and config (columns): the deciding statistic's location,
+    standard error and df, and whether the levelled statistic decided."""
+
+    location: np.ndarray
+    se: np.ndarray
+    df: np.ndarray
+    levelled: np.ndarray
+
+
+def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
+                      ) -> PairedStatistics:
+    """The flag statistic of each config under each sign pattern (see the module text).
+
+    `log_a`/`log_b` are (configs, pairs) log round medians, NaN where a pair is missing;
+    `signs` (patterns, pairs). Under each pattern odd processes come off the pairs
+    (`odd_process_offsets`), then the Huber t of the raw and of the
+    levelled differences are computed, and the larger |t| is the config's statistic.
     """
     d = log_b - log_a
-    own_a = log_a - round_offsets(log_a)[None]
-    own_b = log_b - round_offsets(log_b)[None]
-    found: list[Levels | None] = []
+    floor = tie_floor(d)
+    offsets = odd_process_offsets(d, signs)[:, None, :]
+    raw = signs[:, None, :] * d[None] - offsets
+    loc, se, df = _huber_t(raw, floor)
+    # each round's offset shared by the configs, from the pairs' means (the same under
+    # every pattern), comes off before levels are looked for
+    shared = round_offsets((log_a + log_b) / 2)[None]
+    levelled_d, found = levelled_differences(log_a - shared, log_b - shared, signs)
+    loc_l, se_l, df_l = _huber_t(levelled_d - offsets, floor)
+    with np.errstate(invalid="ignore"):
+        levelled = found & (np.abs(loc_l) * se > np.abs(loc) * se_l)  # |t_l| > |t|
+    loc, se = np.where(levelled, loc_l, loc), np.where(levelled, se_l, se)
+    df = np.where(levelled, df_l, df)
+    return PairedStatistics(loc, se, df, levelled)
+
+
+def paired_means(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, standard error) of each config's paired differences with odd processes taken
+    off: the location a user who averages rounds means.
+
+    Its SD has two floors. Ties (`tie_floor`) cannot make it 0. And where either side's
+    rounds sit on two levels, the pairs do not couple the levels (each process lands on
+    one at random), so the SD is at least that of unpaired sides, sqrt(var A + var B),
+    after each round's shared offset: with 5 pairs whose processes happened to land on
+    the same levels, d is near 0 while B may sit on the high level far more often.
+    """
+    d = log_b - log_a
+    x = d - odd_process_offsets(d, np.ones((1, d.shape[1])))[0][None]
+    mask = np.isfinite(x)
+    n = mask.sum(axis=-1).astype(float)
+    mean = np.where(mask, x, 0.0).sum(axis=-1) / np.maximum(n, 1)
+    squares = (np.where(mask, x - mean[:, None], 0.0) ** 2).sum(axis=-1)
+    sd = np.maximum(np.sqrt(squares / np.maximum(n - 1, 1)), tie_floor(d))
+    offsets = round_offsets((log_a + log_b) / 2)[None]
+    own_a, own_b = log_a - offsets, log_b - offsets
     for c in range(len(d)):
-        level_a, level_b = two_levels(own_a[c]), two_levels(own_b[c])
-        if level_a is None or level_b is None or not math.isclose(
-                level_a.gap, level_b.gap, rel_tol=LEVELS_AGREE):
-            found.append(None)
-            continue
-        found.append(level_a)
-        gap = math.log1p((level_a.gap + level_b.gap) / 2)  # one gap: the sides stay alike
-        d[c] -= gap * ((own_b[c] > level_b.cut).astype(float)
-                       - (own_a[c] > level_a.cut).astype(float))
-    return d, found
+        a, b = own_a[c][np.isfinite(own_a[c])], own_b[c][np.isfinite(own_b[c])]
+        if min(len(a), len(b)) >= 2 and (two_levels(a) or two_levels(b)):
+            sd[c] = max(sd[c], math.sqrt(a.var(ddof=1) + b.var(ddof=1)))
+    return mean, sd / np.sqrt(np.maximum(n, 1))
 
 
 def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -313,28 +451,6 @@ def _side_statistics(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     n = mask.sum(axis=-1).astype(float)
     variance, df = moderate(unit[None], np.maximum(n - 1, 1)[None])
     return centre + loc, variance[0], df[0], n
-
-
-@dataclass(frozen=True)
-class Drift:
-    """How far the log latency of a session of one commit moves from the mean of the k
-    sessions a stored side was measured in: the variance of the offset all configs share
-    and of a config's own, each sigma^2 (1 + 1/k), k, and the own part's pooled df."""
-
-    shared: float
-    own: float
-    sessions: int
-    df: float
-
-
-def drift_half_width(drift: Drift, level: float, configs: int) -> float:
-    """The drift's part of an interval (log scale) at a family `level` over `configs`: the
-    shared offset is one draw, its variance estimated from k sessions (t with k - 1 df, no
-    Bonferroni); a config's own offsets are one a config (the pooled df, Bonferroni); the
-    two in quadrature."""
-    shared = float(sps.t.ppf(1 - level / 2, max(drift.sessions - 1, 1)))
-    own = float(sps.t.ppf(1 - level / (2 * max(configs, 1)), max(drift.df, 1.0)))
-    return math.sqrt(shared ** 2 * drift.shared + own ** 2 * drift.own)
 
 
 def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray,
@@ -355,14 +471,57 @@ def unpaired_statistics(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.nd
     return (loc_b - loc_a)[None], se[None], np.nan_to_num(df, nan=1.0)[None]
 
 
-def sign_patterns(pairs: int, rng: np.random.Generator) -> np.ndarray:
-    """All 2**pairs sign patterns (few pairs) or FLIPS random ones; the observed first."""
-    if pairs <= EXACT_FLIPS_UP_TO:
-        bits = (np.arange(2 ** pairs)[:, None] >> np.arange(pairs)[None]) & 1
-        return 1.0 - 2.0 * bits
-    drawn = rng.choice([-1.0, 1.0], size=(FLIPS, pairs))
-    drawn[0] = 1.0
-    return drawn
+@dataclass(frozen=True)
+class Drift:
+    """How far the log latency of a session of one commit moves from the mean of the k
+    sessions a stored side was measured in: the variance of the offset all configs share
+    and of a config's own, each sigma^2 (1 + 1/k), k, and the own part's pooled df."""
+
+    shared: float
+    own: float
+    sessions: int
+    df: float
+
+
+def drift_parts(drift: Drift, level: float, configs: int) -> tuple[float, float]:
+    """The drift's parts of an interval (log scale) at a family `level` over `configs`,
+    each at half the level: the shared offset is one draw for every config, its variance
+    estimated from k sessions (t with k - 1 df, no Bonferroni); a config's own offsets are
+    one a config (the pooled df, Bonferroni). Returns (shared, own) half-widths."""
+    shared = float(sps.t.ppf(1 - level / 4, max(drift.sessions - 1, 1)))
+    own = float(sps.t.ppf(1 - level / (4 * max(configs, 1)), max(drift.df, 1.0)))
+    return shared * math.sqrt(drift.shared), own * math.sqrt(drift.own)
+
+
+def drift_half_width(drift: Drift, level: float, configs: int,
+                     rounds_half: float = 0.0) -> float:
+    """The half-width of a baseline comparison's interval: the shared offset's part plus,
+    in quadrature, a config's own offsets and its rounds' (`rounds_half`, taken at half the
+    level too). The two halves of the level add up (a union bound): an interval this wide
+    misses a shared offset with chance level / 2 for the whole family, and one config's own
+    offset and noise with level / 2 over the configs (on a simulated 2% shared offset the
+    parts in quadrature at the whole level gave 2.0% A/A false alarms)."""
+    shared, own = drift_parts(drift, level, configs)
+    return shared + math.hypot(own, rounds_half)
+
+
+def sign_patterns(pairs: int) -> np.ndarray:
+    """The sign patterns of `pairs` pairs, the observed (all +1) first: all 2**pairs up to
+    EXACT_FLIPS_UP_TO pairs; beyond, the subgroup of 2**13 in which the first 13 pairs take
+    every pattern and each later pair the product of a fixed subset of them.
+
+    A subgroup keeps the test exact (the patterns are closed under composition), and its
+    first 13 columns are every pattern, so an earlier look at up to 13 pairs sees exactly
+    the distribution it saw when the run had no more rounds.
+    """
+    base = min(pairs, EXACT_FLIPS_UP_TO)
+    bits = (np.arange(2 ** base)[:, None] >> np.arange(base)[None]) & 1
+    patterns = 1.0 - 2.0 * bits
+    if pairs <= base:
+        return patterns
+    subsets = np.random.default_rng(0).random((pairs - base, base)) < 0.5
+    extra = np.prod(np.where(subsets[None], patterns[:, None, :], 1.0), axis=-1)
+    return np.concatenate([patterns, extra], axis=1)
 
 
 def permutation_reaches(patterns: int, level: float) -> bool:
@@ -372,14 +531,16 @@ def permutation_reaches(patterns: int, level: float) -> bool:
 
 @dataclass(frozen=True)
 class Look:
-    """One look of the run: the pairs it uses (round numbers below `rounds`), its
-    cumulative level, and its threshold."""
+    """One look of the run: the pairs it uses (round numbers below `rounds`), its cumulative
+    level, its threshold and df (one of each, for every config it judged)."""
 
     rounds: int
     level: float  # the cumulative level spent up to this look (alpha at the last)
-    threshold: float  # q: |t| at or above it flags
-    method: str
-    permutation: bool  # q from the sign patterns (else the t quantile with Bonferroni)
+    threshold: float  # q: the intervals are location +- q se; |t| >= q flags where `flags`
+    df: float  # the t quantile's df where q is one (no permutation); else the smallest
+    flags: bool  # the sign patterns resolve the look's level (else it only decides unchanged)
+    family: int  # configs in the look's max (or Bonferroni)
+    paired: bool
 
 
 @dataclass(frozen=True)
@@ -388,9 +549,12 @@ class Tested:
 
     location: float
     se: float
-    p: float
+    mean: float
+    mean_se: float
+    p: float | None  # None at a look that cannot flag
     look: int
     levelled: bool  # the statistic with two levels taken off was the larger
+    flagged: bool
 
 
 def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
@@ -403,86 +567,85 @@ def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
 
 
 def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks: Looks | None,
-                paired: bool, seed: int = 0, drift: Drift | None = None
+                paired: bool, drift: Drift | None = None
                 ) -> tuple[list[Look], dict[int, Tested]]:
     """The family-wise test over looks. `matrix_a`/`matrix_b` are (configs, rounds) log
     round medians by round number (NaN where missing; the same width when `paired`).
     Returns the looks and, per config with enough rounds, its statistics at the last
     look that judged it.
 
-    Look j spends the cumulative level `spent` up to its share of the planned rounds
-    (all of alpha at the last look reached). Its p-value for a config is the chance,
-    over the sign patterns, that an earlier permutation look flagged or this look's
-    largest |t| reaches the config's (plus what earlier Bonferroni looks spent): the
-    config is flagged when p is at most the look's cumulative level, which is exactly
-    when |t| >= q, the threshold that sets the interval.
+    Look j may have flagged up to the cumulative level `spent` of its share of the planned
+    rounds (all of alpha at the last look reached). A config's p is the chance, over the
+    sign patterns, that an earlier look flagged or this look's largest |t| reaches the
+    config's: p <= the look's level exactly when |t| >= q. A look whose patterns cannot
+    resolve what it may spend flags nothing and spends nothing; its q (Student's t at
+    alpha, df = pairs - 1) sets the intervals `unchanged` needs. `drift` (sides measured
+    apart only) widens the standard errors so that q se is the half-width
+    `drift_half_width` makes of the rounds' part and the drift's.
     """
-    rng = np.random.default_rng(seed)
     configs = matrix_a.shape[0]
-    d = matrix_b - matrix_a if paired else np.full((configs, 0), np.nan)
     if paired:
-        counts = np.isfinite(d).sum(axis=-1)
+        counts = np.isfinite(matrix_b - matrix_a).sum(axis=-1)
     else:
         counts = np.minimum(np.isfinite(matrix_a).sum(axis=-1),
                             np.isfinite(matrix_b).sum(axis=-1))
     judged = [c for c in range(configs) if counts[c] >= MIN_ROUNDS]
     if not judged:
         return [], {}
-    if paired:
+    if paired:  # (unpaired sides have as many rounds as they have: a baseline more than B)
+        d = matrix_b - matrix_a
         most = max(int(np.flatnonzero(np.isfinite(d[c]))[-1]) + 1 for c in judged)
         rounds_at = _spending_rounds(looks, most)
-        patterns = sign_patterns(most, rng)
+        patterns = sign_patterns(most)
     else:
         most = int(counts.max())
         rounds_at = [most]
-        patterns = np.ones((1, 1))  # no permutation: the t quantile decides
+        patterns = np.ones((1, 1))
     total = rounds_at[-1] if looks is None else max(looks.max_rounds, rounds_at[-1])
     cumulative = [spent(alpha, n / total) for n in rounds_at]  # all of alpha at the plan's end
-    exceeded = np.zeros(len(patterns), bool)  # an earlier permutation look flagged
-    permutation_spent = 0.0
+    exceeded = np.zeros(len(patterns), bool)  # an earlier look flagged under the pattern
     flagged: set[int] = set()
     found: list[Look] = []
     tested: dict[int, Tested] = {}
     for j, rounds in enumerate(rounds_at):
-        before = cumulative[j - 1] if j else 0.0
-        share = cumulative[j] - before
         # Every config not flagged before is in the look's max, those stopped earlier with
         # the rounds they have: which configs went on depends on the data, and a max over
         # only those would be one over configs chosen for their large |t|.
-        family = tuple(c for c in judged if c not in flagged)
+        family = [c for c in judged if c not in flagged]
         measured_here = {c for c in family if not paired or counts[c] >= rounds}
         if not measured_here:
             continue
-        rows = list(family)
+        budget = cumulative[j]
         if paired:
-            # levels from this look's rounds alone: a look decides the same way whenever
-            # the run is compared again, later rounds or not
-            distinct = 2 ** rounds if rounds <= EXACT_FLIPS_UP_TO else len(patterns)
-            if permutation_reaches(distinct, share):
-                d_levelled, levels = take_off_levels(matrix_a[:, :rounds],
-                                                     matrix_b[:, :rounds])
-                loc, se, df, levelled = paired_statistics(
-                    d[rows, :rounds], patterns[:, :rounds],
-                    d_levelled[rows] if any(levels[c] is not None for c in rows) else None)
-            else:  # the t quantile decides: Student's t of each config's own mean and
-                # variance, no levels (a max of two t's, a borrowed variance or a robust
-                # location would each need a correction of their own)
-                loc, se, df = paired_means(d[rows, :rounds])
-                levelled = np.zeros(loc.shape, bool)
+            a, b = matrix_a[family, :rounds], matrix_b[family, :rounds]
+            distinct = 2 ** min(rounds, EXACT_FLIPS_UP_TO)
+            flags = permutation_reaches(distinct, budget - exceeded.mean())
+            # up to 13 pairs pattern i's first pairs are those of pattern i mod 2**pairs:
+            # each distinct one is computed once
+            signs = patterns[:distinct, :rounds] if flags else np.ones((1, rounds))
+            computed = paired_statistics(a, b, signs)
+            spread = np.arange(len(patterns)) % len(signs)
+            loc, se = computed.location[spread], computed.se[spread]
+            levelled = computed.levelled[spread]
+            mean, mean_se = paired_means(a, b)
+            df_one = float(rounds - 1)
         else:
-            loc, se, df = unpaired_statistics(matrix_a[rows], matrix_b[rows])
+            loc, se, df = unpaired_statistics(matrix_a[family], matrix_b[family])
             levelled = np.zeros(loc.shape, bool)
-            distinct = 1
-            if drift is not None:  # the interval: the rounds' part at this look's quantile
-                # and the drift's at its own, in quadrature: q se' = sqrt((q se)^2 + (q_d s_d)^2)
-                q_rounds = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
-                se = np.sqrt(se ** 2
-                             + (drift_half_width(drift, share, len(family)) / q_rounds) ** 2)
+            mean, mean_se = unpaired_means(matrix_a[family], matrix_b[family])
+            flags, df_one = True, float(df[0].min())
+            if drift is not None:  # the interval drift_half_width makes, as q x se
+                q_half = float(sps.t.isf(budget / (4 * len(family)), df_one))
+                q_full = float(sps.t.isf(budget / (2 * len(family)), df_one))
+                se = np.array([[drift_half_width(drift, budget, len(family), q_half * x)
+                                for x in se[0]]]) / q_full
+                mean_se = np.array([drift_half_width(drift, budget, len(family), q_half * x)
+                                    for x in mean_se]) / q_full
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
-        if permutation_reaches(distinct, share):
+        p_values: list[float | None]
+        if paired and flags:
             peak = t.max(axis=-1)
-            budget = permutation_spent + share
             free = np.sort(peak[~exceeded])[::-1]
             allowed = int(math.floor(budget * len(patterns) + 1e-9)) - int(exceeded.sum())
             if allowed <= 0 or not len(free):
@@ -491,24 +654,26 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
                 q = 0.0
             else:
                 q = float(np.nextafter(free[allowed], np.inf))
-            p_values = [before - permutation_spent
-                        + float((exceeded | (peak >= t[0, i])).mean()) for i in range(len(rows))]
+            p_values = [float((exceeded | (peak >= t[0, i])).mean())
+                        for i in range(len(family))]
             exceeded |= peak >= q
-            permutation_spent = budget
-            method = f"sign-flip max-T over {len(family)} configs"
-        else:
-            q = float(sps.t.ppf(1 - share / (2 * len(family)), df[0].min()))
-            p_values = [before + min(1.0, 2 * float(sps.t.sf(t[0, i], df[0, i])) * len(family))
-                        for i in range(len(rows))]
-            method = (f"{'Student' if paired else 'Welch'} t, Bonferroni over "
-                      f"{len(family)} configs")
-        found.append(Look(rounds, cumulative[j], q, method, permutation_reaches(distinct, share)))
-        for i, c in enumerate(rows):
+        elif paired:  # no flag here: q only for the intervals of `unchanged` (a claim
+            # about each config on its own, at alpha on each side of the threshold)
+            q = float(sps.t.isf(alpha, df_one))
+            p_values = [None] * len(family)
+        else:  # unpaired (a baseline): the t quantile with Bonferroni, one df for the look
+            q = float(sps.t.isf(budget / (2 * len(family)), df_one))
+            p_values = [min(1.0, 2 * float(sps.t.sf(t[0, i], df_one)) * len(family))
+                        for i in range(len(family))]
+        found.append(Look(rounds, budget, q, df_one, flags, len(family), paired))
+        for i, c in enumerate(family):
             if c not in measured_here:  # stopped at an earlier look: its verdict is from there
                 continue
-            tested[c] = Tested(float(loc[0, i]), float(se[0, i]),
-                               min(1.0, p_values[i]), len(found) - 1, bool(levelled[0, i]))
-            if t[0, i] >= q:
+            hit = flags and bool(t[0, i] >= q)
+            tested[c] = Tested(float(loc[0, i]), float(se[0, i]), float(mean[i]),
+                               float(mean_se[i]), p_values[i], len(found) - 1,
+                               bool(levelled[0, i]), hit)
+            if hit:
                 flagged.add(c)
     return found, tested
 
@@ -549,6 +714,82 @@ def two_levels(log_medians: np.ndarray) -> Levels | None:
     return Levels(math.expm1(high - low), cut, n - cut, (low + high) / 2)
 
 
+def final_threshold(alpha: float, configs: int) -> float:
+    """The last look's |t| threshold, approximated: the normal quantile with Bonferroni over
+    `configs` (the sign-flip max-T's is a little smaller). Early looks and few pairs have
+    far larger ones, which more rounds bring down to this."""
+    return float(sps.norm.isf(alpha / (2 * max(configs, 1))))
+
+
+def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
+                      configs: int) -> int:
+    """Rounds per side at which `detectable` would reach `min_effect` (and `unchanged` be
+    possible: MIN_UNCHANGED_ROUNDS): the standard error
+    shrinks as 1/sqrt(rounds), and the threshold becomes the final one (with 3 pairs the
+    t quantile is huge, and projecting it advised hundreds of thousands of rounds)."""
+    z = sps.norm.ppf(DETECTABLE_POWER)
+    q = final_threshold(alpha, configs)
+    needed = rounds * (se * (q + z) / math.log1p(min_effect)) ** 2
+    return max(rounds + 1, math.ceil(needed), MIN_UNCHANGED_ROUNDS)
+
+
+def unpaired_means(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean of B - mean of A, standard error) per config of sides measured apart."""
+    def side(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mask = np.isfinite(x)
+        n = np.maximum(mask.sum(axis=-1), 1).astype(float)
+        mean = np.where(mask, x, 0.0).sum(axis=-1) / n
+        squares = (np.where(mask, x - mean[:, None], 0.0) ** 2).sum(axis=-1)
+        return mean, squares / np.maximum(n - 1, 1) / n
+
+    mean_a, part_a = side(a)
+    mean_b, part_b = side(b)
+    return mean_b - mean_a, np.sqrt(part_a + part_b)
+
+
+@dataclass(frozen=True)
+class LatencyStatistics:
+    """One config's latency comparison in numbers (ratios are B/A; no words: compare.py and
+    reports/latency_words.py say them). `ci` is exp(location +- threshold * se) of the
+    deciding statistic, `mean_ci` the same for the mean of the pairs."""
+
+    verdict: LatencyVerdict
+    rounds_a: int
+    rounds_b: int
+    a_us: float | None
+    b_us: float | None
+    a_spread_us: float | None
+    b_spread_us: float | None
+    levels_a: Levels | None
+    levels_b: Levels | None
+    ratio: float | None = None
+    ci: tuple[float, float] | None = None
+    mean_ratio: float | None = None
+    mean_ci: tuple[float, float] | None = None
+    p: float | None = None
+    level: float | None = None  # the family level spent up to the look that decided
+    se: float | None = None  # standard error of log(ratio)
+    detectable: float | None = None  # smallest change flagged with DETECTABLE_POWER
+    statistic: Statistic | None = None
+    threshold: float | None = None  # the look's q
+    df: float | None = None  # the look's df (its t quantile's, where it has one)
+    look: int | None = None  # 0-based index of the deciding look
+    looks: int = 0  # looks the run reached
+    look_rounds: int | None = None
+    family: int = 0  # configs in the deciding look's max
+    flags: bool = False  # the deciding look could flag (its sign patterns resolve its level)
+    paired: bool = True
+    threshold_side: ThresholdSide | None = None  # slower/faster: the interval against +-min_effect
+    rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
+    resolves: float | None = None  # the half-width of the wider interval, as a fraction
+    drift: float | None = None  # sides measured apart: the drift's half-width, a fraction
+
+    @property
+    def below_threshold(self) -> bool:
+        """A flagged change whose whole interval lies within +-min_effect."""
+        return self.threshold_side == "below"
+
+
 def robust_spread(values: np.ndarray) -> float:
     """Normal-consistent median absolute deviation around the median."""
     return 1.4826 * float(np.median(np.abs(values - np.median(values))))
@@ -578,29 +819,20 @@ def _matrix(configs: list[ConfigRounds], side: str) -> np.ndarray:
     return out
 
 
-def final_threshold(alpha: float, configs: int) -> float:
-    """The last look's |t| threshold, approximated: the normal quantile with Bonferroni over
-    `configs` (the sign-flip max-T's is a little smaller). Early looks and few pairs have
-    far larger ones, which more rounds bring down to this."""
-    return float(sps.norm.isf(alpha / (2 * max(configs, 1))))
-
-
-def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
-                      configs: int) -> int:
-    """Rounds per side at which `detectable` would reach `min_effect`: the standard error
-    shrinks as 1/sqrt(rounds), and the threshold becomes the final one (with 3 pairs the
-    t quantile is huge, and projecting it advised hundreds of thousands of rounds)."""
-    z = sps.norm.ppf(DETECTABLE_POWER)
-    q = final_threshold(alpha, configs)
-    needed = rounds * (se * (q + z) / math.log1p(min_effect)) ** 2
-    return max(rounds + 1, math.ceil(needed))
+def threshold_side(low: float, high: float, margin: float) -> ThresholdSide:
+    """Where an interval of log B/A that excludes 0 lies against +-margin (log)."""
+    near, far = sorted((abs(low), abs(high)))
+    if near > margin:
+        return "above"
+    return "below" if far < margin else "unsure"
 
 
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
                      alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
-                     paired: bool = True, drift: Drift | None = None) -> list[LatencyResult]:
-    """Verdicts for the configs of one run (see the module docstring); `drift` only
-    where the sides were measured apart (`paired` False)."""
+                     paired: bool = True, drift: Drift | None = None
+                     ) -> list[LatencyStatistics]:
+    """Verdicts for the configs of one run (see the module docstring); `drift` only where
+    the sides were measured apart (`paired` False)."""
     if not 0 < min_effect < math.inf:
         raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
@@ -610,8 +842,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         width = max(log_a.shape[1], log_b.shape[1])
         log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
         log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
-    found, tested = test_family(log_a, log_b, alpha, looks, paired,
-                                drift=None if paired else drift)
+    drift = None if paired else drift
+    found, tested = test_family(log_a, log_b, alpha, looks, paired, drift)
     z = float(sps.norm.ppf(DETECTABLE_POWER))
     margin = math.log1p(min_effect)
     results = []
@@ -620,96 +852,80 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         b_values = np.log(np.array(list(c.b.values()), dtype=float))
         a_us, a_spread = _side_location(a_values)
         b_us, b_spread = _side_location(b_values)
-        notes = []
-        for side, values in (("A", a_values), ("B", b_values)):
-            levels = two_levels(values)
-            if levels:
-                notes.append(f"{side}'s processes sit on two levels {levels.gap:.1%} apart "
-                             f"({levels.low} and {levels.high} rounds)")
         common: dict[str, Any] = dict(rounds_a=len(c.a), rounds_b=len(c.b), a_us=_number(a_us),
                       b_us=_number(b_us), a_spread_us=_number(a_spread),
-                      b_spread_us=_number(b_spread))
+                      b_spread_us=_number(b_spread), levels_a=two_levels(a_values),
+                      levels_b=two_levels(b_values), paired=paired, looks=len(found))
         if i not in tested:
-            results.append(LatencyResult(
-                "inconclusive", ratio=_number(b_us / a_us) if a_values.size and b_values.size
-                else None, method=f"fewer than {MIN_ROUNDS} {'pairs of ' * paired}rounds: "
-                "no verdict", note="; ".join([f"needs at least {MIN_ROUNDS} rounds per side "
-                                             "(--rounds)", *notes]), **common))
+            ratio = _number(b_us / a_us) if a_values.size and b_values.size else None
+            results.append(LatencyStatistics("inconclusive", ratio=ratio, **common))
             continue
         s = tested[i]
         look = found[s.look]
         q = look.threshold
-        half = q * s.se
+        half, mean_half = q * s.se, q * s.mean_se
         low, high = s.location - half, s.location + half
-        # before the plan's last look a config stops as unchanged only well inside the
-        # threshold: one a little off zero gets the rounds that can show it
+        mean_low, mean_high = s.mean - mean_half, s.mean + mean_half
         early = looks is not None and look.rounds < looks.max_rounds
         bound = margin * (EARLY_EQUIVALENCE if early else 1.0)
         detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
         verdict: LatencyVerdict
-        if math.isfinite(q) and (low > 0 or high < 0):
+        side: ThresholdSide | None = None
+        needed = None
+        drift_half = drift_half_width(drift, look.level, len(configs)) if drift else None
+        if s.flagged:
             verdict = "slower" if s.location > 0 else "faster"
-            below = abs(s.location) < margin
-            if below:
-                notes.insert(0, below_threshold_note(min_effect))
-        elif high < bound and low > -bound and detectable <= min_effect:
-            verdict, below = "unchanged", False
+            side = threshold_side(low, high, margin)
+        elif (-bound < low <= 0 <= high < bound and -bound < mean_low <= 0 <= mean_high < bound
+              and detectable <= min_effect and look.rounds >= MIN_UNCHANGED_ROUNDS):
+            verdict = "unchanged"
         else:
-            verdict, below = "inconclusive", False
-            rounds = min(len(c.a), len(c.b))
-            drift_half = (drift_half_width(drift, look.level, len(configs))
-                          if drift and not paired else 0.0)
-            if math.isfinite(half) and drift_half >= margin:
-                notes.insert(0, f"{rounds} rounds and the drift between sessions resolve "
-                                f"+-{math.expm1(half):.1%}; the drift alone is +-"
-                                f"{math.expm1(drift_half):.1%}, so more rounds cannot decide "
-                                f"+-{min_effect:.0%}")
-            elif math.isfinite(half):
-                needed = rounds_to_resolve(s.se, rounds, min_effect, alpha, len(configs))
-                common["rounds_needed"] = needed
-                decide = (f"about {needed} would decide +-{min_effect:.0%} (--max-rounds "
-                          f"{needed})" if needed <= MOST_ROUNDS_ADVISED else
-                          f"over {MOST_ROUNDS_ADVISED} would be needed: a quieter machine")
-                notes.insert(0, f"{rounds} rounds resolve +-{math.expm1(half):.1%}; {decide}")
-            else:
-                notes.insert(0, "too few rounds for this level: run with more --rounds")
-        position = (f"; look {s.look + 1} of {len(found)} at {look.rounds} rounds, level "
-                    f"{look.level:.2g}" if len(found) > 1 else "")
-        results.append(LatencyResult(
-            verdict=verdict,
+            verdict = "inconclusive"
+            if math.isfinite(half) and (drift_half is None or drift_half < margin):
+                needed = rounds_to_resolve(max(s.se, s.mean_se), min(len(c.a), len(c.b)),
+                                           min_effect, alpha, len(configs))
+        finite = math.isfinite(half) and math.isfinite(mean_half)
+        statistic: Statistic = ("welch-huber" if not paired else
+                                "huber-levelled" if s.levelled else "huber")
+        results.append(LatencyStatistics(
+            verdict,
             ratio=math.exp(s.location),
-            ci=[math.exp(low), math.exp(high)] if math.isfinite(half) else None,
-            p=s.p,
-            method=(("difference of each side's Huber location of log round medians, "
-                     "moderated" if not paired else
-                     "Huber location of paired log round differences, moderated t"
-                     if look.permutation else "mean of paired log round differences")
-                    + f"{' with the two levels taken off' * s.levelled}"
-                    + ("; widened by the session drift" if drift and not paired else "")
-                    + f"; {look.method}; interval at q={q:.2f} (family level {alpha:g})"
-                    + position),
-            detectable=_number(detectable),
-            se=s.se,
-            note="; ".join(notes) or None,
-            below_threshold=below,
-            level=look.level,
-            **common,
-        ))
+            ci=(math.exp(low), math.exp(high)) if finite else None,
+            mean_ratio=math.exp(s.mean),
+            mean_ci=(math.exp(mean_low), math.exp(mean_high)) if finite else None,
+            p=s.p, level=look.level, se=s.se, detectable=_number(detectable),
+            statistic=statistic, threshold=q, df=look.df, look=s.look,
+            look_rounds=look.rounds, family=look.family, flags=look.flags,
+            threshold_side=side, rounds_needed=needed,
+            resolves=math.expm1(max(half, mean_half)) if finite else None,
+            drift=math.expm1(drift_half) if drift_half is not None else None, **common))
     return results
 
 
-def below_threshold_note(min_effect: float) -> str:
-    """The note of a change that is real but within the practical threshold."""
-    return f"below the {min_effect:.0%} threshold"
+class Measured(Protocol):
+    """What futility and the advice read of a result (a LatencyResult or LatencyStatistics)."""
+
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def rounds_a(self) -> int: ...
+    @property
+    def rounds_b(self) -> int: ...
+    @property
+    def se(self) -> float | None: ...
+    @property
+    def detectable(self) -> float | None: ...
+    @property
+    def ratio(self) -> float | None: ...
 
 
-def detectable_range(results: list[LatencyResult]) -> list[float] | None:
+def detectable_range(results: Sequence[Measured]) -> list[float] | None:
     """[smallest, largest] `detectable` of a run's configs; None if none."""
     values = [r.detectable for r in results if r.detectable is not None]
     return [min(values), max(values)] if values else None
 
 
-def geometric_mean_ratio(results: list[LatencyResult]) -> tuple[float, int] | None:
+def geometric_mean_ratio(results: Sequence[Measured]) -> tuple[float, int] | None:
     """(geometric mean of the B/A ratios, how many configs have one); None without any."""
     ratios = [r.ratio for r in results if r.ratio is not None and r.ratio > 0]
     if not ratios:
@@ -717,29 +933,28 @@ def geometric_mean_ratio(results: list[LatencyResult]) -> tuple[float, int] | No
     return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), len(ratios)
 
 
-def needs_more_rounds(result: LatencyResult) -> bool:
+def needs_more_rounds(result: Measured) -> bool:
     """More rounds can decide only an inconclusive config; a flag or `unchanged` is final
     (the looks' levels have paid for stopping there)."""
     return result.verdict == "inconclusive"
 
 
-def futile(result: LatencyResult, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT,
+def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT,
            alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
     """True when `max_rounds` per side could not plausibly decide.
 
-    The standard error is projected to `max_rounds` (~ 1/sqrt(rounds)) and the last
-    look's threshold approximated by the normal quantile with Bonferroni over `configs`
-    (the sign-flip max-T's is a little smaller): more rounds are futile when the
-    projected interval could neither fit inside +-min_effect around the ratio nor
-    exclude 1 from it. The early looks' thresholds are far larger (few pairs, little
-    level spent), so projecting the current interval would stop configs too soon; and
-    before half of `max_rounds` nothing is futile.
+    Judged at the threshold, not at the estimate: the standard error is projected to
+    `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q approximated by the
+    normal quantile with Bonferroni over `configs`; more rounds are futile when a change
+    of exactly min_effect would then be flagged with chance below FUTILITY_POWER (and so
+    no interval could fit inside +-min_effect either). Before half of `max_rounds`
+    nothing is futile (a few rounds' spread says little).
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
-    if result.se is None or result.ratio is None or 2 * rounds < max_rounds:
-        return False  # a few rounds' spread says little (levels not yet seen, few df)
-    half = final_threshold(alpha, configs) * result.se * math.sqrt(rounds / max_rounds)
-    distance = abs(math.log(result.ratio))
-    return not (distance + half < math.log1p(min_effect) or distance > half)
+    if result.se is None or 2 * rounds < max_rounds:
+        return False
+    se = result.se * math.sqrt(rounds / max_rounds)
+    q = final_threshold(alpha, configs)
+    return float(sps.norm.sf(q - math.log1p(min_effect) / se)) < FUTILITY_POWER

@@ -27,7 +27,7 @@ def sniff(path: Path) -> Format | None:
     try:
         with open(path, encoding="utf-8") as handle:
             head = handle.read(1 << 16)
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # not text: a run file's own check says what it is
         return None
     if '"schema"' in head or '"benchmarks"' not in head:
         return None

@@ -1,0 +1,104 @@
+"""The latency statistics in words: stats.LatencyStatistics (numbers) -> LatencyResult
+(the record every report renders), with its method and note sentences."""
+
+from __future__ import annotations
+
+from abdiff.store.records import MOST_ROUNDS_ADVISED, LatencyResult
+from abdiff.verdict import stats
+
+
+def below_threshold_note(min_effect: float) -> str:
+    """The note of a change that is real but within the practical threshold."""
+    return f"below the {min_effect:.0%} threshold"
+
+
+def unsure_side_note(min_effect: float) -> str:
+    """The note of a change whose interval straddles the threshold."""
+    return f"≈ {min_effect:.0%}: cannot tell above or below the threshold"
+
+
+def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
+    """What decided: the statistic, the test and its threshold, the look."""
+    if s.threshold is None:
+        return f"fewer than {stats.MIN_ROUNDS} {'pairs of ' * s.paired}rounds: no verdict"
+    statistic = {
+        "huber": "Huber location of paired log round differences, moderated t",
+        "huber-levelled": "Huber location of paired log round differences, moderated t, "
+                          "with the two levels taken off",
+        "welch-huber": "difference of each side's Huber location of log round medians, "
+                       "moderated",
+    }[s.statistic or "huber"]
+    if not s.paired:
+        test = f"Welch t, Bonferroni over {s.family} configs (df {s.df:.1f})"
+    elif s.flags:
+        test = f"sign-flip max-T over {s.family} configs"
+    else:
+        test = (f"{s.look_rounds} pairs cannot flag at level {s.level:.2g} (too few sign "
+                f"patterns): intervals at Student's t, df {s.df:g}, for `unchanged` only")
+    text = f"{statistic}; {test}; interval at q={s.threshold:.2f} (family level {alpha:g})"
+    if s.drift is not None:
+        text += "; widened by the session drift"
+    if s.looks > 1 and s.look is not None:
+        text += f"; look {s.look + 1} of {s.looks} at {s.look_rounds} rounds, level {s.level:.2g}"
+    return text
+
+
+def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
+    """The row's notes: threshold side, what would decide, the mean, the levels."""
+    notes = []
+    if s.threshold_side == "below":
+        notes.append(below_threshold_note(min_effect))
+    elif s.threshold_side == "unsure":
+        notes.append(unsure_side_note(min_effect))
+    rounds = min(s.rounds_a, s.rounds_b)
+    if s.verdict == "inconclusive" and s.threshold is None:
+        notes.append(f"needs at least {stats.MIN_ROUNDS} rounds per side (--rounds)")
+    elif s.verdict == "inconclusive" and s.resolves is None:
+        notes.append("too few rounds for this level: run with more --rounds")
+    elif s.verdict == "inconclusive" and s.drift is not None and s.drift >= min_effect:
+        notes.append(f"{rounds} rounds and the drift between sessions resolve "
+                     f"+-{s.resolves:.1%}; the drift alone is +-{s.drift:.1%}, so more rounds "
+                     f"cannot decide +-{min_effect:.0%}")
+    elif s.verdict == "inconclusive" and s.rounds_needed is not None:
+        decide = (f"about {s.rounds_needed} would decide +-{min_effect:.0%} (--max-rounds "
+                  f"{s.rounds_needed})" if s.rounds_needed <= MOST_ROUNDS_ADVISED else
+                  f"over {MOST_ROUNDS_ADVISED} would be needed: a quieter machine")
+        notes.append(f"{rounds} rounds resolve +-{s.resolves:.1%}; {decide}")
+    if s.verdict == "inconclusive" and s.mean_ci and s.ci and s.mean_ratio is not None:
+        robust_inside = 1 / (1 + min_effect) < s.ci[0] and s.ci[1] < 1 + min_effect
+        mean_inside = 1 / (1 + min_effect) < s.mean_ci[0] and s.mean_ci[1] < 1 + min_effect
+        if robust_inside and not mean_inside:
+            notes.append(f"mean of the rounds {s.mean_ratio:.3f}x [{s.mean_ci[0]:.3f}, "
+                         f"{s.mean_ci[1]:.3f}]: some rounds moved more than most")
+    for side, levels in (("A", s.levels_a), ("B", s.levels_b)):
+        if levels:
+            notes.append(f"{side}'s processes sit on two levels {levels.gap:.1%} apart "
+                         f"({levels.low} and {levels.high} rounds)")
+    return notes
+
+
+def latency_result(s: stats.LatencyStatistics, min_effect: float, alpha: float
+                   ) -> LatencyResult:
+    """The record of one config's latency statistics, with its words."""
+    return LatencyResult(
+        verdict=s.verdict,
+        ratio=s.ratio,
+        ci=list(s.ci) if s.ci else None,
+        p=s.p,
+        rounds_a=s.rounds_a,
+        rounds_b=s.rounds_b,
+        method=method_text(s, alpha),
+        a_us=s.a_us,
+        b_us=s.b_us,
+        a_spread_us=s.a_spread_us,
+        b_spread_us=s.b_spread_us,
+        detectable=s.detectable,
+        note="; ".join(note_parts(s, min_effect)) or None,
+        below_threshold=s.below_threshold,
+        level=s.level,
+        se=s.se,
+        rounds_needed=s.rounds_needed,
+        mean_ratio=s.mean_ratio,
+        mean_ci=list(s.mean_ci) if s.mean_ci else None,
+        threshold_side=s.threshold_side,
+    )
