@@ -8,8 +8,9 @@ Builds the demo repository (abdiff.demo.builder) and changes it on both `main` a
   (COMPILE_S, 1 s, a sleep) into a cache under `$HOME/.deep_gemm`, or DG_JIT_CACHE_DIR
   when set, the way DeepGEMM keeps it: a shape already in the cache costs nothing.
 
-Every import and every compile appends one line to a counter file in a folder every
-worker may write (the system's temporary folder stays writable in abdiff's sandbox), so
+Every import and every compile appends one line to a counter file in HOME (abdiff gives
+each side's workers a HOME of its own, kept in its cache, the one place besides their
+rounds' folders its sandbox lets them write; the by-hand processes get one per side), so
 the counts are per side (the line names the branch) whoever ran them. Then it runs
 
 - `abdiff main..pr --configs mtp` (wall, imports, compiles, verdicts), and
@@ -47,6 +48,7 @@ from abdiff.suites import load_suite
 
 RUNNER = "tinyllm/tools/layer_wise_benchmarks/runner.py"
 JIT_MODULE = "tinyllm/_jit.py"
+COUNTS_FILE = ".setup-cost-counts"  # in each side's HOME
 
 JIT_SOURCE = '''"""Stand-in for DeepGEMM's JIT (lab/setup_cost.py): each kernel shape is
 compiled once into a cache under $HOME/.deep_gemm (DG_JIT_CACHE_DIR when set)."""
@@ -55,15 +57,18 @@ import os
 import time
 
 SIDE = {side!r}
-COUNTS = {counts!r}
+COUNTS_FILE = {counts_file!r}
 COMPILE_S = {compile_s!r}
 BUILD_S = {build_s!r}
 
 
 def count(what: str) -> None:
-    """One line per import or compile, appended (O_APPEND: whole lines from any process)."""
+    """One line per import or compile, appended (O_APPEND: whole lines from any process) to
+    a file in HOME: the side's own, kept folder, the one place besides its rounds' folders
+    that abdiff's sandbox lets the side's workers write."""
     line = f"{{what}} {{SIDE}} {{os.getpid()}}\\n".encode()
-    handle = os.open(COUNTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    handle = os.open(os.path.join(os.path.expanduser("~"), COUNTS_FILE),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(handle, line)
     finally:
@@ -108,8 +113,8 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def add_setup_cost(repo: Path, branch: str, base: str, counts: Path, import_s: float,
-                   compile_s: float, build_s: float = 0.0) -> None:
+def add_setup_cost(repo: Path, branch: str, base: str, import_s: float, compile_s: float,
+                   build_s: float = 0.0) -> None:
     """Commit the stand-in's set-up costs on `branch` (made from `base` when new)."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
@@ -118,7 +123,7 @@ def add_setup_cost(repo: Path, branch: str, base: str, counts: Path, import_s: f
         else:
             git(repo, "worktree", "add", "-q", "-b", branch, str(tree), base)
         (tree / JIT_MODULE).write_text(JIT_SOURCE.format(
-            side=branch, counts=str(counts), compile_s=compile_s, build_s=build_s))
+            side=branch, counts_file=COUNTS_FILE, compile_s=compile_s, build_s=build_s))
         init = tree / "tinyllm/__init__.py"
         init.write_text(init.read_text() + INIT_ADDITION.format(import_s=import_s))
         runner = tree / RUNNER
@@ -134,10 +139,12 @@ def add_setup_cost(repo: Path, branch: str, base: str, counts: Path, import_s: f
         git(repo, "worktree", "remove", "--force", str(tree))
 
 
-def counted(counts: Path) -> dict[str, Counter[str]]:
-    """{"import"|"compile": Counter(branch -> lines)} from the counter file."""
+def counted(homes: list[Path]) -> dict[str, Counter[str]]:
+    """{"import"|"compile": Counter(branch -> lines)} from the counter files in `homes`."""
     found: dict[str, Counter[str]] = {"import": Counter(), "compile": Counter()}
-    if counts.exists():
+    for counts in (home / COUNTS_FILE for home in homes):
+        if not counts.exists():
+            continue
         for line in counts.read_text().splitlines():
             what, *rest = line.split()
             side = rest[1] if what == "compile" else rest[0]
@@ -253,10 +260,15 @@ def per_side(counts: dict[str, Counter[str]], what: str) -> str:
     return f"{sum(sides.values())} (main {sides['main']}, pr {sides['pr']})"
 
 
-def devices_check(repo: Path, work: Path, counts: Path, configs: str, repeats: int,
+def side_homes(cache: Path) -> list[Path]:
+    """Every side's kept HOME in an abdiff cache (store/sides.py)."""
+    return sorted(cache.glob("sides/*/home"))
+
+
+def devices_check(repo: Path, work: Path, configs: str, repeats: int,
                   extra: list[str], build_s: float) -> list[list[str]]:
     """A/A runs of a set-up-bound stand-in on two CPU sets and on one."""
-    add_setup_cost(repo, "pr-build", "pr~1", counts, 0.0, 0.0, build_s)  # pr as built
+    add_setup_cost(repo, "pr-build", "pr~1", 0.0, 0.0, build_s)  # pr as built
     rows = []
     cpus = sorted(os.sched_getaffinity(0))
     for label, devices in (("two CPU sets", f"{cpus[0]}:{cpus[1]}"), ("one CPU set",
@@ -302,25 +314,20 @@ def main() -> int:
         args.configs = str(Path(args.configs).resolve())
     work = (args.work or Path(tempfile.mkdtemp(prefix="abdiff-setup-cost-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    # the counter folder: in the system's temporary folder, which abdiff's sandbox keeps
-    # writable, open to every user (a sandboxed worker of root runs as nobody)
-    counts_dir = Path(tempfile.mkdtemp(prefix="abdiff-setup-cost-counts-"))
-    counts_dir.chmod(0o777)
-    counts = counts_dir / "counts.txt"
     repo = work / "demo"
     build_demo_repo(repo)
     git(repo, "checkout", "-q", "--detach")  # main free for a worktree of its own
     for branch in ("main", "pr"):
-        add_setup_cost(repo, branch, branch, counts, args.import_s, args.compile_s)
+        add_setup_cost(repo, branch, branch, args.import_s, args.compile_s)
     git(repo, "checkout", "-q", "main")
     print(f"stand-in: {repo} (import {args.import_s} s, JIT {args.compile_s} s a shape); "
-          f"counts in {counts}; abdiff options {extra or 'default'}", flush=True)
+          f"counted in each side's HOME ({COUNTS_FILE}); abdiff options {extra or 'default'}",
+          flush=True)
     if not args.skip_main:
         code, wall, result = run_abdiff(repo, work / "cache", "main..pr", args.configs, extra)
-        tool = counted(counts)
-        counts.unlink(missing_ok=True)
+        tool = counted(side_homes(work / "cache"))
         hand_wall, statuses = by_hand(repo, work, args.configs)
-        hand = counted(counts)
+        hand = counted(sorted(work.glob("hand-home-*")))
         rows = [[f"abdiff main..pr --configs {args.configs}", f"{wall:.1f}",
                  per_side(tool, "import"), per_side(tool, "compile"),
                  f"exit {code}: {verdict_words(result)}"],
@@ -332,7 +339,7 @@ def main() -> int:
               f"{json.dumps(result.get('time'))}")
     if args.devices_check:
         rounds = [f"--rounds={args.devices_rounds}", f"--max-rounds={args.devices_rounds}"]
-        rows = devices_check(repo, work, counts, args.configs, args.repeats, [*extra, *rounds],
+        rows = devices_check(repo, work, args.configs, args.repeats, [*extra, *rounds],
                              args.build_s)
         print(tabulate(rows, headers=["A/A pr-build..pr-build", "mean wall s", "walls",
                                       "flagged"]))

@@ -257,7 +257,8 @@ def one_line(stderr: str) -> str:
 
 
 def state_dir_of(stderr: str) -> Path:
-    match = re.search(r"^abdiff: .*run files in (.+)$", stderr, re.MULTILINE)
+    match = re.search(r"^abdiff: .*run files in (\S+)$", "\n".join(unwrapped(stderr)),
+                      re.MULTILINE)
     assert match, stderr
     return Path(match.group(1))
 

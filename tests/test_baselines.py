@@ -221,13 +221,15 @@ def test_a_busy_machine_leaves_the_drift_unmeasured() -> None:
     assert busy.drift is None and busy.gates == {"latency": "soft"}
     assert "the machine was busy while the baseline measured (CPU load: 1.9 of 2 cores)" in \
         busy.why and "idle machine" in busy.why
-    fresh.env["machine"] = [{"name": "GPU clocks", "value": "throttled", "ok": False}]
+    fresh.env["machine"] = [{"name": "GPU 0 throttling", "value": "sw power cap", "ok": False}]
     both = drift_allowance(baseline, fresh, "baseline 'h200'", {})
-    assert "and this run measured (GPU clocks: throttled)" in both.why
+    assert "and this run measured (GPU 0 throttling: sw power cap)" in both.why
     assert len(both.why) < 400  # a report clips a longer note
     quiet = three_session_baseline()
-    next(iter(quiet.sessions.values()))["machine"] = [
-        {"name": "CPU load", "value": "0.1 of 2 cores", "ok": True, "advice": ""}]
+    next(iter(quiet.sessions.values()))["machine"] = [  # settings that stay are no load
+        {"name": "CPU load", "value": "0.1 of 2 cores", "ok": True, "advice": ""},
+        {"name": "CPU governor", "value": "powersave", "ok": False, "advice": "performance"},
+        {"name": "turbo", "value": "on", "ok": False, "advice": "off"}]
     assert drift_allowance(quiet, recorded(H200_FRESH, "fresh"), "b", {}).drift is not None
 
 

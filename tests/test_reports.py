@@ -923,3 +923,23 @@ def test_bisect_report_fits_the_terminal(width: int) -> None:
         assert f"{sha} {subject}: {outcomes}" in flat
     comment = bisect_report.render(result, make_result(), "markdown")
     assert markdown.escape(bisect_report.culprit_sentence(culprit), common.NOTE_LIMIT) in comment
+
+
+def test_spreads_and_levels_over_100_percent_are_no_latency_statement() -> None:
+    """"10 rounds resolve +-192.9%" and "two levels 313.3% apart" (a busy machine) say
+    what they mean instead; the ordinary numbers stay numbers."""
+    from abdiff.reports import latency_words
+    from abdiff.verdict.stats import LatencyStatistics, Levels
+
+    def undecided(resolves: float, gap: float) -> list[str]:
+        s = LatencyStatistics("inconclusive", 10, 10, 100.0, 100.0, 1.0, 1.0,
+                              Levels(gap, 6, 4, 0.0), None, ratio=1.0, ci=(0.5, 2.0),
+                              threshold=3.0, rounds_needed=500, resolves=resolves)
+        return latency_words.note_parts(s, 0.02)
+
+    assert undecided(1.929, 3.133) == [
+        "10 rounds resolve no change under 100%; over 100 would be needed: a quieter machine",
+        "A's processes sit on two levels, the slow one 4.1x the fast (6 and 4 rounds)"]
+    assert undecided(0.098, 0.041) == [
+        "10 rounds resolve +-9.8%; over 100 would be needed: a quieter machine",
+        "A's processes sit on two levels 4.1% apart (6 and 4 rounds)"]

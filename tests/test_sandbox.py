@@ -506,3 +506,24 @@ def test_a_preimport_writes_only_where_its_sides_workers_may(tmp_path: Path,
     assert seen["failure"] is None
     assert seen["preimported"].startswith("pkg imported once in the fork server")
     assert seen["planted"] is not narrowed
+
+
+@needs_namespaces
+@pytest.mark.parametrize(("limit", "said"), [
+    (2, "a nested user namespace is refused: No space left on device"),
+    (3, "None")])
+def test_the_trial_start_checks_that_a_job_can_narrow_its_sandbox(limit: int,
+                                                                   said: str) -> None:
+    """A job given to a process started ahead narrows its sandbox in one more user
+    namespace (guard.narrow): where the kernel refuses that (here a limit of nested user
+    namespaces, the sandbox itself taking two), the trial start says so, and abdiff
+    measures without the sandbox or refuses (--sandbox on); one more allowed: it works."""
+    trial = ("from abdiff.launchers import sandbox; from abdiff.launchers.guard import "
+             "Confinement; print(sandbox.trial(Confinement()))")
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c",
+         f'echo {limit} > /proc/sys/user/max_user_namespaces && exec "$@"', "sh",
+         sys.executable, "-c", trial], capture_output=True, text=True, timeout=60,
+        check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == said

@@ -353,3 +353,16 @@ def test_session_drift_widens_an_unpaired_interval_at_its_own_quantiles() -> Non
     paired = suite(np.random.default_rng(11), rounds=12, shift=0.10, sd=0.003)  # 5 pairs
     # cannot flag at 1%: 12
     assert stats.latency_verdicts(paired, paired=True, drift=shared)[0].verdict == "slower"
+
+
+def test_unpaired_sides_may_have_different_round_counts() -> None:
+    """A baseline of 3 sessions holds 15 rounds, B 5: the unpaired test takes each side's
+    rounds as they are (a broadcast of B - A once made every baseline comparison fail)."""
+    rng = np.random.default_rng(5)
+    rounds = [stats.ConfigRounds({r: float(100 * math.exp(rng.normal(0, 0.01)))
+                                  for r in range(15)},
+                                 {r: float(100 * math.exp(rng.normal(0, 0.01)))
+                                  for r in range(5)}) for _ in range(4)]
+    results = stats.latency_verdicts(rounds, paired=False)
+    assert [r.rounds_a for r in results] == [15] * 4 and [r.rounds_b for r in results] == [5] * 4
+    assert all(r.ci is not None for r in results)

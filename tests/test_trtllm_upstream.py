@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import unwrapped
 from test_hooks import git, make_upstream_repo, write_upstream_tree
 
 from abdiff.errors import InputError
@@ -202,8 +203,12 @@ def kv_lens_run(rev: str, env: dict, shape: list[int], draft: int | None) -> Run
               "seq_len_kv_cache": 2049}
     facts = {"attn_metadata.kv_lens_cuda_2d.shape": shape,
              "attn_metadata.max_total_draft_tokens": draft}
-    rounds = [RoundRecord("ok", latency_us=[50.0 + i % 2 for i in range(10)], facts=facts,
-                          round=r, kernels={"indexer": 1}) for r in range(6)]
+    # 15 rounds a side whose medians move by a few tenths of a percent, differently per side
+    # (identical rounds would give the latency statistic nothing to resolve)
+    shift = len(rev) % 5
+    rounds = [RoundRecord("ok", latency_us=[50.0 + 0.1 * ((3 * r + shift) % 5) + i % 2
+                                            for i in range(10)],
+                          facts=facts, round=r, kernels={"indexer": 1}) for r in range(15)]
     return RunFile(rev, rev, "trtllm", "mtp", env,
                    [ConfigRuns("GEN-DSA-bs32-q2-kv2049", params, rounds)])
 
@@ -278,7 +283,7 @@ def test_doctor_resolves_the_seed_commits_in_a_clone(tmp_path: Path, capsys,
     common = ["doctor", "--target", "trtllm", "--repo", str(repo),
               "--cache-dir", str(tmp_path / "cache")]
     main(common)
-    out = capsys.readouterr().out
+    out = " ".join(unwrapped(capsys.readouterr().out))
     assert (f"seed story (PR #17247): merge {seed.SEED_MERGE} is not in this clone; fetch "
             "upstream's main, then `abdiff 6d72d24b8fb6^..6d72d24b8fb6 --configs mtp`") in out
     # a clone that has it: the stand-in's pr commit plays the merge
@@ -286,7 +291,7 @@ def test_doctor_resolves_the_seed_commits_in_a_clone(tmp_path: Path, capsys,
     monkeypatch.setattr(seed, "SEED_MERGE", merge)
     assert seed.seed_range(repo) == (parent, merge)
     main(common)
-    out = capsys.readouterr().out
+    out = " ".join(unwrapped(capsys.readouterr().out))
     assert (f"seed story (PR #17247): A = {parent} (the merge's parent: DSA aborts at "
             f"seq_len_q > 1), B = {merge} (the merge); `abdiff {parent[:12]}..{merge[:12]} "
             "--configs mtp`") in out

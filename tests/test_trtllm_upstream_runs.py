@@ -60,13 +60,15 @@ def test_balance_ratios_and_the_profile_parse_py_reads(tmp_path: Path) -> None:
 
 
 def test_abdiff_compare_takes_an_upstream_folder_as_side_a(tmp_path: Path) -> None:
+    # 8 logs a side: fewer unpaired rounds cannot reach the 1% level (4 + 4 have 70
+    # orderings, so no permutation p below 1/70)
     folder = upstream_dir(tmp_path / "upstream-main", [(100.0, 100.5), (101.0, 100.0),
-                                                       (100.0, 99.0), (100.5, 100.0)])
+                                                       (100.0, 99.0), (100.5, 100.0)] * 2)
     params = {"run_type": "GEN", "backend": "TRTLLM", "batch_size": 32, "seq_len_q": 4,
               "seq_len_kv_cache": 2049}
     b = RunFile("pr", "cd" * 20, "trtllm", "mtp", {"device": "cuda"}, [ConfigRuns(
         "GEN-TRTLLM-bs32-q4-kv2049", params,
-        [RoundRecord("ok", latency_us=[130.0 + r % 2], round=r) for r in range(4)])])
+        [RoundRecord("ok", latency_us=[130.0 + r % 2], round=r) for r in range(8)])])
     write_run_file(tmp_path / "b.json", b)
     done = run_abdiff("compare", folder, tmp_path / "b.json", "--format", "markdown")
     assert done.returncode == 1, done.stderr  # 30% slower

@@ -473,15 +473,21 @@ def plant():
 @pytest.mark.slow
 def test_a_sides_caches_are_kept_between_rounds_and_runs_and_apart(tmp_path: Path) -> None:
     """Issue 42, item 1: a shape is compiled once per side, not once per worker, and a
-    later run compiles nothing; the other side's folders hold none of it."""
-    repo, cache = tmp_path / "repo", tmp_path / "cache"
+    later run compiles nothing; the other side's folders hold none of it. A cache folder of
+    the user's (even passed on purpose) is not used, and abdiff says so."""
+    repo, cache, mine = tmp_path / "repo", tmp_path / "cache", tmp_path / "my-dg-cache"
+    mine.mkdir()
     build_demo_repo(repo)
     commit_benchmark(repo, "jit", JIT_PLANT)
     suite = write_suite(tmp_path / "s.yaml", [2])
-    for rounds in (2, 3):  # two runs, five rounds of side B: five workers at least
+    env = {**git_env(), "DG_JIT_CACHE_DIR": str(mine)}
+    for rounds in (2, 3):  # two runs (the second resumes and adds a round per side)
         done = run_abdiff("main..jit", "--configs", suite, "--repo", repo, "--cache-dir", cache,
-                          "--rounds", rounds, "--max-rounds", rounds, "--seed", 3)
+                          "--rounds", rounds, "--max-rounds", rounds, "--seed", 3,
+                          "--pass-env", "DG_JIT_CACHE_DIR", env=env)
         assert done.returncode in (0, 1), done.stderr
+        assert "DG_JIT_CACHE_DIR not used by the workers" in " ".join(done.stderr.split())
+    assert not list(mine.iterdir())
     logs = list((cache / "sides").glob("*/home/compiles.log"))
     assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 1
     side_b = logs[0].parents[1]

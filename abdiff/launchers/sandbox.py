@@ -40,8 +40,16 @@ LOST_WITHOUT = ("benchmark code can write the repository's .git, abdiff's Python
                 "and read abdiff's key for stored rounds and the user's credentials (docs/ci.md)")
 PROBE_TIMEOUT_S = 30.0
 GUARD = Path(__file__).with_name("guard.py")
-# what a trial start checks inside: that the namespaces and mounts were made (root is NOBODY)
-PROBE = "import os, sys; sys.exit(0 if os.getuid() == int(sys.argv[1]) else 1)"
+# what a trial start checks inside: that the namespaces and mounts were made (root is NOBODY),
+# and that one more user and mount namespace can be made there (a job narrowing a process
+# started ahead, guard.narrow; CLONE_NEWUSER | CLONE_NEWNS)
+PROBE = ("import ctypes, os, sys\n"
+         "if os.getuid() != int(sys.argv[1]): sys.exit(1)\n"
+         "libc = ctypes.CDLL(None, use_errno=True)\n"
+         "if libc.unshare(0x10000000 | 0x00020000) != 0:\n"
+         "    print(sys.argv[2] + 'a nested user namespace is refused: '\n"
+         "          + os.strerror(ctypes.get_errno()), file=sys.stderr)\n"
+         "    sys.exit(1)\n")
 # where a user's credentials live under their home folder: hidden from the benchmark (its
 # HOME is a fresh folder already; these are the real home's, which it can still name)
 CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", ".docker",
@@ -127,7 +135,7 @@ def trial(confinement: Confinement) -> str | None:
     (guard.py's own line)."""
     argv = [sys.executable, "-S", str(GUARD), str(os.getpid()), "0",
             *guard_options(confinement), "--", sys.executable, "-S", "-c", PROBE,
-            str(os.geteuid() or NOBODY)]
+            str(os.geteuid() or NOBODY), CANNOT_CONFINE_LINE]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
                               check=False, stdin=subprocess.DEVNULL)

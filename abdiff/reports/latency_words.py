@@ -43,6 +43,21 @@ def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
     return text
 
 
+def spread_text(share: float) -> str:
+    """"+-9.8%"; from 100% on no latency statement (a step cannot get 100% faster): "no
+    change under 100%" ("+-192.9%" reads as a number a reader might act on)."""
+    return f"+-{share:.1%}" if share < 1 else "no change under 100%"
+
+
+def levels_text(side: str, levels: stats.Levels) -> str:
+    """"A's processes sit on two levels 4.1% apart (6 and 4 rounds)"; a gap of 100% or
+    more as how many times slower the slow level is ("the slow one 4.1x the fast")."""
+    apart = (f" {levels.gap:.1%} apart" if levels.gap < 1 else
+             f", the slow one {1 + levels.gap:.1f}x the fast")
+    return (f"{side}'s processes sit on two levels{apart} ({levels.low} and {levels.high} "
+            "rounds)")
+
+
 def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
     """The row's notes: threshold side, what would decide, the mean, the levels."""
     notes = []
@@ -50,20 +65,22 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
         notes.append(below_threshold_note(min_effect))
     elif s.threshold_side == "unsure":
         notes.append(unsure_side_note(min_effect))
-    rounds = min(s.rounds_a, s.rounds_b)
+    rounds, resolves = min(s.rounds_a, s.rounds_b), s.resolves
     if s.verdict == "inconclusive" and s.threshold is None:
         notes.append(f"needs at least {stats.MIN_ROUNDS} rounds per side (--rounds)")
-    elif s.verdict == "inconclusive" and s.resolves is None:
+    elif s.verdict == "inconclusive" and resolves is None:
         notes.append("too few rounds for this level: run with more --rounds")
+    elif resolves is None:
+        pass  # decided: nothing to resolve
     elif s.verdict == "inconclusive" and s.drift is not None and s.drift >= min_effect:
         notes.append(f"{rounds} rounds and the drift between sessions resolve "
-                     f"+-{s.resolves:.1%}; the drift alone is +-{s.drift:.1%}, so more rounds "
-                     f"cannot decide +-{min_effect:.0%}")
+                     f"{spread_text(resolves)}; the drift alone is {spread_text(s.drift)}, "
+                     f"so more rounds cannot decide +-{min_effect:.0%}")
     elif s.verdict == "inconclusive" and s.rounds_needed is not None:
         decide = (f"about {s.rounds_needed} would decide +-{min_effect:.0%} (--max-rounds "
                   f"{s.rounds_needed})" if s.rounds_needed <= MOST_ROUNDS_ADVISED else
                   f"over {MOST_ROUNDS_ADVISED} would be needed: a quieter machine")
-        notes.append(f"{rounds} rounds resolve +-{s.resolves:.1%}; {decide}")
+        notes.append(f"{rounds} rounds resolve {spread_text(resolves)}; {decide}")
     if s.verdict == "inconclusive" and s.mean_ci and s.ci and s.mean_ratio is not None:
         robust_inside = 1 / (1 + min_effect) < s.ci[0] and s.ci[1] < 1 + min_effect
         mean_inside = 1 / (1 + min_effect) < s.mean_ci[0] and s.mean_ci[1] < 1 + min_effect
@@ -72,8 +89,7 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
                          f"{s.mean_ci[1]:.3f}]: some rounds moved more than most")
     for side, levels in (("A", s.levels_a), ("B", s.levels_b)):
         if levels:
-            notes.append(f"{side}'s processes sit on two levels {levels.gap:.1%} apart "
-                         f"({levels.low} and {levels.high} rounds)")
+            notes.append(levels_text(side, levels))
     return notes
 
 

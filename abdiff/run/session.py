@@ -69,7 +69,7 @@ from abdiff.store.baselines import (
 )
 from abdiff.store.files import hold_in_use
 from abdiff.store.records import Result, RunFile
-from abdiff.store.sides import SideFolders, in_use_lock
+from abdiff.store.sides import CACHE_VARIABLES, SideFolders, in_use_lock
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
@@ -139,6 +139,11 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
         if problem:
             raise InfrastructureError(problem)
     hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
+    yours = [name for name in CACHE_VARIABLES if os.environ.get(name)]
+    if yours and not schedule.quiet:
+        say(f"abdiff: note: {', '.join(yours)} not used by the workers: each side keeps its "
+            f"own caches in {cache_dir / 'sides'} (one folder of yours would be shared by "
+            "both sides; docs/ci.md)")
     # before the first worker: a fork server keeps the namespaces it started in
     workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
                                private_dir(), launcher.ranks_start_elsewhere)

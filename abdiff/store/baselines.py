@@ -184,12 +184,19 @@ def unlike_machine(baseline: RunFile, here: RunFile) -> list[str]:
     return found
 
 
+# The machine check's readings of a load that comes and goes (host/machine_state.py): other
+# processes, a throttling GPU. A setting that stays (governor, turbo) moves every session alike.
+LOAD_READINGS = re.compile(r"(CPU load|busy processes|GPU \d+ other processes|"
+                           r"GPU \d+ throttling): ")
+
+
 def busy_readings(run: RunFile) -> list[str]:
-    """The machine check's flagged readings (`name: value`) of the run and of each of its
-    sessions that measured rounds (a refresh records each session's check)."""
-    readings = recorded_noise(run.env)
+    """The machine check's flagged load readings (`name: value`) of the run and of each of
+    its sessions that measured rounds (a refresh records each session's check)."""
+    readings = [r for r in recorded_noise(run.env) if LOAD_READINGS.match(r)]
     for where in sessions_with_rounds(run).values():
-        readings += [r for r in recorded_noise(where) if r not in readings]
+        readings += [r for r in recorded_noise(where)
+                     if LOAD_READINGS.match(r) and r not in readings]
     return readings
 
 

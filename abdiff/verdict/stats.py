@@ -580,8 +580,8 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
     config's: p <= the look's level exactly when |t| >= q. A look whose patterns cannot
     resolve what it may spend flags nothing and spends nothing; its q (Student's t at
     alpha, df = pairs - 1) sets the intervals `unchanged` needs. `drift` (sides measured
-    apart only) widens the standard errors so that q se is the rounds' part at q and the
-    drift's at its own quantile, in quadrature.
+    apart only) widens the standard errors so that q se is the half-width
+    `drift_half_width` makes of the rounds' part and the drift's.
     """
     configs = matrix_a.shape[0]
     if paired:
@@ -592,8 +592,8 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
     judged = [c for c in range(configs) if counts[c] >= MIN_ROUNDS]
     if not judged:
         return [], {}
-    d = matrix_b - matrix_a
-    if paired:
+    if paired:  # (unpaired sides have as many rounds as they have: a baseline more than B)
+        d = matrix_b - matrix_a
         most = max(int(np.flatnonzero(np.isfinite(d[c]))[-1]) + 1 for c in judged)
         rounds_at = _spending_rounds(looks, most)
         patterns = sign_patterns(most)
