@@ -122,7 +122,8 @@ class _Stderr(logging.Handler):
     on the standard error of the moment."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"abdiff: {record.getMessage()}", file=sys.stderr, flush=True)
+        # a message may carry text of the benchmark's (a suite file of the pull request)
+        print(f"abdiff: {printable(record.getMessage())}", file=sys.stderr, flush=True)
 
 
 def _report_to_stderr() -> None:

@@ -15,7 +15,7 @@ Three parts (docs/baselines.md publishes what they print):
   on 2026-12-02; their first 5 rounds, the ones that ran every config in each process):
   every session against a baseline of two or three of the others, with B's rounds
   subsampled (every 3, 4 and 5 of its 5 rounds), as measured and with every latency of
-  B x 1.05. The same code path as `abdiff compare` (abdiff.compare.compare_runs with
+  B x 1.05. The same code path as `abdiff compare` (abdiff.verdict.compare.compare_runs with
   baselines.drift_allowance).
 - `--simulate`: the method under its own model, many times: 12 configs, round noise of
   the H200 A/A's per-config SDs, a session offset common to all configs of SD `sigma`

@@ -154,7 +154,10 @@ def confine_mounts(confinement: Confinement) -> None:
     """In mount and user namespaces of this process's own: hide, make read-only and
     writable again what `confinement` says, shallow paths first (a writable folder under a
     read-only one is bound again from a handle opened before anything was covered)."""
-    sources = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in confinement.writable}
+    # a link at a writable path (planted by an earlier worker) is refused (ELOOP, ENOTDIR),
+    # never bound: what it names would become writable
+    sources = {path: os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+               for path in confinement.writable}
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates out
     if confinement.all_read_only:
         _all_read_only()

@@ -25,6 +25,7 @@ from abdiff.launchers.guard import (
     exit_as,
     narrow,
 )
+from abdiff.store.files import open_for_worker
 
 
 def prepare() -> None:
@@ -38,7 +39,7 @@ def become(job: dict) -> None:
     environment (its side's HOME and caches) and, in a sandbox, writable only where its
     "confine" says (guard.narrow)."""
     for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
-        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        handle = open_for_worker(path)
         os.dup2(handle, fd)
         os.close(handle)
     if job.get("confine"):

@@ -142,11 +142,6 @@ def run_facts(result: Result) -> RunFacts:
         machine=tuple(map(str, machine)) if isinstance(machine, list) else ())
 
 
-def measured_counts(result: Result) -> tuple[int, int]:
-    """(configs measured on both sides, configs of the run)."""
-    facts = run_facts(result)
-    return facts.measured, facts.total
-
 
 def measured_sentence(result: Result) -> str:
     """"9 of 12 configs measured; 3 failed on both sides": how much of the suite was checked.

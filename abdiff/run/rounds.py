@@ -21,7 +21,7 @@ from abdiff.run.devices import Device
 from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
 from abdiff.run.ranks import merge_rank_logs, read_rank_logs
 from abdiff.run.time_split import added, worker_time
-from abdiff.store.files import read_worker_file, remove_path
+from abdiff.store.files import own_folder, read_worker_file, remove_path
 from abdiff.store.records import RoundRecord, SideTime
 from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
@@ -187,8 +187,7 @@ def run_round(
     HOME and caches, and in a sandbox write only there and in `work_dir`.
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
-    work_dir = Path(work_dir).absolute()
-    work_dir.mkdir(parents=True, exist_ok=True)
+    work_dir = own_folder(Path(work_dir).absolute())  # never a link a worker planted
     records: dict[str, RoundRecord] = {}
     env: dict = {}
     remaining = list(configs)

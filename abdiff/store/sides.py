@@ -106,7 +106,7 @@ class SideFolders:
     def make(self) -> None:
         """Make the folders (before a worker starts: the sandbox binds what exists), refusing
         a link or a non-folder where one of them goes (InfrastructureError)."""
-        folders = [self.root.parent, self.root, self.home, self.tmp, self.caches,
+        folders = [self.root.parent, self.root, self.home, self.tmp, self.caches, self.build,
                    *(self.caches / name for name in TOOL_CACHES.values()),
                    (self.caches / AUTOTUNER_FILE).parent]
         for folder in folders:

@@ -37,6 +37,7 @@ from abdiff.errors import InputError
 from abdiff.launchers.process import guarded, worker_environment
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.run.protocol import RoundJob
+from abdiff.store.files import own_folder, read_worker_file, write_atomic
 from abdiff.store.validate import Len, from_json
 from abdiff.suites import Config, Suite
 from abdiff.targets.base import Prepared, Target
@@ -120,7 +121,7 @@ def build(options: CommandOptions, checkout: Path, folder: Path) -> str | None:
     """Run the suite's `build` in `checkout` into `folder`; None when it worked, else why not
     (one line; the whole output is in `folder`/abdiff-build.log)."""
     assert options.build is not None
-    folder.mkdir(parents=True, exist_ok=True)
+    own_folder(folder)  # the side's workers can write it: never a link they planted
     log = folder / "abdiff-build.log"
     argv = _with_build(options.build, folder)
     with tempfile.TemporaryDirectory(prefix="abdiff-build-") as scratch:
@@ -128,7 +129,8 @@ def build(options: CommandOptions, checkout: Path, folder: Path) -> str | None:
             done = _run_repository_code(argv, checkout, folder, Path(scratch), BUILD_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"target.build {argv[0]} could not run ({exc})"
-    log.write_text(f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}", encoding="utf-8")
+    # renamed into place: a link the build left at this name is replaced, not followed
+    write_atomic(log, f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
     if done.returncode == 0:
         return None
     hint = ("; the checkout is read-only to the benchmark's code: build into $ABDIFF_BUILD_DIR "
@@ -162,7 +164,7 @@ def list_benchmarks(options: CommandOptions, folder: Path, build: Path | None) -
                                  f"(--benchmark_list_tests: {_why(done)}); {fix}")
             return names
         try:
-            report, _ = read_report(options.format, out.read_text(encoding="utf-8"), [],
+            report, _ = read_report(options.format, read_worker_file(out), [],
                                     folder=out.parent)
         except (OSError, ValueError) as exc:  # FormatError, json's errors
             raise InputError(f"target.command {argv[0]} wrote no {options.format} JSON in "
