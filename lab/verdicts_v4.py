@@ -223,6 +223,7 @@ def cell(args: tuple[str, int, int]) -> tuple[str, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--first", type=int, default=0, help="the first run's seed index")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=50)
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS))
@@ -230,8 +231,8 @@ def main() -> None:
     parser.add_argument("--summarize", metavar="LOG", help="only print the table of a --log")
     args = parser.parse_args()
     cells = args.cells.split(",")
-    tasks = [(c, s, min(s + args.chunk, args.runs)) for c in cells
-             for s in range(0, args.runs, args.chunk)]
+    tasks = [(c, s, min(s + args.chunk, args.first + args.runs)) for c in cells
+             for s in range(args.first, args.first + args.runs, args.chunk)]
     started = time.perf_counter()
     parts: list[tuple[str, dict[str, Any]]] = []
     if args.summarize:

@@ -90,22 +90,8 @@ def add_suite_options(parser: argparse.ArgumentParser) -> None:
                         help="run a suite whose matrix is larger than the safety limit")
 
 
-def add_measure_options(parser: argparse.ArgumentParser) -> None:
-    """Options of every command that starts benchmark processes."""
-    add_suite_options(parser)
-    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
-    parser.add_argument("--rounds", type=positive_int, default=Plan.rounds,
-                        help=f"first rounds per side (default {Plan.rounds})")
-    parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS",
-                        help="kill a worker that makes no progress for this long (default 600)")
-    parser.add_argument("--target", help="reference, trtllm, command, or one an installed "
-                        "package registers (docs/targets.md; default: detected)")
-    parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument passed to the target's benchmark (repeatable)")
-    parser.add_argument("--metric", action="append", default=[], metavar="NAME",
-                        help="the command target's Google Benchmark metric: real_time, "
-                        "cpu_time or a counter (repeatable; replaces the suite's "
-                        "target.metrics)")
+def add_worker_options(parser: argparse.ArgumentParser) -> None:
+    """How the benchmark's processes start and what they run on and in."""
     parser.add_argument("--launcher", choices=list(LAUNCHERS),
                         default=None, help="how workers start (default: local; mpirun for trtllm)")
     parser.add_argument("--np", type=positive_int, default=None,
@@ -136,6 +122,25 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                              "environment read-only): auto uses them where they work and says "
                              "why not elsewhere, on refuses to measure without them (default "
                              "auto; docs/ci.md)")
+
+
+def add_measure_options(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that starts benchmark processes."""
+    add_suite_options(parser)
+    parser.add_argument("--repo", type=Path, help="the benchmark repository (default: cwd)")
+    parser.add_argument("--rounds", type=positive_int, default=Plan.rounds,
+                        help=f"first rounds per side (default {Plan.rounds})")
+    parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS",
+                        help="kill a worker that makes no progress for this long (default 600)")
+    parser.add_argument("--target", help="reference, trtllm, command, or one an installed "
+                        "package registers (docs/targets.md; default: detected)")
+    parser.add_argument("--target-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument passed to the target's benchmark (repeatable)")
+    parser.add_argument("--metric", action="append", default=[], metavar="NAME",
+                        help="the command target's Google Benchmark metric: real_time, "
+                        "cpu_time or a counter (repeatable; replaces the suite's "
+                        "target.metrics)")
+    add_worker_options(parser)
     parser.add_argument("--cache-dir", type=Path, help="checkout and state cache folder")
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                         help="pass this credential-like variable to benchmark processes")

@@ -167,15 +167,7 @@ def render(result: Result, details_url: str | None = None) -> str:
     step = common.next_step(result)
     if step:  # what to do about the inconclusive configs, before the notes that explain them
         lines += ["", escape(step[0].upper() + step[1:], common.NOTE_LIMIT)]
-    notes = [*common.notes(result), *common.only_in_lines(result)]
-    used = 0
-    for shown, note in enumerate(notes):
-        line = f"Note: {escape(note, common.NOTE_LIMIT)}"
-        if used + len(line) > NOTES_CHARS:
-            lines += ["", f"... {len(notes) - shown} more notes in the JSON result."]
-            break
-        lines += ["", line]
-        used += len(line) + 2
+    lines += _notes([*common.notes(result), *common.only_in_lines(result)])
 
     # still failing is never folded away: those configs were not measured at all
     for title, configs in (("Still failing (the same failure on both sides: not measured)",
@@ -204,6 +196,21 @@ def render(result: Result, details_url: str | None = None) -> str:
         ]
     return "\n".join(lines) + "\n"
 
+
+
+def _notes(notes: list[str]) -> list[str]:
+    """The run's notes as lines of their own, as many as NOTES_CHARS holds; the rest
+    counted and pointed to."""
+    lines: list[str] = []
+    used = 0
+    for shown, note in enumerate(notes):
+        line = f"Note: {escape(note, common.NOTE_LIMIT)}"
+        if used + len(line) > NOTES_CHARS:
+            lines += ["", f"... {len(notes) - shown} more notes in the JSON result."]
+            break
+        lines += ["", line]
+        used += len(line) + 2
+    return lines
 
 _URL = re.compile(r"https?://[^\s<>()\[\]\"'`\\]+")
 

@@ -239,6 +239,23 @@ def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
             for warning, sides in said.items()]
 
 
+def measured_pairs(run_a: RunFile,
+                   run_b: RunFile) -> tuple[list[tuple[ConfigRuns, ConfigRuns]], list[str]]:
+    """(the configs both sides hold rounds of, as pairs; the ids both list but one of them
+    holds no round of)."""
+    pairs = []
+    not_measured = []
+    for config_a in run_a.configs:
+        config_b = run_b.config(config_a.id)
+        if config_b is None:
+            continue
+        if config_a.rounds and config_b.rounds:
+            pairs.append((config_a, config_b))
+        else:
+            not_measured.append(config_a.id)
+    return pairs, not_measured
+
+
 def compare_runs(
     run_a: RunFile,
     run_b: RunFile,
@@ -257,42 +274,12 @@ def compare_runs(
     (policy.apply_policy); without it, only the count says so. `drift`: sides measured
     apart, the variance of the shift between their sessions (added to each interval)."""
     ids_b = {c.id for c in run_b.configs}
-    pairs = []
-    not_measured = []
-    for config_a in run_a.configs:
-        config_b = run_b.config(config_a.id)
-        if config_b is None:
-            continue
-        if config_a.rounds and config_b.rounds:
-            pairs.append((config_a, config_b))
-        else:
-            not_measured.append(config_a.id)
+    pairs, not_measured = measured_pairs(run_a, run_b)
     # B is the side measured with this comparison's plan (a stored baseline's A was not)
     latencies = latency_results(pairs, min_effect, alpha, looks=Looks.from_json(run_b.looks),
                                 paired=interleaved(run_a, run_b) is not False, drift=drift)
-    configs = []
-    for (config_a, config_b), latency in zip(pairs, latencies, strict=True):
-        status_a, error_a = side_status(config_a.rounds)
-        status_b, error_b = side_status(config_b.rounds)
-        added, removed = kernels_diff(side_kernels(config_a.rounds), side_kernels(config_b.rounds))
-        changed = added or removed or latency.verdict in ("slower", "faster")  # deltas: any
-        configs.append(ConfigResult(
-            id=config_a.id,
-            params=config_b.params or config_a.params,
-            status_a=status_a,
-            status_b=status_b,
-            status_change=status_change(status_a, status_b, error_a, error_b),
-            error_a=error_a,
-            error_b=error_b,
-            facts_changed=facts_diff(side_facts(config_a.rounds), side_facts(config_b.rounds)),
-            kernels_added=added,
-            kernels_removed=removed,
-            latency=latency,
-            kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
-            module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
-            profiled_a_us=profiled_total(config_a.rounds) if changed else None,
-            profiled_b_us=profiled_total(config_b.rounds) if changed else None,
-        ))
+    configs = [config_result(config_a, config_b, latency)
+               for (config_a, config_b), latency in zip(pairs, latencies, strict=True)]
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
     summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes,
                            gates)
@@ -301,7 +288,64 @@ def compare_runs(
         summary["max_rounds"] = plan.max_rounds
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
-    all_notes = list(notes or [])
+    all_notes = [*(notes or []), *run_notes(run_a, run_b, pairs, configs, summary, redefined,
+                                            min_effect)]
+    if not_measured:
+        all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
+    all_notes += benchmark_warnings(run_a, run_b)
+    overall = stats.geometric_mean_ratio(latencies) if run_b.target == "command" else None
+    if overall is not None:  # what compare.py users read first: the suite's overall change
+        mean, count = overall
+        all_notes.append(f"geometric mean of B/A over the {count} config(s) with a ratio: "
+                         f"{mean:.3f}x ({mean - 1:+.1%})")
+    all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
+    return Result(
+        a=side_of(run_a),
+        b=side_of(run_b),
+        expect=expect,
+        configs=configs,
+        summary=summary,
+        suite=run_b.suite or run_a.suite,
+        target=run_b.target or run_a.target,
+        only_in_a=[c.id for c in run_a.configs if c.id not in ids_b],
+        only_in_b=[c.id for c in run_b.configs if run_a.config(c.id) is None],
+        notes=all_notes,
+    )
+
+
+def config_result(config_a: ConfigRuns, config_b: ConfigRuns,
+                  latency: LatencyResult) -> ConfigResult:
+    """One config both sides measured: status, facts, kernels and latency side by side."""
+    status_a, error_a = side_status(config_a.rounds)
+    status_b, error_b = side_status(config_b.rounds)
+    added, removed = kernels_diff(side_kernels(config_a.rounds), side_kernels(config_b.rounds))
+    changed = added or removed or latency.verdict in ("slower", "faster")  # deltas: any
+    return ConfigResult(
+        id=config_a.id,
+        params=config_b.params or config_a.params,
+        status_a=status_a,
+        status_b=status_b,
+        status_change=status_change(status_a, status_b, error_a, error_b),
+        error_a=error_a,
+        error_b=error_b,
+        facts_changed=facts_diff(side_facts(config_a.rounds), side_facts(config_b.rounds)),
+        kernels_added=added,
+        kernels_removed=removed,
+        latency=latency,
+        kernel_deltas=root_cause(config_a.rounds, config_b.rounds) if changed else [],
+        module_deltas=module_cause(config_a.rounds, config_b.rounds) if changed else [],
+        profiled_a_us=profiled_total(config_a.rounds) if changed else None,
+        profiled_b_us=profiled_total(config_b.rounds) if changed else None,
+    )
+
+
+def run_notes(run_a: RunFile, run_b: RunFile, pairs: list[tuple[ConfigRuns, ConfigRuns]],
+              configs: list[ConfigResult], summary: dict[str, Any],
+              redefined: dict[str, tuple[str, str]], min_effect: float) -> list[str]:
+    """What the run's setting says about its verdicts: another kernel path, facts that mean
+    something else on each side, rounds too noisy to decide, a noisy machine (the summary
+    gets the keys the reports read)."""
+    all_notes: list[str] = []
     env_differences = kernel_env_differences(run_a.env, run_b.env, "in A", "in B")
     if env_differences:
         # another kernel path may have been measured: said next to the verdict too
@@ -325,24 +369,4 @@ def compare_runs(
         all_notes.append(f"the machine was noisy while measuring ({'; '.join(machine)})"
                          + ("; status, facts and kernels are checked all the same, latency "
                             "only where the noise let it be decided" if undecided else ""))
-    if not_measured:
-        all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
-    all_notes += benchmark_warnings(run_a, run_b)
-    overall = stats.geometric_mean_ratio(latencies) if run_b.target == "command" else None
-    if overall is not None:  # what compare.py users read first: the suite's overall change
-        mean, count = overall
-        all_notes.append(f"geometric mean of B/A over the {count} config(s) with a ratio: "
-                         f"{mean:.3f}x ({mean - 1:+.1%})")
-    all_notes += rank_notes("A", run_a) + rank_notes("B", run_b) + clock_notes(run_a, run_b)
-    return Result(
-        a=side_of(run_a),
-        b=side_of(run_b),
-        expect=expect,
-        configs=configs,
-        summary=summary,
-        suite=run_b.suite or run_a.suite,
-        target=run_b.target or run_a.target,
-        only_in_a=[c.id for c in run_a.configs if c.id not in ids_b],
-        only_in_b=[c.id for c in run_b.configs if run_a.config(c.id) is None],
-        notes=all_notes,
-    )
+    return all_notes
