@@ -131,7 +131,6 @@ def _report_to_stderr() -> None:
     if not any(isinstance(h, _Stderr) for h in logger.handlers):
         logger.addHandler(_Stderr())
     logger.setLevel(logging.INFO)
-    logger.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:
