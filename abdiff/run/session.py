@@ -180,7 +180,9 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
 def side_folders(bench: Bench, side: SideSpec) -> SideFolders:
     """The side's kept HOME, TMPDIR, tool caches and build folder: its commit and
     kernel-selecting variables (store/sides.py), made before its first worker."""
-    folders = SideFolders.of(bench.cache_dir, side.sha, kernel_selecting_environment(os.environ))
+    # a working tree is one repository's, not a commit every clone shares
+    identity = f"{side.sha}:{bench.cache.repo_root}" if side.sha == "WORKTREE" else side.sha
+    folders = SideFolders.of(bench.cache_dir, identity, kernel_selecting_environment(os.environ))
     folders.make()
     return folders
 
