@@ -951,3 +951,25 @@ def test_a_build_into_the_checkout_is_told_where_to_build(tmp_path: Path) -> Non
         in said
     control = run_abdiff(*common, "--sandbox", "off", env=git_env())
     assert control.returncode == 0, control.stdout + control.stderr
+
+
+def test_a_build_log_planted_as_a_link_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """The side's build folder is writable to its workers: one left `abdiff-build.log` as a
+    link to a file of the user's. The next build's log replaces the link; the user's file
+    keeps its text (the control: writing the log the way abdiff did before follows it)."""
+    from abdiff.targets.command.target import CommandOptions, build
+
+    checkout, folder, users = tmp_path / "checkout", tmp_path / "side-build", tmp_path / "rc"
+    checkout.mkdir()
+    folder.mkdir()
+    users.write_text("the user's own file\n")
+    log = folder / "abdiff-build.log"
+    log.symlink_to(users)
+    options = CommandOptions(command=["./bench"], build=["sh", "-c", "echo built"])
+    assert build(options, checkout, folder) is None
+    assert not log.is_symlink() and "built" in log.read_text()
+    assert users.read_text() == "the user's own file\n"
+    log.unlink()
+    log.symlink_to(users)
+    log.write_text("through the link")  # the control: what following the link does
+    assert users.read_text() == "through the link"

@@ -527,3 +527,29 @@ def test_the_trial_start_checks_that_a_job_can_narrow_its_sandbox(limit: int,
         check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == said
+
+
+WRITE_THROUGH = """
+import pathlib, sys
+pathlib.Path(sys.argv[1], "planted.txt").write_text("written by the benchmark")
+print("{}")
+"""
+
+
+@needs_namespaces
+def test_a_link_planted_at_a_writable_folder_is_refused_not_bound(
+        layout: dict[str, Path]) -> None:
+    """An earlier worker of the side replaced its side's folder by a link to a folder of the
+    user's: the next worker's sandbox would bind what the link names writable. guard.py
+    refuses to start it instead; the control, without a sandbox, writes through the link."""
+    build = layout["side"] / "build"
+    build.symlink_to(layout["outside"], target_is_directory=True)
+    confinement = sandbox.plan(layout["repo"], layout["git"], layout["repo"] / ".cache",
+                               layout["state"])
+    code, _, err = finish(confined(confinement, WRITE_THROUGH, str(build),
+                                   writable=(str(layout["round"]), str(build))))
+    assert code == 126 and "cannot sandbox the worker" in err
+    assert not (layout["outside"] / "planted.txt").exists()
+    control = subprocess.run([sys.executable, "-c", WRITE_THROUGH, str(build)],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert control.returncode == 0 and (layout["outside"] / "planted.txt").exists()
