@@ -146,7 +146,7 @@ def test_other_machine_is_refused_unless_allowed(demo: Path, tmp_path: Path) -> 
     folder, cache = tmp_path / "baselines", tmp_path / "cache"
     common = ("--configs", suite, "--repo", demo, "--cache-dir", cache, "--baselines-dir", folder)
     assert run_abdiff("baseline", "refresh", "b", "--rev", "pr", *AHEAD, "--rounds", 1,
-                      *common).returncode == 0
+                      "--sessions", 1, *common).returncode == 0
     data = json.loads((folder / "b.json").read_text())
     data["env"].update(torch="1.0.0", cpu_model="Some Other CPU")
     (folder / "b.json").write_text(json.dumps(data))
