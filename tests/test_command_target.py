@@ -439,12 +439,13 @@ def test_a_round_isolates_the_dying_benchmark(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gbench_end_to_end(tmp_path: Path) -> None:
     """`abdiff main..pr --configs suite.yaml --target command`: the longer spin loop is
-    slower on both of its configs, the sleep is not, the broken benchmark still fails."""
+    slower on both of its configs, the sleep is not, the broken benchmark still fails.
+    8 rounds: 6 pairs have 64 sign patterns, too few for the 1% family level."""
     repo = bench_repo(tmp_path / "repo", GBENCH_PY, 20, 40, gbench_suite())
     out = tmp_path / "result.json"
     done = run_abdiff("main..pr", "--configs", tmp_path / "suite.yaml", "--target", "command",
-                      "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "6",
-                      "--max-rounds", "6", "--json", out, "--quiet", env=git_env())
+                      "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "8",
+                      "--max-rounds", "8", "--json", out, "--quiet", env=git_env())
     assert done.returncode == 1, done.stdout + done.stderr  # an unintended slowdown
     result = json.loads(out.read_text())
     configs = {c["id"]: c for c in result["configs"]}
@@ -457,7 +458,7 @@ def test_gbench_end_to_end(tmp_path: Path) -> None:
     run_a = json.loads(next((tmp_path / "cache" / "runs").glob("*/a.json")).read_text())
     assert run_a["target"] == "command" and run_a["env"]["target_package"] == "abdiff 0.1.0"
     assert run_a["env"]["benchmark_context"]["library_version"] == "v1.9.1"
-    assert len(run_a["configs"][0]["rounds"]) == 6  # one benchmark process per round
+    assert len(run_a["configs"][0]["rounds"]) == 8  # one benchmark process per round
     assert len(run_a["configs"][0]["rounds"][0]["latency_us"]) == 5  # run_times repetitions
 
 
@@ -470,8 +471,8 @@ def test_nvbench_end_to_end_with_expect(tmp_path: Path) -> None:
     repo = bench_repo(tmp_path / "repo", NVBENCH_PY, 20, 60, suite)
     out = tmp_path / "result.json"
     done = run_abdiff("main..pr", "--configs", tmp_path / "suite.yaml", "--target", "command",
-                      "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "6",
-                      "--max-rounds", "6", "--json", out, "--quiet", "--expect",
+                      "--repo", repo, "--cache-dir", tmp_path / "cache", "--rounds", "8",
+                      "--max-rounds", "8", "--json", out, "--quiet", "--expect",
                       "benchmark=reduce", env=git_env())
     assert done.returncode == 0, done.stdout + done.stderr
     configs = {c["id"]: c for c in json.loads(out.read_text())["configs"]}
