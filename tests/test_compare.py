@@ -85,3 +85,19 @@ def test_interleaved_rounds_are_paired_and_a_stored_baseline_is_not() -> None:
     b.sessions = {"s2": {}}  # measured in another session: not interleaved with A
     latency = compare_runs(a, b, {}).configs[0].latency
     assert "paired" not in latency.method and latency.verdict == "slower"
+
+
+def test_a_large_change_too_few_pairs_to_flag_says_more_rounds_decide_it() -> None:
+    """6 pairs give 64 sign patterns: no change, however large, reaches the 1% level. The
+    row says so, and what decides it, not that the machine is too noisy."""
+    def run(rev: str, scale: float) -> RunFile:
+        rounds = [RoundRecord("ok", latency_us=[scale * (100.0 + (3 * r) % 5)], round=r)
+                  for r in range(6)]
+        return RunFile(rev, rev * 20, "reference", "s", {"device": "cpu"},
+                       [ConfigRuns("c", {}, rounds)])
+
+    result = compare_runs(run("a", 1.0), run("b", 2.0), {})
+    latency = result.configs[0].latency
+    assert latency.verdict == "inconclusive" and latency.ci is not None and latency.ci[0] > 1.5
+    assert "6 pairs have too few sign patterns" in (latency.note or "")
+    assert "quieter machine" not in (latency.note or "")

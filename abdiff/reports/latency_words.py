@@ -68,6 +68,11 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
     rounds, resolves = min(s.rounds_a, s.rounds_b), s.resolves
     if s.verdict == "inconclusive" and s.threshold is None:
         notes.append(f"needs at least {stats.MIN_ROUNDS} rounds per side (--rounds)")
+    elif s.verdict == "inconclusive" and s.paired and not s.flags and s.look_rounds:
+        # the look's sign patterns, not the noise, left it open: more rounds decide it
+        notes.append(f"{s.look_rounds} pairs have too few sign patterns to flag a change at "
+                     "this level, however large: more rounds per side (--rounds, "
+                     "--max-rounds) decide it")
     elif s.verdict == "inconclusive" and resolves is None:
         notes.append("too few rounds for this level: run with more --rounds")
     elif resolves is None:
