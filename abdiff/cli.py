@@ -133,6 +133,17 @@ def _report_to_stderr() -> None:
     logger.setLevel(logging.INFO)
 
 
+def _error(exc: BaseException) -> None:
+    """`abdiff: error: ...`: one line in a pipe or a log (a script greps it whole), wrapped
+    to the terminal's width where a person reads it."""
+    text = f"abdiff: error: {printable(one_line(exc))}"
+    if sys.stderr.isatty():
+        from abdiff.reports.table import fit, terminal_width
+
+        text = fit(text, terminal_width())
+    print(text, file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     _report_to_stderr()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer, exit
@@ -157,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "or `abdiff --help` for the subcommands")
             return int(args.run(args))
     except (InputError, InfrastructureError) as exc:
-        print(f"abdiff: error: {printable(one_line(exc))}", file=sys.stderr)
+        _error(exc)
         return exc.exit_code
     except BrokenPipeError:
         # the reader went away (`abdiff ... | head`): nothing more to say, to anyone
@@ -166,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # a full disk, a read-only or vanished folder: the tool could not run. Never the
         # exit 1 of an uncaught exception, which would read as "unintended change".
-        print(f"abdiff: error: {printable(one_line(exc))}", file=sys.stderr)
+        _error(exc)
         return InfrastructureError.exit_code
     except InternalError as exc:
         print(f"abdiff: internal error: {printable(one_line(exc))} (traceback in "

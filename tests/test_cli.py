@@ -3,11 +3,14 @@ abdiff` without the `bench` extra, as the trusted PR-comment job installs it).""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "baselines" / "reference-cpu.json"
@@ -89,3 +92,24 @@ def test_a_noisy_comparison_prints_no_numpy_warning(tmp_path: Path) -> None:
     assert lines[-1].endswith("(exit 0: nothing changed outside the expected scope)")
     assert any(line.startswith("next: latency undecided for ") for line in lines[-4:-1]), \
         lines[-4:]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_an_error_wraps_on_a_terminal_and_stays_one_line_in_a_pipe(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from abdiff.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare"]) == 2
+    piped = capsys.readouterr().err.rstrip("\n")
+    assert "\n" not in piped and len(piped) > 80
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["compare"]) == 2
+    lines = terminal.getvalue().rstrip("\n").splitlines()
+    assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
+    assert " ".join(line.strip() for line in lines) == piped
