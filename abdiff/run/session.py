@@ -172,6 +172,7 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
         target_args=list(selection.target_args),
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
+        adapt_run_times=suite.adapt_run_times and target.iteration_counts != "fixed",
     )
     return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
                  devices)
