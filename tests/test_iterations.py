@@ -39,9 +39,14 @@ def test_n_star_is_clamped_to_the_floor_and_the_ceiling() -> None:
     assert iterations_per_round(processes_differ, cost, 20) == FLOOR
     assert iterations_per_round(processes_differ, cost, 3) == 3  # never above the suite's
     iterations_differ = VarianceSplit(within=1e-2, between=1e-9, rounds=10)
-    assert iterations_per_round(iterations_differ, cost, 20) == CEILING_FACTOR * 20
+    cheap = RoundCost(process_s=1.0, iteration_s=0.001)  # GPU-like: replays cost little
+    assert iterations_per_round(iterations_differ, cheap, 20) == CEILING_FACTOR * 20
     no_between = VarianceSplit(within=1e-2, between=0.0, rounds=10)
-    assert iterations_per_round(no_between, cost, 20) == CEILING_FACTOR * 20
+    assert iterations_per_round(no_between, cheap, 20) == CEILING_FACTOR * 20
+    # never more iterations than cost what the process costs (CPU-like: 50 here), and
+    # where even the suite's count costs more, the suite's count
+    assert iterations_per_round(no_between, RoundCost(0.1, 0.002), 20) == 50
+    assert iterations_per_round(no_between, cost, 20) == 20
 
 
 def simulated_rounds(rng: np.random.Generator, between_sd: float, within_sd: float,
