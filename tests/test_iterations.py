@@ -3,6 +3,7 @@ it makes cheapest (cost-optimal two-stage sampling)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -20,7 +21,14 @@ from abdiff.run.iterations import (
     shared_cost,
     variance_split,
 )
-from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, SideTime
+from abdiff.store.records import (
+    ConfigRuns,
+    RoundRecord,
+    RunFile,
+    SideTime,
+    dump_json,
+    parse_run_file,
+)
 from abdiff.verdict.compare import iterations_notes
 
 
@@ -117,6 +125,9 @@ def test_the_plan_pools_both_sides_and_prices_a_round() -> None:
     assert run_times_of(plan, "cpu", 5, 20) == FLOOR
     assert run_times_of(plan, "other", 7, 20) == 20
     assert run_times_of(None, "cpu", 7, 20) == 20
+    # kept in the run file as planned (validated on reading: docs/schemas/run.json)
+    sides[0].iterations = plan
+    assert parse_run_file(json.loads(dump_json(sides[0].to_json())), "a.json").iterations == plan
     note = iterations_notes(plan)
     assert len(note) == 1 and note[0].startswith(
         "timed iterations per round from round 6 on, as the rounds before showed cheapest: "
