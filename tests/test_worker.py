@@ -10,6 +10,9 @@ worker of the round. Also the stopping rule itself, on synthetic sequences.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +26,7 @@ from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.reference.target import ReferenceTarget
 from abdiff.targets.reference.worker import shuffled
-from abdiff.worker.measure import WarmupRule, settled, warm_up
+from abdiff.worker.measure import GPU_DRIVER_NODES, WarmupRule, settled, warm_up
 
 FACTS = ["attn_metadata.max_total_draft_tokens"]
 
@@ -181,3 +184,13 @@ def test_a_worker_that_dies_leaves_its_timed_configs_capture_to_the_next(
     # no config was left to time: worker 1 only captures
     assert second["configs"] == [] and [c["id"] for c in second["capture_only"]] == [good]
     assert [o["worker"] for o in orders] == [0]
+
+
+@pytest.mark.skipif(any(os.path.exists(node) for node in GPU_DRIVER_NODES),
+                    reason="this host has a GPU driver: `auto` must ask torch")
+def test_auto_on_a_host_without_a_gpu_driver_is_the_cpu_without_importing_torch() -> None:
+    probe = ("import sys; from abdiff.worker.measure import resolve_device; "
+             "print(resolve_device('auto'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["cpu", "False"]

@@ -943,12 +943,15 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
            alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
     """True when `max_rounds` per side could not plausibly decide.
 
-    Judged at the threshold, not at the estimate: the standard error is projected to
-    `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q approximated by the
-    normal quantile with Bonferroni over `configs`; more rounds are futile when a change
-    of exactly min_effect would then be flagged with chance below FUTILITY_POWER (and so
-    no interval could fit inside +-min_effect either). Before half of `max_rounds`
-    nothing is futile (a few rounds' spread says little).
+    Judged at the threshold, or at the estimate where that is larger: the standard error
+    is projected to `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q
+    approximated by the normal quantile with Bonferroni over `configs`; more rounds are
+    futile when a change of exactly min_effect would then be flagged with chance below
+    FUTILITY_POWER (and so no interval could fit inside +-min_effect either), and so
+    would a change as large as the one estimated: a config whose every B round sits 15%
+    below every A round is not stopped because a 2% change would go unseen. Stopping
+    never flags, so the rule spends no level. Before half of `max_rounds` nothing is
+    futile (a few rounds' spread says little).
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
@@ -957,4 +960,7 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
         return False
     se = result.se * math.sqrt(rounds / max_rounds)
     q = final_threshold(alpha, configs)
-    return float(sps.norm.sf(q - math.log1p(min_effect) / se)) < FUTILITY_POWER
+    effect = math.log1p(min_effect)
+    if result.ratio is not None and result.ratio > 0:
+        effect = max(effect, abs(math.log(result.ratio)))
+    return float(sps.norm.sf(q - effect / se)) < FUTILITY_POWER
