@@ -24,8 +24,9 @@ from abdiff.launchers import forkserver
 from abdiff.launchers.forkserver import ForkServer, ForkServers
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
-from abdiff.launchers.warm import prime, standing_by
+from abdiff.launchers.warm import pooled, prime
 
 REPORT = """
 import json, os, sys, time
@@ -55,7 +56,7 @@ def job(folder: Path, *args: str, env: dict[str, str] | None = None) -> LaunchSp
 
 def run(server: ForkServer, spec: LaunchSpec, log: Path, timeout_s: float = 60
         ) -> ProcessOutcome:
-    return run_process(spec, log, log / "progress", timeout_s, standby=server)
+    return run_process(spec, log, log / "progress", timeout_s, runtime=Runtime(pool=server))
 
 
 def report(log: Path) -> dict:
@@ -163,17 +164,18 @@ def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: P
 @pytest.mark.slow
 def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: Path) -> None:
     launcher = LocalLauncher()
-    prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
-    pool = launcher.standby
+    launcher.runtime = Runtime()
+    prime(launcher, "fork", tmp_path / "standby", ENV)
+    pool = launcher.pool
     assert isinstance(pool, ForkServers) and len(pool.waiting) == 1
     primed = pool.waiting[0]
     assert primed.server is not None
-    with standing_by(launcher, "fork", tmp_path / "unused", None, None) as taken:
+    with pooled(launcher, "fork", tmp_path / "unused") as taken:
         assert taken is pool
         folder = checkout(tmp_path, "a")
         assert run(pool, job(folder, "run", "0"), tmp_path / "w0").returncode == 0
         assert pool.by_checkout == {folder: primed}  # the first checkout took the primed one
-    assert launcher.standby is None and primed.server is None
+    assert launcher.pool is None and primed.server is None
     assert not any((tmp_path / "standby").iterdir())
 
 

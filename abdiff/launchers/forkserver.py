@@ -30,9 +30,9 @@ from typing import Any
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
-from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.reports.printable import printable
 from abdiff.store.sides import WorkerFolders
@@ -132,11 +132,11 @@ class ForkServer:
 
     words = "forked from a warm process"  # how the run's summary names these workers
 
-    def __init__(self, folder: Path, pass_env: list[str] | None = None,
-                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+    def __init__(self, folder: Path, runtime: Runtime | None = None,
+                 own_folder: bool = False) -> None:
         self.folder = Path(folder)
-        self.pass_env = pass_env
-        self.max_memory_bytes = max_memory_bytes
+        # the sandbox, limits and leftovers it starts its server with (none: no sandbox)
+        self.runtime = runtime or Runtime()
         self.own_folder = own_folder  # made for this server alone (`prime`): removed with it
         self.server: StartedProcess[subprocess.Popen[bytes]] | None = None
         self.server_env: dict[str, str] = {}
@@ -157,8 +157,8 @@ class ForkServer:
             spec = LaunchSpec([sys.executable, "-P", "-m", SERVER_MODULE], self.folder,
                               dict(env))
             self.server = start_process(spec, subprocess.PIPE, self.folder / "server.stderr.txt",
-                                        self.pass_env, self.max_memory_bytes,
-                                        stdin=subprocess.PIPE, ahead=True)
+                                        self.runtime.pass_env, self.runtime.max_memory_bytes,
+                                        stdin=subprocess.PIPE, ahead=True, runtime=self.runtime)
             self.server_env = dict(env)
 
     def take(self, spec: LaunchSpec, stdout: Path,
@@ -174,9 +174,10 @@ class ForkServer:
             prefix="abdiff-home-", ignore_cleanup_errors=True)
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
                "stderr": str(stderr), "cpus": list(spec.cpus),
-               "env": worker_environment(spec.env, self.pass_env,
+               "env": worker_environment(spec.env, self.runtime.pass_env,
                                          Path(home.name) if home else None, spec.folders),
-               "confine": sandbox.narrowing(spec.folders.writable() if spec.folders else ())}
+               "confine": self.runtime.sandbox.narrowing(
+                   spec.folders.writable() if spec.folders else ())}
         pid = None
         try:  # unbuffered: nothing is left to flush (and fail) when it is closed
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
@@ -206,7 +207,8 @@ class ForkServer:
         self.preimport_sent = modules
         message: dict[str, object] = {"preimport": {
             "cwd": str(cwd), "modules": list(modules),
-            "confine": sandbox.narrowing(folders.writable()) if folders and modules else None,
+            "confine": self.runtime.sandbox.narrowing(folders.writable())
+            if folders and modules else None,
             "env": folders.side.environment() if folders and modules else {}}}
         try:
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
@@ -330,11 +332,12 @@ class ForkServers:
 
     words = ForkServer.words
 
-    def __init__(self, folder: Path, pass_env: list[str] | None = None,
-                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+    def __init__(self, folder: Path, runtime: Runtime | None = None,
+                 own_folder: bool = False) -> None:
         self.folder = Path(folder)
         self.own_folder = own_folder  # made for these servers alone (`prime`): removed with them
-        self.make = lambda n: ForkServer(self.folder / f"server{n}", pass_env, max_memory_bytes)
+        self.runtime = runtime or Runtime()
+        self.make = lambda n: ForkServer(self.folder / f"server{n}", self.runtime)
         self.waiting: list[ForkServer] = []  # started ahead of knowing their checkouts
         self.by_checkout: dict[Path, ForkServer] = {}
 

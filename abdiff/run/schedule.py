@@ -20,10 +20,10 @@ stderr, `--resume` or not: stored rounds are never trusted unverified.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime
 import hashlib
 import json
+import logging
 import os
 import platform
 import random
@@ -41,8 +41,7 @@ from pathlib import Path
 from abdiff.errors import InfrastructureError
 from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import end_orphans
-from abdiff.launchers.warm import standing_by
+from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
 from abdiff.run.progress import Progress
 from abdiff.run.rounds import RoundSettings, order_seed, run_round
@@ -67,6 +66,8 @@ from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
+
+log = logging.getLogger(__name__)
 
 FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
 # What a session records of the benchmark's machine, from the worker's env event: enough to
@@ -423,10 +424,10 @@ def run_slots(
             # nothing the benchmark left running may rewrite what is saved, or run beside
             # the other side's workers (a lane's pool sweeps only its own sandbox; the
             # orphans of all lanes are ended after each wave, run_wave)
-            if launcher.standby is not None:
-                launcher.standby.sweep()
+            if launcher.pool is not None:
+                launcher.pool.sweep()
             if spread is None:
-                end_orphans()
+                launcher.end_leftovers()
 
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
@@ -445,8 +446,8 @@ def run_slots(
             measurement.processes += output.processes
             measurement.time[side] = added(measurement.time.get(side, SideTime()),
                                            output.time)
-            preimported = launcher.standby.preimported(side_run.checkout) \
-                if launcher.standby is not None else None
+            preimported = launcher.pool.preimported(side_run.checkout) \
+                if launcher.pool is not None else None
             if preimported and side_run.run.env.get("preimport") != preimported:
                 side_run.run.env["preimport"] = preimported
             if output.env and not side_run.run.env.get("device"):
@@ -503,7 +504,8 @@ def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, in
     except BaseException:
         spread.stop.set()  # abdiff is stopping: what the lanes record now is not kept
         raise
-    end_orphans()
+    for lane, _ in work[:1]:  # the lanes share one runtime's leftovers
+        lane.launcher.end_leftovers()
     if failures:
         raise failures[0]
     measurement.save(complete=False)
@@ -568,12 +570,11 @@ def measure(
             lanes = [Lane(launcher, device) for device in devices] if devices \
                 else [Lane(launcher)]
             for lane in lanes[1:]:
-                lane.launcher = copy.copy(launcher)  # a warm pool of its own (standing_by)
-                lane.launcher.standby = None
-            pools = [stack.enter_context(standing_by(
+                lane.launcher = launcher.for_lane()  # a warm pool of its own (pooled)
+            pools = [stack.enter_context(pooled(
                 lane.launcher, settings.worker_start,
-                measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
-                settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
+                measurement.state_dir / ("pool" if n == 0 else f"pool{n}")))
+                for n, lane in enumerate(lanes)]
             env = target.worker_env()
             # what a server that imports a side's code ahead may write: that side's folders
             # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
@@ -632,11 +633,10 @@ def measure(
                     measurement.warm_starts += pool.taken
                     measurement.warm_words = pool.words
                     if pool.failure:  # said once the rounds are in: it cost time, not data
-                        print(f"abdiff: {pool.failure}; the workers after it started cold",
-                              file=sys.stderr, flush=True)
+                        log.warning(f"{pool.failure}; the workers after it started cold")
     finally:
         progress.close()
-    end_orphans()
+    launcher.end_leftovers()
     measurement.save(complete=True)
     return measurement
 
