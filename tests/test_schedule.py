@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
+from abdiff.errors import InputError
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
     Measurement,
@@ -21,7 +22,6 @@ from abdiff.run.schedule import (
     empty_run,
     schedule,
 )
-from abdiff.errors import InputError
 from abdiff.store.records import RoundRecord, load_run_file, write_run_file
 from abdiff.suites import Config
 from abdiff.verdict.sequential import Looks
