@@ -47,6 +47,7 @@ from abdiff.run.progress import latest_started
 from abdiff.run.schedule import write_state
 from abdiff.store import records
 from abdiff.store.records import load_run_file
+from abdiff.verdict.policy import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 CI_SCRIPT = ROOT / "ci" / "abdiff-ci.sh"
@@ -286,7 +287,8 @@ def green_result(sha_a: str, sha_b: str) -> dict:
             latency=records.LatencyResult("unchanged", ratio=1.0, ci=[0.99, 1.01],
                                           rounds_a=5, rounds_b=5),
             in_scope=False, verdict="unchanged")],
-        summary={"unchanged": 1, "configs": 1, "measured": 1, "exit_code": 0},
+        summary={**dict.fromkeys(VERDICTS, 0), "unchanged": 1, "configs": 1, "measured": 1,
+                 "exit_code": 0},
         suite="s", target="reference").to_json()
 
 
