@@ -196,14 +196,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"abdiff: {what}; measured rounds are kept (re-run the same command to "
               "continue)", file=sys.stderr)
         return exc.exit_code if isinstance(exc, Interrupted) else 130
-    finally:
-        # whatever the benchmark left running ends with the command (launchers/process.py),
-        # and workers a later call of main starts are sandboxed only if it says so;
-        # loaded only by a command that started benchmark processes
-        process = sys.modules.get("abdiff.launchers.process")
-        if process is not None:
-            process.end_leftovers()
-            process.sandbox.release()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Calibration of verdicts v4 (issues 47 and 42, item 3): the rule as shipped
+"""Calibration of verdicts v4 (no regression hidden, robust to odd processes): the rule as shipped
 (abdiff.verdict.stats) beside verdicts v3 (loaded from git, commit V3_COMMIT, not copied)
 on the same rounds.
 
@@ -8,7 +8,7 @@ Student-t with 3 df) and a machine state hitting both sides (two levels 3% apart
 switching), as `h200-like` of lab/verdicts.py, and:
 
 - `two-level`: configs 0, 3, 6, 9 land per process on either of two levels 4% apart
-  (0.3% within a level), independently on each side: issue 47's A/A family with
+  (0.3% within a level), independently on each side: the A/A family with
   two-level configs.
 - `partial-30-8`: config 0 (0.3% noise, one level) runs 8% slower in a random 30% of B's
   processes (the mean +2.4%), the rest as `two-level`; `partial-30-6.7` (+2.0%),
@@ -16,7 +16,7 @@ switching), as `h200-like` of lab/verdicts.py, and:
 - `level-80`: config 0 on two levels 8% apart, A's processes on the slow one half the
   time, B's 80% (+2.4%); `level-75` (+2.0%).
 - `odd-process`: `h200-like` (configs 0 and 7 on two levels 4% apart) where 8% of the
-  worker processes (one per side and round, all its configs) run 25% slow: issue 42's
+  worker processes (one per side and round, all its configs) run 25% slow: the odd-process
   suites; its shifts move config 6 (0.82% noise, the median H200 config).
 - `adaptive-n` (issue 42, item 3): a round's statistic is the median of its own timed
   iterations (per-iteration noise Student-t 3 df, 1-8% by config), on a per-process

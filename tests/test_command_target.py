@@ -295,7 +295,7 @@ def test_configs_come_from_the_benchmark_or_the_suite(tmp_path: Path) -> None:
     target = target_class("command")()
     suite = parse_suite({"target": {"command": [sys.executable, "bench.py"]}}, "s", "s.yaml")
     assert target.configs(suite, tmp_path) == []  # each side lists its own, once prepared
-    configs = target.prepare(suite, tmp_path, tmp_path / "build").configs
+    configs = target.prepare(suite, tmp_path, tmp_path / "build", None).configs
     assert configs is not None
     assert [c.id for c in configs] == ["BM_spin/8", "BM_spin/32", "BM_sleep", "BM_broken"]
     assert configs[0].params == {"benchmark": "BM_spin/8", "family": "BM_spin",
@@ -335,7 +335,7 @@ def test_bad_command_blocks_are_one_clear_line(tmp_path: Path, block: object,
 def test_a_side_that_cannot_list_or_build_says_why(tmp_path: Path, block: object,
                                                    message: str) -> None:
     suite = parse_suite({"target": block}, "s", "s.yaml")
-    prepared = CommandTarget().prepare(suite, tmp_path, tmp_path / "build")
+    prepared = CommandTarget().prepare(suite, tmp_path, tmp_path / "build", None)
     assert prepared.configs is None and re.search(message, str(prepared.failure))
     assert "\n" not in str(prepared.failure)
 
@@ -958,6 +958,7 @@ def test_a_build_log_planted_as_a_link_is_replaced_not_written_through(tmp_path:
     """The side's build folder is writable to its workers: one left `abdiff-build.log` as a
     link to a file of the user's. The next build's log replaces the link; the user's file
     keeps its text (the control: writing the log the way abdiff did before follows it)."""
+    from abdiff.launchers.sandbox import NO_SANDBOX
     from abdiff.targets.command.target import CommandOptions, build
 
     checkout, folder, users = tmp_path / "checkout", tmp_path / "side-build", tmp_path / "rc"
@@ -967,7 +968,7 @@ def test_a_build_log_planted_as_a_link_is_replaced_not_written_through(tmp_path:
     log = folder / "abdiff-build.log"
     log.symlink_to(users)
     options = CommandOptions(command=["./bench"], build=["sh", "-c", "echo built"])
-    assert build(options, checkout, folder) is None
+    assert build(options, checkout, folder, NO_SANDBOX) is None
     assert not log.is_symlink() and "built" in log.read_text()
     assert users.read_text() == "the user's own file\n"
     log.unlink()

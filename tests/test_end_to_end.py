@@ -77,7 +77,7 @@ def test_pr_v1_changes_trtllm_unintentionally(demo: Path, tmp_path: Path) -> Non
             assert not config["facts_changed"] and not config["kernels_added"], cid
     # A and B ran their own checkouts' code: the same config recorded different facts
     run_a = load_run_file(next((tmp_path / "cache" / "runs").glob("*/a.json")))
-    assert run_a.sha == git(demo, "rev-parse", "main") and run_a.env["worker_start"] == "ahead"
+    assert run_a.sha == git(demo, "rev-parse", "main") and run_a.env["worker_start"] == "standby"
     # the user's repository is untouched
     assert before == (git(demo, "status", "--porcelain"), git(demo, "rev-parse", "HEAD"),
                       git(demo, "branch", "--list"))

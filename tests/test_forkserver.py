@@ -4,6 +4,7 @@ its exit, a timeout and a dead server are seen as with a process of abdiff's own
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,8 +24,9 @@ from abdiff.launchers import forkserver
 from abdiff.launchers.forkserver import ForkServer, ForkServers
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
-from abdiff.launchers.warm import prime, standing_by
+from abdiff.launchers.warm import pooled, prime
 
 REPORT = """
 import json, os, sys, time
@@ -54,7 +56,7 @@ def job(folder: Path, *args: str, env: dict[str, str] | None = None) -> LaunchSp
 
 def run(server: ForkServer, spec: LaunchSpec, log: Path, timeout_s: float = 60
         ) -> ProcessOutcome:
-    return run_process(spec, log, log / "progress", timeout_s, standby=server)
+    return run_process(spec, log, log / "progress", timeout_s, runtime=Runtime(pool=server))
 
 
 def report(log: Path) -> dict:
@@ -162,17 +164,18 @@ def test_a_server_with_a_thread_a_fork_does_not_stop_refuses_to_fork(tmp_path: P
 @pytest.mark.slow
 def test_a_primed_server_is_taken_over_and_ended_with_the_measurement(tmp_path: Path) -> None:
     launcher = LocalLauncher()
-    prime(launcher, "fork", tmp_path / "standby", ENV, None, None)
-    pool = launcher.standby
+    launcher.runtime = Runtime()
+    prime(launcher, "fork", tmp_path / "standby", ENV)
+    pool = launcher.pool
     assert isinstance(pool, ForkServers) and len(pool.waiting) == 1
     primed = pool.waiting[0]
     assert primed.server is not None
-    with standing_by(launcher, "fork", tmp_path / "unused", None, None) as taken:
+    with pooled(launcher, "fork", tmp_path / "unused") as taken:
         assert taken is pool
         folder = checkout(tmp_path, "a")
         assert run(pool, job(folder, "run", "0"), tmp_path / "w0").returncode == 0
         assert pool.by_checkout == {folder: primed}  # the first checkout took the primed one
-    assert launcher.standby is None and primed.server is None
+    assert launcher.pool is None and primed.server is None
     assert not any((tmp_path / "standby").iterdir())
 
 
@@ -351,3 +354,113 @@ def test_a_forked_worker_is_pinned_to_its_cpu_set(tmp_path: Path) -> None:
         pool.close()
     assert json.loads((tmp_path / "w0" / "stdout.txt").read_text()) == [allowed[0]]
     assert json.loads((tmp_path / "w1" / "stdout.txt").read_text()) == allowed
+
+
+FORGER = """
+import sys
+server = sys.modules["__main__"]  # the fork server: a preimport runs in it
+forge = open("forge").read()  # what to forge (read in the checkout, where it imports)
+told = server.tell
+
+
+def tell(message):
+    if "preimported" in message and forge == "modules":
+        message = {"preimported": ["forger\\x1b]0;owned\\x07"], "seconds": "fast"}
+    if "preimported" in message and forge == "failed":
+        message = {"preimported": [], "seconds": 0.5, "failed": "\\x1b]0;owned\\x07\\n::error::x"}
+    told(message)
+    if "pid" in message and forge == "exit":  # the worker it just forked has ended, it says
+        told({"exit": message["pid"], "returncode": 0})
+
+
+server.tell = tell
+"""
+
+
+def forging_checkout(tmp_path: Path, forge: str) -> Path:
+    """A checkout whose preimported module makes its fork server say what it did not do."""
+    folder = checkout(tmp_path, "a")
+    (folder / "forger.py").write_text(FORGER)
+    (folder / "forge").write_text(forge)
+    return folder
+
+
+def raw_server(folder: Path, *jobs: dict) -> subprocess.Popen[str]:
+    """The fork server with no abdiff reading it: the control's view of its pipe."""
+    server = subprocess.Popen([sys.executable, "-P", "-m", forkserver.SERVER_MODULE],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=folder.parent, env={**os.environ, **ENV})
+    assert server.stdin is not None
+    for message in ({"preimport": {"cwd": str(folder), "modules": ["forger"]}}, *jobs):
+        server.stdin.write(json.dumps(message) + "\n")
+    server.stdin.flush()
+    return server
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forge", ["modules", "failed"])
+def test_a_preimport_cannot_make_its_server_say_what_abdiff_prints(tmp_path: Path,
+                                                                    forge: str) -> None:
+    """The side's preimported code runs in the fork server and replaces what it says: the
+    control reads the forged answer off the server's pipe (escape sequences, a CI command,
+    seconds that are a word: before the check, abdiff printed the escapes and failed on
+    the seconds with a traceback); abdiff refuses an answer no server sends and says
+    whatever text it keeps without control characters or CI commands."""
+    a = forging_checkout(tmp_path, forge)
+    control = raw_server(a)
+    said, _ = control.communicate(timeout=120)
+    answer = json.loads(said.splitlines()[0])
+    assert "\x1b]0;owned\x07" in (answer["preimported"] + [answer.get("failed", "")])[0]
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pool.prepare([a], ENV, ("forger",))
+        words = pool.preimported(a)
+        assert words is not None and "\x1b" not in words and "\x07" not in words
+        assert "\n" not in words  # one line: no line of it is a CI command
+        if forge == "modules":
+            assert words.startswith("not imported ahead: the fork server stopped (it wrote a "
+                                    "message that is not one of the server's (modules abdiff "
+                                    "did not ask to import)")
+            assert run(pool, job(a, "run", "0"), tmp_path / "w0").returncode == 0
+            assert report(tmp_path / "w0")["ppid"] == os.getpid()  # started cold
+        else:
+            assert words == "not imported ahead: ]0;owned ::error::x (each worker imports it)"
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_a_forged_exit_of_a_running_worker_stops_the_run(tmp_path: Path) -> None:
+    """A server whose preimport says a worker ended the moment it was forked: abdiff would
+    take the round as over (exit 0) while the worker still runs into the next one. The
+    control reads the forged exit off the pipe while the worker runs; abdiff sees the
+    worker still there, stops the run (exit 3: the rounds before are kept) and kills it."""
+    a = forging_checkout(tmp_path, "exit")
+    (tmp_path / "c").mkdir()
+    control = raw_server(a, {"cwd": str(a), "argv": [sys.executable, "-m", "report_job",
+                                                      "sleep", "0"],
+                             "stdout": str(tmp_path / "c" / "out"),
+                             "stderr": str(tmp_path / "c" / "err"), "env": {**os.environ, **ENV}})
+    try:
+        assert control.stdout is not None
+        lines = [json.loads(control.stdout.readline()) for _ in range(3)]
+        assert lines[1:] == [{"pid": lines[1]["pid"]}, {"exit": lines[1]["pid"], "returncode": 0}]
+        assert process_running(lines[1]["pid"])  # it said the worker ended: it runs
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(lines[1]["pid"], signal.SIGKILL)
+        control.kill()
+        control.wait()
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pool.prepare([a], ENV, ("forger",))
+        with pytest.raises(InfrastructureError, match=r"^the fork server stopped \(it said "
+                           r"worker \d+ ended while it still ran; .*\): its round is lost"):
+            run(pool, job(a, "sleep", "0"), tmp_path / "w0")
+    finally:
+        pool.close()
+    worker = report(tmp_path / "w0")["pid"]
+    deadline = time.monotonic() + 10
+    while process_running(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_running(worker)

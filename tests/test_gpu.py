@@ -79,6 +79,7 @@ def test_a_preimport_that_creates_a_cuda_context_leaves_that_side_cold(tmp_path:
     preimport and ends instead of forking; that side's workers start cold."""
     from abdiff.launchers.forkserver import ForkServers
     from abdiff.launchers.process import run_process
+    from abdiff.launchers.runtime import Runtime
     from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 
     folder = tmp_path / "a"
@@ -91,7 +92,7 @@ def test_a_preimport_that_creates_a_cuda_context_leaves_that_side_cold(tmp_path:
         pool.prepare([folder], env, ("cudapkg",))
         spec = LaunchSpec([sys.executable, "-m", "job"], folder, env)
         outcome = run_process(spec, tmp_path / "w0", tmp_path / "w0" / "progress", 120,
-                              standby=pool)
+                              runtime=Runtime(pool=pool))
         assert outcome.returncode == 0
         assert int((tmp_path / "w0" / "stdout.txt").read_text()) == os.getpid()  # cold
         said = pool.preimported(folder)

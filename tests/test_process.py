@@ -78,13 +78,15 @@ LEAVER = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
 folder, mode = Path(sys.argv[1]), sys.argv[2]
+runtime = Runtime()  # what a measuring command holds open
 if mode != "none":
-    process.adopt_leftovers()
-# a process abdiff starts itself (the fork server, a worker standing by)
+    runtime.leftovers.adopt()
+# a process abdiff starts itself (the fork server, a standby worker)
 server = process.start_process(LaunchSpec(["sleep", "30"], folder), subprocess.DEVNULL,
-                               folder / "err.txt", None, None)
+                               folder / "err.txt", None, None, runtime=runtime)
 if os.fork() == 0:  # a worker that leaves a process behind (double fork, setsid) and exits
     os.setsid()
     if os.fork() == 0:
@@ -97,11 +99,12 @@ if os.fork() == 0:  # a worker that leaves a process behind (double fork, setsid
 os.wait()
 while not (folder / "pid").exists():
     time.sleep(0.01)
-# after a round (end_orphans), or when the command ends (end_leftovers, as cli.main does)
-killed = process.end_orphans() if mode == "round" else []
+# after a round (Leftovers.end), or when the command ends (Runtime.close, as the command's
+# `with prepare_bench(...)` does)
+killed = runtime.leftovers.end() if mode == "round" else []
 print(json.dumps({"killed": killed, "server_alive": server.proc.poll() is None}))
 server.close()
-process.end_leftovers()
+runtime.close()
 """
 
 

@@ -5,6 +5,7 @@ abdiff starts workers, and checks what it could do."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -256,12 +257,13 @@ def test_the_plan(tmp_path: Path) -> None:
     assert worker.writable == ("/r", "/s")
 
 
-def test_off_runs_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_off_runs_without_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """--sandbox off says once what it loses, and the run file records it (the words)."""
-    assert sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path) == \
-        f"none (--sandbox off: {sandbox.LOST_WITHOUT})"
-    assert sandbox.guard_options() == []
-    assert capsys.readouterr().err.count("abdiff: note: --sandbox off: ") == 1
+    with caplog.at_level(logging.INFO, logger="abdiff"):
+        off = sandbox.start("off", tmp_path, tmp_path, tmp_path, tmp_path)
+    assert off.words == f"none (--sandbox off: {sandbox.LOST_WITHOUT})"
+    assert off.options() == [] and off.options(ahead=True) == [] and off.narrowing(()) is None
+    assert caplog.text.count("note: --sandbox off: ") == 1
 
 
 # ---------------------------------------------------------------- where namespaces are refused
@@ -306,21 +308,23 @@ def test_the_trial_says_why_it_failed(tmp_path: Path) -> None:
     assert why == f"mount {missing}: No such file or directory"
     with pytest.raises(InfrastructureError):
         sandbox.start("on", tmp_path, tmp_path, tmp_path, missing)
-    sandbox.release()
 
 
 LEAVER = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 from abdiff.launchers import process, sandbox
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.store.sides import SideFolders, WorkerFolders
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state"):
     (folder / name).mkdir()
-process.adopt_leftovers()
-print(sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state"),
-      file=sys.stderr)
+runtime = Runtime()
+runtime.leftovers.adopt()
+runtime.sandbox = sandbox.start("on", folder / "repo", folder / "repo", folder / "cache",
+                                folder / "state")
+print(runtime.sandbox.words, file=sys.stderr)
 # a fork server whose worker leaves a process behind (double fork, setsid) and exits, and
 # a process that stays the server's child (as clone(CLONE_PARENT) from a worker makes one)
 SERVER = '''
@@ -346,17 +350,18 @@ folders = WorkerFolders(SideFolders.of(folder / "cache", "a" * 40, {}), marks)
 folders.side.make()
 server = process.start_process(LaunchSpec([sys.executable, "-c", SERVER, str(marks)], folder,
                                           folders=folders),
-                               subprocess.DEVNULL, folder / "err.txt", None, None)
+                               subprocess.DEVNULL, folder / "err.txt", None, None,
+                               runtime=runtime)
 while not (marks / "left").exists():
     time.sleep(0.01)
-killed = process.end_orphans()  # after the round
+killed = runtime.leftovers.end()  # after the round
 time.sleep(2.5)
 print(json.dumps({"killed": len(killed), "server_alive": server.proc.poll() is None,
                   "outlived": (marks / "outlived").exists()
                   or (marks / "sibling-outlived").exists(),
                   "adopted_by": (marks / "left").read_text()}))
 server.close()
-process.end_leftovers()
+runtime.close()
 """
 
 
@@ -375,15 +380,17 @@ def test_a_leftover_in_a_servers_sandbox_ends_after_the_round(tmp_path: Path) ->
 
 
 def test_ranks_srun_starts_are_not_abdiffs_to_sandbox(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]
+                                                      caplog: pytest.LogCaptureFixture
                                                       ) -> None:
     """srun's ranks start under slurmd: `auto` says so once and records it, `on` refuses."""
     elsewhere = SrunLauncher.ranks_start_elsewhere
-    assert sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere) == \
+    with caplog.at_level(logging.INFO, logger="abdiff"):
+        started = sandbox.start("auto", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere)
+    assert started.words == \
         "none (srun starts the ranks under slurmd, outside abdiff's process tree; " \
         f"{sandbox.LOST_WITHOUT})"
-    assert sandbox.guard_options() == []
-    assert capsys.readouterr().err.count("runs without a sandbox here (srun starts") == 1
+    assert started.options() == []
+    assert caplog.text.count("runs without a sandbox here (srun starts") == 1
     with pytest.raises(InfrastructureError, match=r"--sandbox on: .*slurmd.*cluster's means"):
         sandbox.start("on", tmp_path, tmp_path, tmp_path, tmp_path, elsewhere)
 
@@ -409,14 +416,17 @@ from pathlib import Path
 from abdiff.launchers import sandbox
 from abdiff.launchers.forkserver import ForkServer
 from abdiff.launchers.process import run_process
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.store.sides import SideFolders, WorkerFolders
 folder = Path(sys.argv[1])
 for name in ("repo", "cache", "state", "job"):
     (folder / name).mkdir()
 (folder / "job" / "hopper.py").write_text(sys.argv[2])
-sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state")
-server = ForkServer(folder / "server")
+runtime = Runtime(sandbox.start("on", folder / "repo", folder / "repo", folder / "cache",
+                                folder / "state"))
+server = ForkServer(folder / "server", runtime)
+runtime.pool = server
 # what a round's worker may write: its round's folder (where it leaves its mark)
 marks = folder / "cache" / "runs" / "r0"
 marks.mkdir()
@@ -424,7 +434,7 @@ folders = WorkerFolders(SideFolders.of(folder / "cache", "a" * 40, {}), marks)
 folders.side.make()
 spec = LaunchSpec([sys.executable, "-m", "hopper", str(marks)], folder / "job",
                   {"PYTHONPATH": str(ABDIFF_ROOT)}, folders=folders)
-outcome = run_process(spec, marks, marks / "progress", 60, standby=server)
+outcome = run_process(spec, marks, marks / "progress", 60, runtime=runtime)
 server.sweep()  # what abdiff does after the side's round
 time.sleep(3.5)
 print(json.dumps({"returncode": outcome.returncode, "outlived": (marks / "outlived").exists(),
@@ -463,12 +473,14 @@ import json, sys
 from pathlib import Path
 from abdiff.launchers import sandbox
 from abdiff.launchers.forkserver import ForkServers
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import ABDIFF_ROOT
 from abdiff.store.sides import SideFolders, WorkerFolders
 folder, narrowed = Path(sys.argv[1]), sys.argv[2] == "narrowed"
 for name in ("repo", "cache", "state", "b/pkg"):
     (folder / name).mkdir(parents=True)
-sandbox.start("on", folder / "repo", folder / "repo", folder / "cache", folder / "state")
+runtime = Runtime(sandbox.start("on", folder / "repo", folder / "repo", folder / "cache",
+                                folder / "state"))
 main_side = SideFolders.of(folder / "cache", "a" * 40, {})
 pr_side = SideFolders.of(folder / "cache", "b" * 40, {})
 main_side.make()
@@ -480,7 +492,7 @@ logs.mkdir(parents=True)
 target = main_side.caches / "deep_gemm" / "planted.cubin"
 (folder / "b" / "pkg" / "__init__.py").write_text(
     f"try:\n    open({str(target)!r}, 'w').write('x')\nexcept OSError:\n    pass\n")
-pool = ForkServers(folder / "servers")
+pool = ForkServers(folder / "servers", runtime)
 writes = {folder / "b": WorkerFolders(pr_side, logs)}
 pool.prepare([folder / "b"], {"PYTHONPATH": str(ABDIFF_ROOT)}, ("pkg",),
              writes if narrowed else None)

@@ -2,7 +2,12 @@
 resume, measured with the fake target."""
 
 import dataclasses
+import hashlib
+import json
 import random
+import subprocess
+import sys
+import time
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -10,6 +15,7 @@ from pathlib import Path
 import pytest
 from fake_target import CONFIGS, SETTINGS, FakeLauncher, fake_measurement
 
+from abdiff.errors import InputError
 from abdiff.run.iterations import FLOOR
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
@@ -172,6 +178,58 @@ def test_planted_rounds_are_not_continued(tmp_path: Path, capsys) -> None:
         assert again.sides["B"].run.configs[0].rounds == []
         assert "b.json: not the file abdiff wrote" in capsys.readouterr().err
         again.save(complete=False)
+
+
+SWAPPER = """
+import os, sys
+state, files = sys.argv[1], sys.argv[2:]
+target, i = os.path.join(state, "b.json"), 0
+while not os.path.exists(os.path.join(state, "stop")):
+    with open(files[i % 2], "rb") as source, open(target + ".swap", "wb") as swap:
+        swap.write(source.read())
+    os.replace(target + ".swap", target)  # b.json is always there, either one
+    i += 1
+"""
+
+
+def test_a_run_file_swapped_while_it_is_read_is_never_continued(tmp_path: Path) -> None:
+    """A process (of a benchmark run with --sandbox off) that swaps B's run file between
+    the one abdiff wrote and a forged one: where the hash is checked on one read and the
+    rounds parsed from another, the forged rounds get in between (the control, the way
+    Measurement.open read them before); the rounds parsed are those of the bytes hashed,
+    so a continued measurement keeps abdiff's round or measures B again, never the forged."""
+    state = tmp_path / "state"
+    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first.add("B", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
+    first.save(complete=False)
+    written = tmp_path / "written.json"
+    written.write_bytes((state / "b.json").read_bytes())
+    forged = load_run_file(written)
+    forged.configs[0].rounds = [RoundRecord("ok", latency_us=[1.0], round=0)]
+    write_run_file(tmp_path / "forged.json", forged)
+    recorded = json.loads((state / "state.json").read_text())["files"]["b.json"]
+
+    def hashed_then_read_again() -> bool:
+        """The control: whether one check-then-read took the forged rounds."""
+        try:
+            if hashlib.sha256((state / "b.json").read_bytes()).hexdigest() != recorded:
+                return False
+            return load_run_file(state / "b.json").configs[0].rounds[0].latency_us == [1.0]
+        except InputError:  # the read came between the write and the rename? never: atomic
+            return False
+
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(state), str(written),
+                                str(tmp_path / "forged.json")])
+    try:
+        deadline = time.monotonic() + 120
+        while not hashed_then_read_again():
+            assert time.monotonic() < deadline, "no swap landed between the two reads"
+        for _ in range(300):
+            again = Measurement.open(state, _one_config(tmp_path), resume=False, seed=6)
+            assert [r.latency_us for r in again.sides["B"].run.configs[0].rounds] in ([], [[9.0]])
+    finally:
+        (state / "stop").touch()
+        swapper.wait(timeout=30)
 
 
 def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ import pytest
 
 from abdiff.launchers.local import LocalLauncher
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.launchers.standby import StandbyPool
-from abdiff.launchers.warm import prime, standing_by
+from abdiff.launchers.warm import pooled, prime
 from abdiff.run.session import worker_start
 
 REPORT = """
@@ -41,7 +42,7 @@ def job(folder: Path, env: dict[str, str] | None = None) -> LaunchSpec:
 
 
 def run(pool: StandbyPool, spec: LaunchSpec, log: Path) -> ProcessOutcome:
-    return run_process(spec, log, log / "progress", 60, standby=pool)
+    return run_process(spec, log, log / "progress", 60, runtime=Runtime(pool=pool))
 
 
 def report(log: Path) -> dict:
@@ -108,28 +109,36 @@ def test_another_environment_is_not_handed_to_the_waiting_process(tmp_path: Path
 @pytest.mark.slow
 def test_a_primed_pool_serves_the_first_job_too(tmp_path: Path) -> None:
     launcher = LocalLauncher()
-    prime(launcher, "ahead", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
-    pool = launcher.standby
-    assert pool is not None and pool.waiting is not None and pool.started == 1
-    with standing_by(launcher, "ahead", tmp_path / "unused", None, None) as taken:
+    launcher.runtime = Runtime()
+    prime(launcher, "standby", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)})
+    pool = launcher.pool
+    assert isinstance(pool, StandbyPool) and pool.waiting is not None and pool.started == 1
+    with pooled(launcher, "standby", tmp_path / "unused") as taken:
         assert taken is pool
         assert run(pool, job(checkout(tmp_path, "a")), tmp_path / "w0").returncode == 0
         assert (pool.started, pool.taken) == (2, 1)
-    assert launcher.standby is None and pool.waiting is None
+    assert launcher.pool is None and pool.waiting is None
     assert not (tmp_path / "unused").exists() and not any((tmp_path / "standby").iterdir())
 
 
 def test_a_primed_pool_no_run_took_is_ended(tmp_path: Path) -> None:
+    """A run that stops before measuring (an error, Ctrl-C after the set-up): the command's
+    runtime ends the pool it primed, and its folder."""
     launcher = LocalLauncher()
-    prime(launcher, "ahead", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)}, None, None)
-    waiting = launcher.standby.waiting.proc
-    launcher.standby.close()  # what atexit does when the run stopped before measuring
+    with Runtime() as runtime:
+        launcher.runtime = runtime
+        prime(launcher, "standby", tmp_path / "standby", {"PYTHONPATH": str(ABDIFF_ROOT)})
+        assert isinstance(launcher.pool, StandbyPool) and launcher.pool.waiting is not None
+        waiting = launcher.pool.waiting.proc
     assert waiting.wait(timeout=30) is not None
-    launcher.standby = None
+    assert launcher.pool is None and not any((tmp_path / "standby").iterdir())
     # off, or a target whose workers' environment differs from job to job: nothing starts
-    prime(launcher, "cold", tmp_path / "off", {}, None, None)
-    prime(launcher, "ahead", tmp_path / "unknown", None, None, None)
-    assert launcher.standby is None
+    prime(launcher, "cold", tmp_path / "off", {})
+    prime(launcher, "standby", tmp_path / "unknown", None)
+    assert launcher.pool is None
+    launcher.runtime = None  # a process of abdiff's own (doctor's hello): no pool at all
+    prime(launcher, "standby", tmp_path / "none", {"PYTHONPATH": str(ABDIFF_ROOT)})
+    assert launcher.pool is None and not (tmp_path / "none").exists()
 
 
 def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> None:
@@ -140,6 +149,6 @@ def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> No
 
 
 @pytest.mark.parametrize(("choice", "mode"), [
-    ("auto", "fork"), ("fork", "fork"), ("on", "ahead"), ("off", "cold")])
+    ("auto", "fork"), ("fork", "fork"), ("on", "standby"), ("off", "cold")])
 def test_prestart_choice(choice: str, mode: str) -> None:
     assert worker_start(choice) == mode

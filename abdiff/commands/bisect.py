@@ -114,41 +114,41 @@ def run(args: argparse.Namespace) -> int:
     spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
-    bench = prepare_bench(selection, schedule, repo_root, checkouts=2)
-    if not bench.suite.configs:
-        raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
-                         "measures; list them in the suite's target.benchmarks")
-    expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
-                          [c.params for c in bench.suite.configs])
-    known = {c.id for c in bench.suite.configs}
-    unknown = [c for c in args.config if c not in known]
-    if unknown:
-        raise InputError(f"--config {unknown[0]!r} is not in suite {bench.suite.name!r} "
-                         f"(its configs: {', '.join(sorted(known))})"
-                         + did_you_mean(unknown[0], known))
-    path = first_parent_path(repo_root, spec_a, spec_b)
-    steps = StepRunner(schedule, statistics, bench, expect)
+    with prepare_bench(selection, schedule, repo_root, checkouts=2) as bench:
+        if not bench.suite.configs:
+            raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
+                             "measures; list them in the suite's target.benchmarks")
+        expect = expect_scope(selection.expect, bench.suite.expect, bench.suite.param_keys(),
+                              [c.params for c in bench.suite.configs])
+        known = {c.id for c in bench.suite.configs}
+        unknown = [c for c in args.config if c not in known]
+        if unknown:
+            raise InputError(f"--config {unknown[0]!r} is not in suite {bench.suite.name!r} "
+                             f"(its configs: {', '.join(sorted(known))})"
+                             + did_you_mean(unknown[0], known))
+        path = first_parent_path(repo_root, spec_a, spec_b)
+        steps = StepRunner(schedule, statistics, bench, expect)
 
-    say: Callable[[str], None] = (lambda text: None) if schedule.quiet else table.say
-    say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
-        f"measuring {spec_a.rev}..{spec_b.rev}")
-    ends = steps.compare(path[0], path[-1], args.config or None)
-    signatures = result_signatures(ends, args.config)
-    result = BisectResult(a=path[0], b=path[-1], configs=sorted(signatures))
-    if signatures:
-        _search_path(result, path, steps, signatures, say)
-    text = bisect_report.render(result, ends, output.format)
-    if output.format in ("table", "markdown"):  # a line a CI runner would obey
-        text = no_ci_commands(text)
-    if output.output:
-        write_atomic(output.output, text)
-    else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if output.json:
-        write_atomic(output.json, bisect_report.render(result, ends, "json"))
-    if output.html:
-        write_atomic(output.html, bisect_report.render(result, ends, "html"))
-    return result.exit_code
+        say: Callable[[str], None] = (lambda text: None) if schedule.quiet else table.say
+        say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
+            f"measuring {spec_a.rev}..{spec_b.rev}")
+        ends = steps.compare(path[0], path[-1], args.config or None)
+        signatures = result_signatures(ends, args.config)
+        result = BisectResult(a=path[0], b=path[-1], configs=sorted(signatures))
+        if signatures:
+            _search_path(result, path, steps, signatures, say)
+        text = bisect_report.render(result, ends, output.format)
+        if output.format in ("table", "markdown"):  # a line a CI runner would obey
+            text = no_ci_commands(text)
+        if output.output:
+            write_atomic(output.output, text)
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        if output.json:
+            write_atomic(output.json, bisect_report.render(result, ends, "json"))
+        if output.html:
+            write_atomic(output.html, bisect_report.render(result, ends, "html"))
+        return result.exit_code
 
 
 def _search_path(result: BisectResult, path: list[Commit], steps: StepRunner,

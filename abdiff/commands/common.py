@@ -114,7 +114,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prestart", choices=["auto", "fork", "on", "off"], default="auto",
                         help="how local workers skip Python's start and the torch import: "
                              "fork (each a fork of one process that imported torch once), on "
-                             "(the next one starts while the current one measures), off "
+                             "(standby: the next one starts while the current one measures), off "
                              "(every one cold); auto: fork (default auto)")
     parser.add_argument("--sandbox", choices=SANDBOX_MODES, default="auto",
                         help="run benchmark code in user, mount and pid namespaces of its own "

@@ -65,20 +65,20 @@ def run(args: argparse.Namespace) -> int:
     # a fork server per checkout measured in, started now: B only against a baseline, one
     # for an A/A (both sides in one checkout)
     checkouts = 1 if specs is None or specs[0].sha == specs[1].sha else 2
-    bench = prepare_bench(selection, schedule, repo_root, checkouts)
-    if baseline is not None:
-        name, rev_b = baseline
-        return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,
-                                       rev_b, args.range, partial(expect_of, selection.expect)),
-                      output)
-    assert specs is not None  # resolved above whenever there is no baseline
-    spec_a, spec_b = specs
-    notes = []
-    if spec_a.sha == spec_b.sha:
-        notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
-                     "every change reported is noise or flakiness")
-        say(f"abdiff: note: {notes[0]}")
-    bench, sides = side_runs(bench, {"A": spec_a, "B": spec_b})
-    expect = expect_of(selection.expect, bench.suite)
-    return finish(measure_and_compare(schedule, statistics, bench, sides, sides["A"].run,
-                                      expect, notes), output)
+    with prepare_bench(selection, schedule, repo_root, checkouts) as bench:
+        if baseline is not None:
+            name, rev_b = baseline
+            return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,
+                                           rev_b, args.range, partial(expect_of, selection.expect)),
+                          output)
+        assert specs is not None  # resolved above whenever there is no baseline
+        spec_a, spec_b = specs
+        notes = []
+        if spec_a.sha == spec_b.sha:
+            notes.append(f"A/A run: A and B are the same commit ({spec_a.sha[:10]}); "
+                         "every change reported is noise or flakiness")
+            say(f"abdiff: note: {notes[0]}")
+        bench, sides = side_runs(bench, {"A": spec_a, "B": spec_b})
+        expect = expect_of(selection.expect, bench.suite)
+        return finish(measure_and_compare(schedule, statistics, bench, sides, sides["A"].run,
+                                          expect, notes), output)

@@ -4,29 +4,36 @@ ranks."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from abdiff.errors import InputError
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.runtime import Runtime
 
 # --launcher NAME -> "module:class", imported only when chosen. A new launcher is one module
 # and one line here (docs/architecture.md).
-LAUNCHERS: dict[str, str] = {
+LAUNCHERS: Mapping[str, str] = MappingProxyType({
     "local": "abdiff.launchers.local:LocalLauncher",
     "mpirun": "abdiff.launchers.mpirun:MpirunLauncher",
     "srun": "abdiff.launchers.slurm:SrunLauncher",
     "torchrun": "abdiff.launchers.torchrun:TorchrunLauncher",
-}
+})
 
 
 def make_launcher(name: str, np: int | None = None, nodes: int | None = None,
-                  srun_container: str | None = None) -> Launcher:
+                  srun_container: str | None = None, runtime: Runtime | None = None
+                  ) -> Launcher:
     """The launcher for `--launcher NAME --np N --nodes M` (`srun_container`: the target's
-    default container name for srun)."""
+    default container name for srun), starting its processes in `runtime` (a measuring
+    command's; None: outside any sandbox)."""
     if name not in LAUNCHERS:
         raise InputError(f"--launcher {name!r} is unknown; choose {', '.join(LAUNCHERS)}")
     module, _, cls_name = LAUNCHERS[name].partition(":")
     cls: type[Launcher] = getattr(importlib.import_module(module), cls_name)
-    return cls.for_options(np or 1, nodes or 1, srun_container)
+    launcher = cls.for_options(np or 1, nodes or 1, srun_container)
+    launcher.runtime = runtime
+    return launcher
 
 
 # Each rank leaves a file (launchers may drop the stdout of ranks that exit at once).

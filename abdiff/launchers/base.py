@@ -8,6 +8,7 @@ Tests replace `run` to run a fake worker in their own process (tests/fake_target
 
 from __future__ import annotations
 
+import copy
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import ClassVar
 
 from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.process import ProcessOutcome, run_process
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
 
 
@@ -27,7 +29,9 @@ class Launcher(ABC):
     can_prestart: ClassVar[bool] = False  # workers may be started ahead of their job
     # where the benchmark's processes start, when not below abdiff (so not in its sandbox)
     ranks_start_elsewhere: ClassVar[str | None] = None
-    standby: WorkerPool | None = None  # set for a measurement by warm.standing_by
+    # what a measurement holds open (sandbox, leftovers, warm pool): its command's, given by
+    # make_launcher; None: a process of abdiff's own, outside any sandbox (doctor's hello)
+    runtime: Runtime | None = None
 
     @classmethod
     @abstractmethod
@@ -43,7 +47,24 @@ class Launcher(ABC):
             max_memory_bytes: int | None = None) -> ProcessOutcome:
         """Start the wrapped command and watch it to the end (see run_process)."""
         return run_process(spec, log_dir, progress_path, timeout_s, pass_env, max_memory_bytes,
-                           self.standby)
+                           self.runtime)
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        """The warm pool its runtime holds now (--prestart; launchers/warm.py), if any."""
+        return self.runtime.pool if self.runtime is not None else None
+
+    def end_leftovers(self) -> None:
+        """Between rounds: end what the benchmark left running (runtime.Leftovers.end)."""
+        if self.runtime is not None:
+            self.runtime.leftovers.end()
+
+    def for_lane(self) -> Launcher:
+        """This launcher for one more device of --devices: a warm pool of its own."""
+        lane = copy.copy(self)
+        if self.runtime is not None:
+            lane.runtime = self.runtime.lane()
+        return lane
 
     def launch_failure(self, stderr_text: str) -> str | None:
         """The launcher's own reason when the job never started (exit 3), else None."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import shutil
@@ -29,10 +30,11 @@ from typing import Any
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
-from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
+from abdiff.reports.printable import printable
 from abdiff.store.sides import WorkerFolders
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
@@ -50,6 +52,8 @@ class ForkedProcess:
         # its pid here, for signals to its process group; unknown (the server reaped it
         # already): -1, which no signal reaches (pool.signal_group)
         self.pid = pid if pid is not None else -1
+        stat = procfs.read_stat(self.pid) if pid is not None else None
+        self.start_ticks = stat.start_ticks if stat is not None else None
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -72,7 +76,54 @@ class ForkedProcess:
                 raise InfrastructureError(f"{self.server.failure} while worker {self.inner} ran; "
                                           "its round is lost, the rounds before it are kept "
                                           "(run the same command again to go on)")
+            if self.returncode is not None and self._still_running():
+                # the side's preimported code runs in the server and can write its messages
+                self.server._fail(f"it said worker {self.inner} ended while it still ran")
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                raise InfrastructureError(f"{self.server.failure}: its round is lost, the "
+                                          "rounds before it are kept (run the same command "
+                                          "again to go on)")
         return self.returncode
+
+    def _still_running(self) -> bool:
+        """Whether this worker still runs (not ended, not a zombie) although its server said
+        it ended: the server reaps a worker before it says so."""
+        stat = procfs.read_stat(self.pid) if self.start_ticks is not None else None
+        return (stat is not None and stat.start_ticks == self.start_ticks
+                and stat.rest[0] != "Z")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def message_problem(message: dict[str, Any], modules: tuple[str, ...] | None) -> str | None:
+    """What makes `message` other than one forkserver_process sends, None if nothing does.
+
+    The side's preimported code runs in the server and can write to its pipe: each kind must
+    have the fields and types the server's own have, a preimport can only have imported the
+    `modules` abdiff asked for (or none), and its seconds are a finite count. What a valid
+    message may still claim is checked elsewhere (a worker's exit: `ForkedProcess`).
+    """
+    if "pid" in message:
+        return None if _whole(message["pid"]) and message["pid"] > 0 else "a pid that is none"
+    if "exit" in message:
+        fine = _whole(message["exit"]) and _whole(message.get("returncode"))
+        return None if fine else "an exit without a pid and a return code"
+    if "preimported" in message:
+        seconds = message.get("seconds")
+        if modules is None or message["preimported"] not in ([], list(modules)):
+            return "modules abdiff did not ask to import"
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) \
+                or not 0 <= seconds < math.inf:
+            return "seconds that are not a duration"
+        return None if isinstance(message.get("failed", ""), str) else "a failure that is no text"
+    if "swept" in message:
+        return None if isinstance(message["swept"], bool) else "a sweep that is not yes or no"
+    if "error" in message:
+        return None if isinstance(message["error"], str) else "an error that is no text"
+    return "no kind the server sends"
 
 
 class ForkServer:
@@ -81,11 +132,11 @@ class ForkServer:
 
     words = "forked from a warm process"  # how the run's summary names these workers
 
-    def __init__(self, folder: Path, pass_env: list[str] | None = None,
-                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+    def __init__(self, folder: Path, runtime: Runtime | None = None,
+                 own_folder: bool = False) -> None:
         self.folder = Path(folder)
-        self.pass_env = pass_env
-        self.max_memory_bytes = max_memory_bytes
+        # the sandbox, limits and leftovers it starts its server with (none: no sandbox)
+        self.runtime = runtime or Runtime()
         self.own_folder = own_folder  # made for this server alone (`prime`): removed with it
         self.server: StartedProcess[subprocess.Popen[bytes]] | None = None
         self.server_env: dict[str, str] = {}
@@ -93,7 +144,7 @@ class ForkServer:
         self.pending = b""
         self.taken = 0
         self.failure: str | None = None  # why the server stopped: the run's summary says it
-        self.preimport_sent = False
+        self.preimport_sent: tuple[str, ...] | None = None  # the modules asked for
         self.answered = False  # the server's word on the preimport came
         # what the preimport did, in words, once the server said (the run file's env)
         self.preimported: str | None = None
@@ -106,8 +157,8 @@ class ForkServer:
             spec = LaunchSpec([sys.executable, "-P", "-m", SERVER_MODULE], self.folder,
                               dict(env))
             self.server = start_process(spec, subprocess.PIPE, self.folder / "server.stderr.txt",
-                                        self.pass_env, self.max_memory_bytes,
-                                        stdin=subprocess.PIPE, ahead=True)
+                                        self.runtime.pass_env, self.runtime.max_memory_bytes,
+                                        stdin=subprocess.PIPE, ahead=True, runtime=self.runtime)
             self.server_env = dict(env)
 
     def take(self, spec: LaunchSpec, stdout: Path,
@@ -123,9 +174,10 @@ class ForkServer:
             prefix="abdiff-home-", ignore_cleanup_errors=True)
         job = {"cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout),
                "stderr": str(stderr), "cpus": list(spec.cpus),
-               "env": worker_environment(spec.env, self.pass_env,
+               "env": worker_environment(spec.env, self.runtime.pass_env,
                                          Path(home.name) if home else None, spec.folders),
-               "confine": sandbox.narrowing(spec.folders.writable() if spec.folders else ())}
+               "confine": self.runtime.sandbox.narrowing(
+                   spec.folders.writable() if spec.folders else ())}
         pid = None
         try:  # unbuffered: nothing is left to flush (and fail) when it is closed
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
@@ -150,12 +202,13 @@ class ForkServer:
         `folders` (writable: that side's round folders and caches), with the side's HOME and
         caches in its environment."""
         server = self.server
-        if server is None or self.failure or self.preimport_sent:
+        if server is None or self.failure or self.preimport_sent is not None:
             return
-        self.preimport_sent = True
+        self.preimport_sent = modules
         message: dict[str, object] = {"preimport": {
             "cwd": str(cwd), "modules": list(modules),
-            "confine": sandbox.narrowing(folders.writable()) if folders and modules else None,
+            "confine": self.runtime.sandbox.narrowing(folders.writable())
+            if folders and modules else None,
             "env": folders.side.environment() if folders and modules else {}}}
         try:
             os.write(pipe(server.proc.stdin, server.proc.pid).fileno(),
@@ -166,7 +219,7 @@ class ForkServer:
     def wait_preimport(self) -> None:
         """Wait for the server's word on the preimport (it is ready to fork then)."""
         deadline = time.monotonic() + FORK_WAIT_S
-        while self.server is not None and self.preimport_sent and not self.answered \
+        while self.server is not None and self.preimport_sent is not None and not self.answered \
                 and not self.failure:
             if self._next_message(self.server.proc, deadline) is None and not self.answered:
                 self._fail("no word after the preimport")
@@ -243,11 +296,16 @@ class ForkServer:
         if not isinstance(message, dict):
             self._fail(f"it wrote something that is not a message: {line[:80]!r}")
             return None
+        problem = message_problem(message, self.preimport_sent)
+        if problem is not None:
+            self._fail(f"it wrote a message that is not one of the server's ({problem}): "
+                       f"{line[:80]!r}")
+            return None
         if "preimported" in message:
             self.answered = True
             if message.get("failed"):
-                self.preimported = (f"not imported ahead: {message['failed']} (each worker "
-                                    "imports it)")
+                self.preimported = (f"not imported ahead: {printable(message['failed'], False)}"
+                                    " (each worker imports it)")
             elif message["preimported"]:
                 self.preimported = (f"{', '.join(message['preimported'])} imported once in the "
                                     f"fork server ({message['seconds']:.1f} s)")
@@ -260,8 +318,9 @@ class ForkServer:
 
     def _fail(self, why: str) -> None:
         """Keep the first reason; the run goes on with cold starts."""
-        if not self.failure:
-            self.failure = f"the fork server stopped ({why}; its output is in {self.folder})"
+        if not self.failure:  # `why` may hold the server's words: the side's code wrote them
+            self.failure = printable(f"the fork server stopped ({why}; its output is in "
+                                     f"{self.folder})", lines=False)
 
 
 class ForkServers:
@@ -273,11 +332,12 @@ class ForkServers:
 
     words = ForkServer.words
 
-    def __init__(self, folder: Path, pass_env: list[str] | None = None,
-                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+    def __init__(self, folder: Path, runtime: Runtime | None = None,
+                 own_folder: bool = False) -> None:
         self.folder = Path(folder)
         self.own_folder = own_folder  # made for these servers alone (`prime`): removed with them
-        self.make = lambda n: ForkServer(self.folder / f"server{n}", pass_env, max_memory_bytes)
+        self.runtime = runtime or Runtime()
+        self.make = lambda n: ForkServer(self.folder / f"server{n}", self.runtime)
         self.waiting: list[ForkServer] = []  # started ahead of knowing their checkouts
         self.by_checkout: dict[Path, ForkServer] = {}
 
@@ -319,7 +379,7 @@ class ForkServers:
         server = self.by_checkout.get(cwd)
         if server is None:
             return None
-        if server.preimported is None and server.failure and server.preimport_sent:
+        if server.preimported is None and server.failure and server.preimport_sent is not None:
             return f"not imported ahead: {server.failure}; that side's workers started cold"
         return server.preimported
 

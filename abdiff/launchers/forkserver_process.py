@@ -133,6 +133,54 @@ def preimport(cwd: str, modules: list[str]) -> dict:
     return {"preimported": modules, "seconds": seconds}
 
 
+def take_preimport(request: dict) -> bool:
+    """Narrow the sandbox, import the request's modules and say what came of it; False when
+    this server must end (it cannot narrow, or cannot fork safely after the import)."""
+    modules = request["modules"]
+    confine = request.get("confine")
+    try:  # the side's code runs here from now on: its folders only
+        if confine:
+            narrow(Confinement.decode(confine))
+    except OSError as exc:
+        tell({"error": f"cannot narrow the sandbox before the preimport: "
+                       f"{exc.strerror or exc}"})
+        return False
+    os.environ.update(request.get("env") or {})
+    done = preimport(request["cwd"], modules)
+    unsafe = unsafe_to_fork()
+    if unsafe:
+        tell({"error": f"after importing {', '.join(modules)} from the checkout "
+                       f"ahead (the target's preimport): {unsafe}; forking is "
+                       "unsafe"})
+        return False
+    tell(done)
+    return True
+
+
+def fork_job(job: dict, wake: tuple[int, int]) -> bool:
+    """Fork the job's worker; True in the worker (which becomes the job), False in the
+    server once it has said the worker's pid."""
+    server = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in wake:
+            os.close(fd)
+        os.setpgid(0, 0)
+        if not arm_parent_death(server):
+            os._exit(1)
+        if job.get("cpus"):  # --devices: this worker's CPU set
+            os.sched_setaffinity(0, job["cpus"])
+        return True
+    # set here too, so that a kill of the group cannot come before the child's own call
+    # (it fails where the child has already ended and was reaped above)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.setpgid(pid, pid)
+    tell({"pid": pid})
+    return False
+
+
 def serve() -> dict | None:
     """Fork per job until stdin ends. Returns the job in a forked worker, None in the
     server when it is done."""
@@ -163,45 +211,11 @@ def serve() -> dict | None:
             message = json.loads(line)
             if message.get("sweep"):
                 sweep()
-                continue
-            if "preimport" in message:
-                modules = message["preimport"]["modules"]
-                confine = message["preimport"].get("confine")
-                try:  # the side's code runs here from now on: its folders only
-                    if confine:
-                        narrow(Confinement.decode(confine))
-                except OSError as exc:
-                    tell({"error": f"cannot narrow the sandbox before the preimport: "
-                                   f"{exc.strerror or exc}"})
+            elif "preimport" in message:
+                if not take_preimport(message["preimport"]):
                     return None
-                os.environ.update(message["preimport"].get("env") or {})
-                done = preimport(message["preimport"]["cwd"], modules)
-                unsafe = unsafe_to_fork()
-                if unsafe:
-                    tell({"error": f"after importing {', '.join(modules)} from the checkout "
-                                   f"ahead (the target's preimport): {unsafe}; forking is "
-                                   "unsafe"})
-                    return None
-                tell(done)
-                continue
-            server = os.getpid()
-            pid = os.fork()
-            if pid == 0:
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.close(wake_read)
-                os.close(wake_write)
-                os.setpgid(0, 0)
-                if not arm_parent_death(server):
-                    os._exit(1)
-                if message.get("cpus"):  # --devices: this worker's CPU set
-                    os.sched_setaffinity(0, message["cpus"])
+            elif fork_job(message, (wake_read, wake_write)):
                 return message
-            # set here too, so that a kill of the group cannot come before the child's own call
-            # (it fails where the child has already ended and was reaped above)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.setpgid(pid, pid)
-            tell({"pid": pid})
 
 
 def main() -> int:

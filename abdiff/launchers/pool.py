@@ -2,7 +2,7 @@
 started ahead of their jobs, and what a pool hands back.
 
 The arrows point here and to process.py, never between the pools: standby.py
-("ahead") and forkserver.py ("fork") each implement `WorkerPool` and do not know
+("standby") and forkserver.py ("fork") each implement `WorkerPool` and do not know
 each other; warm.py is the only module that knows both (it picks one by name);
 process.py and base.py know only this interface.
 """

@@ -24,16 +24,19 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
-from abdiff.launchers import sandbox
 from abdiff.launchers.guard import not_dumpable
-from abdiff.launchers.pool import StartedProcess, WorkerPool, WorkerProcess, signal_group
+from abdiff.launchers.pool import StartedProcess, WorkerProcess, signal_group
+from abdiff.launchers.sandbox import GUARD
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.store.files import open_for_worker, read_worker_file
 from abdiff.store.sides import CACHE_VARIABLES, WorkerFolders
+
+if TYPE_CHECKING:  # runtime.py holds what these functions start processes in
+    from abdiff.launchers.runtime import Runtime
 
 # What benchmark processes get from abdiff's environment: what a benchmark needs to run
 # (locale, paths, the GPU stack, thread counts, the launchers' own variables, the Python
@@ -63,9 +66,6 @@ SECRET_PATTERNS = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*JWT*", "*_
                    "*CREDENTIAL*", "*_AUTH*")
 KILL_GRACE_S = 3.0
 POLL_S = 0.05
-PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
-_adopted_at: int | None = None  # when abdiff began adopting orphans (clock ticks since boot)
-_started: set[int] = set()  # the processes abdiff started itself (start_process)
 
 
 def passed_to_workers(name: str, pass_env: list[str] | None = None) -> bool:
@@ -102,84 +102,6 @@ def worker_environment(extra: dict[str, str], pass_env: list[str] | None = None,
         env.update(folders.side.environment())
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def adopt_leftovers() -> None:
-    """Make abdiff the parent of every process its benchmark leaves behind, so that they
-    end with the command.
-
-    A benchmark can double-fork and `setsid` a process that outlives its worker (and
-    abdiff): it could rewrite the stored rounds, move a branch or read the next step's
-    environment. As a child subreaper, abdiff receives such orphans instead of init:
-    after each round it kills the children it did not start (`end_orphans`), and when
-    the command ends (cli.main calls `end_leftovers`) every descendant started since
-    this call. Called by a measuring command before its first worker (session.py), not
-    by the library: a test process must not adopt its fixtures' daemons. Linux only;
-    idempotent."""
-    global _adopted_at
-    if _adopted_at is not None or not sys.platform.startswith("linux"):
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    # now, in the clock ticks since boot that /proc/PID/stat counts start times in
-    uptime = float(Path("/proc/uptime").read_text().split()[0])
-    _adopted_at = int(uptime * os.sysconf("SC_CLK_TCK")) - 1
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When `pid` started (clock ticks since boot), None if it is gone."""
-    stat = procfs.read_stat(pid)
-    try:
-        return stat.start_ticks if stat else None
-    except (IndexError, ValueError):
-        return None
-
-
-def _kill(pids: list[int]) -> list[int]:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return pids
-
-
-def end_orphans() -> list[int]:
-    """SIGKILL the children abdiff did not start (start_process) and what runs below them:
-    processes of the benchmark that outlived their worker and came to abdiff as its
-    subreaper, or to the first process of a sandbox's pid namespace. Called after every
-    round, before the rounds are stored and signed, so that none is left to rewrite them;
-    returns their pids."""
-    if _adopted_at is None:
-        return []
-    table = procfs.children()
-    ours = table.get(os.getpid(), [])
-    adopted = [pid for pid in ours if pid not in _started]
-    # in a sandbox's pid namespace orphans come to its first process (guard.py), or, made
-    # with clone(CLONE_PARENT), to the command (process 2 there, a fork server between its
-    # workers): everything in the namespace but those two is a leftover
-    # (of the processes abdiff started that are still its children: a pid reused since is
-    # another's)
-    inits = [child for pid in ours if pid in _started for child in table.get(pid, [])
-             if procfs.namespace_pid(child) == 1]
-    orphans = [pid for init in inits for pid in procfs.below(table.get(init, []), table)
-               if procfs.namespace_pid(pid) != 2]
-    killed = _kill(procfs.below(adopted + orphans, table))
-    for pid in adopted:  # abdiff's children now: reaped here, or they stay zombies
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    return killed
-
-
-def end_leftovers() -> list[int]:
-    """SIGKILL every descendant of abdiff started since `adopt_leftovers` (a process of the
-    benchmark that outlived its worker, or a worker still running), and stop adopting;
-    returns their pids."""
-    global _adopted_at
-    if _adopted_at is None:
-        return []
-    since, _adopted_at = _adopted_at, None
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-    ours = os.getpid()
-    return _kill([pid for pid in procfs.below([ours], procfs.children())
-                  if pid != ours and (_start_ticks(pid) or -1) >= since])
 
 
 def hide_environment(pass_env: list[str] | None = None) -> None:
@@ -251,25 +173,28 @@ def _kill_group(proc: WorkerProcess) -> int:
 
 
 def guarded(argv: list[str], max_memory_bytes: int | None, cpus: tuple[int, ...] = (),
-            writable: tuple[str, ...] | None = None, ahead: bool = False) -> list[str]:
+            confine: list[str] | None = None) -> list[str]:
     """`argv` started through guard.py, which arms the parent-death signal and the memory
     limit inside the new process, pins it to `cpus` (where given), and enters the sandbox
-    in force (launchers/sandbox.py; writable only in `writable`: a round's worker its
-    round's and its side's folders), before it execs `argv` (no preexec_fn: see guard.py)."""
+    `confine` names (launchers/sandbox.py: `Sandbox.options`), before it execs `argv` (no
+    preexec_fn: see guard.py)."""
     # -S: no site, so no sitecustomize (the trtllm probe) runs in the wrapper itself
     pinned = ["--cpus", ",".join(map(str, cpus))] if cpus else []
-    return [sys.executable, "-S", str(sandbox.GUARD), str(os.getpid()), str(max_memory_bytes or 0),
-            *pinned, *sandbox.guard_options(writable=writable, ahead=ahead), "--", *argv]
+    return [sys.executable, "-S", str(GUARD), str(os.getpid()), str(max_memory_bytes or 0),
+            *pinned, *(confine or []), "--", *argv]
 
 
 def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                   pass_env: list[str] | None, max_memory_bytes: int | None,
-                  stdin: int | None = subprocess.DEVNULL, ahead: bool = False
-                  ) -> StartedProcess[subprocess.Popen[bytes]]:
+                  stdin: int | None = subprocess.DEVNULL, ahead: bool = False,
+                  runtime: Runtime | None = None) -> StartedProcess[subprocess.Popen[bytes]]:
     """Start `spec` through guard.py in a session of its own, output appended to the files
-    (stdout may be subprocess.PIPE: the fork server's messages). `ahead`: a process that
-    waits for its jobs (launchers/pool.py), whose sandbox each job narrows."""
+    (stdout may be subprocess.PIPE: the fork server's messages), in `runtime`'s sandbox and
+    known to it as abdiff's own (not a leftover). `ahead`: a process that waits for its jobs
+    (launchers/pool.py), whose sandbox each job narrows."""
     hide_environment(pass_env)
+    confine = runtime.sandbox.options(spec.folders.writable() if spec.folders else None,
+                                      ahead) if runtime is not None else []
     if shutil.which(spec.argv[0], path=os.environ.get("PATH")) is None and not (
             os.access(spec.cwd / spec.argv[0], os.X_OK)):
         # checked here, because once guard.py runs a failed exec is only an exit code
@@ -283,8 +208,7 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 os.fdopen(open_for_worker(stdout), "ab"))
             err = files.enter_context(os.fdopen(open_for_worker(stderr), "ab"))
             proc = subprocess.Popen(
-                guarded(spec.argv, max_memory_bytes, spec.cpus,
-                        spec.folders.writable() if spec.folders else None, ahead),
+                guarded(spec.argv, max_memory_bytes, spec.cpus, confine),
                 cwd=spec.cwd,
                 env=worker_environment(spec.env, pass_env, Path(home.name) if home else None,
                                        spec.folders),
@@ -293,7 +217,8 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 stderr=err,
                 start_new_session=True,
             )
-            _started.add(proc.pid)
+            if runtime is not None:
+                runtime.leftovers.started.add(proc.pid)
     except OSError as exc:
         if home is not None:
             home.cleanup()
@@ -315,21 +240,23 @@ def run_process(
     timeout_s: float | None,
     pass_env: list[str] | None = None,
     max_memory_bytes: int | None = None,
-    standby: WorkerPool | None = None,
+    runtime: Runtime | None = None,
 ) -> ProcessOutcome:
     """Run `spec` to completion in its own session; stdout and stderr go to files in log_dir.
 
-    With `standby`, a warm pool's process (launchers/warm.py) takes the job
-    when it can, instead of a new one. The timeout is an inactivity limit: it restarts
-    whenever `progress_path` grows (the worker logs each config's start), so it bounds
-    one config, not the whole round. KeyboardInterrupt and other exceptions kill the
-    group before they propagate.
+    In `runtime`'s sandbox; where it holds a warm pool (launchers/warm.py), a process of
+    the pool takes the job when it can, instead of a new one. The timeout is an inactivity
+    limit: it restarts whenever `progress_path` grows (the worker logs each config's
+    start), so it bounds one config, not the whole round. KeyboardInterrupt and other
+    exceptions kill the group before they propagate.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = log_dir / "stdout.txt", log_dir / "stderr.txt"
-    started = standby.take(spec, stdout_path, stderr_path) if standby is not None else None
+    pool = runtime.pool if runtime is not None else None
+    started = pool.take(spec, stdout_path, stderr_path) if pool is not None else None
     if started is None:
-        started = start_process(spec, stdout_path, stderr_path, pass_env, max_memory_bytes)
+        started = start_process(spec, stdout_path, stderr_path, pass_env, max_memory_bytes,
+                                runtime=runtime)
     proc = started.proc
     last_size, deadline = -1, None
     try:

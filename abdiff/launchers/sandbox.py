@@ -11,7 +11,7 @@ folder and the temporary folders too) but, per worker, its round's folder and it
 folders (store/sides.py: HOME, TMPDIR, tool caches), root is nobody, and /proc shows the
 worker's own processes only. A process started ahead of its job (a fork server, a
 standby worker) may write every round's and side's folder until its job narrows it
-(`narrowing`, guard.narrow).
+(`Sandbox.narrowing`, guard.narrow).
 
 `--sandbox auto` (the default) uses it when a trial start works and says once why not
 otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
@@ -20,6 +20,7 @@ otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import site
 import subprocess
@@ -31,6 +32,8 @@ from abdiff.errors import InfrastructureError
 from abdiff.launchers.guard import CANNOT_CONFINE_LINE, NOBODY, Confinement
 from abdiff.launchers.spec import ABDIFF_ROOT
 from abdiff.store.files import own_folder
+
+log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
 # what a run without the sandbox loses, said once on stderr and recorded in its run files
@@ -56,10 +59,37 @@ CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", 
                ".aws", ".azure", ".config/gcloud", ".config/gh", ".kube", ".gnupg", ".pypirc",
                ".npmrc", ".cargo/credentials", ".cargo/credentials.toml",
                ".cache/huggingface/token", ".huggingface/token", ".config/hub")
-# the sandbox in force and the folders under which workers started ahead of their job (a
-# fork server, a standby worker) write, narrowed to one round's and side's folders per job
-_active: Confinement | None = None
-_ahead_writable: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Sandbox:
+    """What a measurement's workers run in (`start`; held by launchers/runtime.py's Runtime):
+    the confinement in force (None: no sandbox), the folders under which processes started
+    ahead of their job (a fork server, a standby worker) write until each job narrows them to
+    its round's and side's folders, and what it is in words (recorded with the run)."""
+
+    words: str
+    confinement: Confinement | None = None
+    ahead_writable: tuple[str, ...] = ()
+
+    def options(self, writable: tuple[str, ...] | None = None, ahead: bool = False) -> list[str]:
+        """guard.py's options for a process started in this sandbox (none without one): with
+        `writable`, a round's worker that may write there; with `ahead`, a process that waits
+        for its job (it writes nothing itself; each job narrows it, `narrowing`)."""
+        return guard_options(self.confinement,
+                             writable or (self.ahead_writable if ahead else None))
+
+    def narrowing(self, writable: tuple[str, ...]) -> str | None:
+        """What a job given to a process started ahead narrows its sandbox to (guard.narrow):
+        the folders of every round and side read-only again, but `writable`; None without a
+        sandbox."""
+        if self.confinement is None:
+            return None
+        return Confinement(read_only=self.ahead_writable, writable=writable,
+                           own_proc=False).encode()
+
+
+NO_SANDBOX = Sandbox("none")  # a process of abdiff's own outside a measurement (doctor)
 
 
 def python_folders() -> set[Path]:
@@ -107,27 +137,16 @@ def worker_folders_root(cache_dir: Path) -> tuple[Path, Path]:
     return cache_dir / "runs", cache_dir / "sides"
 
 
-def guard_options(confinement: Confinement | None = None,
-                  writable: tuple[str, ...] | None = None, ahead: bool = False) -> list[str]:
-    """guard.py's options for the sandbox in force (or `confinement`), none without one:
-    with `writable`, a round's worker that may write there; with `ahead`, a process that
-    waits for its job (it writes nothing itself; each job narrows it, `narrowing`)."""
-    chosen = confinement or _active
-    if chosen is None:
+def guard_options(confinement: Confinement | None,
+                  writable: tuple[str, ...] | None = None) -> list[str]:
+    """guard.py's options for `confinement` (none without one), writable also in
+    `writable`."""
+    if confinement is None:
         return []
-    extra = writable or (_ahead_writable if ahead else ())
-    if extra:
-        chosen = dataclasses.replace(chosen, writable=tuple(sorted({*chosen.writable, *extra})))
-    return ["--confine", chosen.encode()]
-
-
-def narrowing(writable: tuple[str, ...]) -> str | None:
-    """What a job given to a process started ahead narrows its sandbox to (guard.narrow):
-    the folders of every round and side read-only again, but `writable`; None without a
-    sandbox."""
-    if _active is None:
-        return None
-    return Confinement(read_only=_ahead_writable, writable=writable, own_proc=False).encode()
+    if writable:
+        confinement = dataclasses.replace(
+            confinement, writable=tuple(sorted({*confinement.writable, *writable})))
+    return ["--confine", confinement.encode()]
 
 
 def trial(confinement: Confinement) -> str | None:
@@ -149,16 +168,14 @@ def trial(confinement: Confinement) -> str | None:
 
 
 def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
-          state_folder: Path, elsewhere: str | None = None) -> str:
-    """Put the workers this process starts from now on in the sandbox `mode` asks for;
-    returns what they run in, in words (recorded with the run). `elsewhere`: why the
+          state_folder: Path, elsewhere: str | None = None) -> Sandbox:
+    """The sandbox `mode` asks for, for the workers of one measurement (its runtime holds
+    it), with what they run in, in words (recorded with the run). `elsewhere`: why the
     benchmark's processes do not start below abdiff (the launcher's words), so that no
     sandbox of abdiff's can hold them. `on` without a sandbox: InfrastructureError."""
-    global _active, _ahead_writable
-    _active, _ahead_writable = None, ()
     if mode == "off":
-        print(f"abdiff: note: --sandbox off: {LOST_WITHOUT}", file=sys.stderr)
-        return f"none (--sandbox off: {LOST_WITHOUT})"
+        log.info(f"note: --sandbox off: {LOST_WITHOUT}")
+        return Sandbox(f"none (--sandbox off: {LOST_WITHOUT})")
     if elsewhere is not None:
         why = f"{elsewhere}, outside abdiff's process tree"
     elif not sys.platform.startswith("linux"):
@@ -174,12 +191,11 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
         ahead = tuple(str(p.resolve()) for p in worker_folders_root(cache_dir))
         failed = trial(confinement)
         if failed is None:
-            _active, _ahead_writable = confinement, ahead
-            return "user, mount and pid namespaces"
+            return Sandbox("user, mount and pid namespaces", confinement, ahead)
         without_pid = dataclasses.replace(confinement, own_proc=False)
         if trial(without_pid) is None:
-            _active, _ahead_writable = without_pid, ahead
-            return f"user and mount namespaces (no /proc of its own: {failed})"
+            return Sandbox(f"user and mount namespaces (no /proc of its own: {failed})",
+                           without_pid, ahead)
         why = failed
     if mode == "on":
         fix = ("isolate them with the cluster's means (containers) and measure with --sandbox "
@@ -187,12 +203,5 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
                "measure with --sandbox auto in a throwaway container")
         raise InfrastructureError(f"--sandbox on: workers cannot be sandboxed here ({why}); "
                                   f"{fix}")
-    print(f"abdiff: note: benchmark code runs without a sandbox here ({why}): {LOST_WITHOUT}",
-          file=sys.stderr)
-    return f"none ({why}; {LOST_WITHOUT})"
-
-
-def release() -> None:
-    """Workers started from now on run without the sandbox (the command is over)."""
-    global _active, _ahead_writable
-    _active, _ahead_writable = None, ()
+    log.info(f"note: benchmark code runs without a sandbox here ({why}): {LOST_WITHOUT}")
+    return Sandbox(f"none ({why}; {LOST_WITHOUT})")

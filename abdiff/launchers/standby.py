@@ -18,9 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from abdiff.launchers import sandbox
 from abdiff.launchers.pool import StartedProcess, python_module_job
 from abdiff.launchers.process import pipe, start_process, worker_environment
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.store.sides import WorkerFolders
 
@@ -32,11 +32,11 @@ class StandbyPool:
 
     words = "started ahead"  # how the run's summary names these workers
 
-    def __init__(self, folder: Path, pass_env: list[str] | None = None,
-                 max_memory_bytes: int | None = None, own_folder: bool = False) -> None:
+    def __init__(self, folder: Path, runtime: Runtime | None = None,
+                 own_folder: bool = False) -> None:
         self.folder = Path(folder)
-        self.pass_env = pass_env
-        self.max_memory_bytes = max_memory_bytes
+        # the sandbox, limits and leftovers it starts its processes with (none: no sandbox)
+        self.runtime = runtime or Runtime()
         self.waiting: StartedProcess[subprocess.Popen[bytes]] | None = None
         self.waiting_env: dict[str, str] = {}
         self.started = 0  # processes started ahead
@@ -97,9 +97,11 @@ class StandbyPool:
             return False
         job: dict[str, object] = {
             "cwd": str(spec.cwd), "argv": spec.argv, "stdout": str(stdout), "stderr": str(stderr),
-            "confine": sandbox.narrowing(spec.folders.writable() if spec.folders else ())}
+            "confine": self.runtime.sandbox.narrowing(
+                spec.folders.writable() if spec.folders else ())}
         if spec.folders:  # its side's HOME and caches, not the temporary HOME it started with
-            job["env"] = worker_environment(spec.env, self.pass_env, None, spec.folders)
+            job["env"] = worker_environment(spec.env, self.runtime.pass_env, None,
+                                            spec.folders)
         try:
             job_pipe = pipe(ready.proc.stdin, ready.proc.pid)
             job_pipe.write((json.dumps(job) + "\n").encode())
@@ -116,7 +118,8 @@ class StandbyPool:
         standby = LaunchSpec([sys.executable, "-P", "-m", STANDBY_MODULE], self.folder,
                              dict(spec.env))
         self.waiting = start_process(standby, self.folder / f"{name}.stdout.txt",
-                                     self.folder / f"{name}.stderr.txt", self.pass_env,
-                                     self.max_memory_bytes, stdin=subprocess.PIPE, ahead=True)
+                                     self.folder / f"{name}.stderr.txt", self.runtime.pass_env,
+                                     self.runtime.max_memory_bytes, stdin=subprocess.PIPE,
+                                     ahead=True, runtime=self.runtime)
         self.waiting_env = dict(spec.env)
         self.started += 1

@@ -7,19 +7,20 @@ lives in `common.py`.
 
 from __future__ import annotations
 
-from types import ModuleType
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
 
 from abdiff.errors import InputError
 from abdiff.reports import csv, html, json, markdown, table
 from abdiff.store.records import Result
 
-FORMATS: dict[str, ModuleType] = {
+FORMATS: Mapping[str, ModuleType] = MappingProxyType({
     "table": table,
     "markdown": markdown,
     "json": json,
     "html": html,
     "csv": csv,
-}
+})
 
 
 def render(result: Result, fmt: str) -> str:

@@ -47,7 +47,7 @@ class RoundSettings:
     device: str = "auto"
     cuda_graph: bool = True  # graph replays where the device has them; False: --eager
     cpu_threads: int = 1
-    worker_start: str = "cold"  # cold | ahead | fork (--prestart; launchers/warm.py)
+    worker_start: str = "cold"  # cold | standby | fork (--prestart; launchers/warm.py)
     profile_kernels: bool = True
     target_options: dict = field(default_factory=dict)
     target_args: list[str] = field(default_factory=list)

@@ -20,10 +20,10 @@ stderr, `--resume` or not: stored rounds are never trusted unverified.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime
 import hashlib
 import json
+import logging
 import os
 import platform
 import random
@@ -38,11 +38,10 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError
 from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import end_orphans
-from abdiff.launchers.warm import standing_by
+from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
 from abdiff.run.iterations import plan_iterations, shared_cost
 from abdiff.run.progress import Progress
@@ -61,13 +60,16 @@ from abdiff.store.records import (
     RoundRecord,
     RunFile,
     SideTime,
+    decode_json,
     dump_json,
-    load_run_file,
+    parse_run_file,
 )
 from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
+
+log = logging.getLogger(__name__)
 
 FAILURE_REPEATS = 2  # rounds a failing config is repeated in, to tell a crash from a flake
 # What a session records of the benchmark's machine, from the worker's env event: enough to
@@ -144,29 +146,22 @@ class Measurement:
         A finished one is reused only with `resume` (to re-report without measuring).
         The caller holds `exclusive(state_dir)` while measuring.
         """
-        state_file = state_dir / "state.json"
-        if state_file.exists():
-            try:
-                state = json.loads(state_file.read_text(encoding="utf-8"))
-                saved_seed = int(state["seed"])
-            except (ValueError, KeyError, TypeError, OSError) as exc:
-                raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
-                                 f"{state_dir} to measure again") from None
-            if not authentic(_signed(state_dir, state), state.get("mac")):
-                print(f"abdiff: {state_dir}: its stored rounds fail authentication (not "
-                      "written by this abdiff, or changed since); measuring anew",
-                      file=sys.stderr)
-            elif resume or not state.get("complete"):
-                hashes = _file_hashes(state_dir, sides)
+        if os.path.lexists(state_dir / "state.json"):
+            state = stored_state(state_dir)
+            if isinstance(state, str):
+                print(f"abdiff: {state_dir}: its stored rounds fail authentication ({state}); "
+                      "measuring anew", file=sys.stderr)
+            elif resume or not state.complete:
                 for name, side in sides.items():
                     saved = state_dir / f"{name.lower()}.json"
-                    if not saved.exists():
-                        continue
-                    if state["files"].get(saved.name) != hashes[saved.name]:
+                    if saved.name in state.changed:
                         print(f"abdiff: {saved}: not the file abdiff wrote (changed since); "
                               f"measuring side {name} again", file=sys.stderr)
+                    if saved.name not in state.files:
                         continue
-                    old = load_run_file(saved)
+                    # the bytes whose hash was checked: no second read a benchmark could change
+                    old = parse_run_file(decode_json(state.files[saved.name], str(saved)),
+                                         str(saved))
                     for config in side.run.configs:
                         kept = old.config(config.id)
                         if kept is not None:
@@ -175,7 +170,7 @@ class Measurement:
                     side.run.orders = old.orders
                     side.run.iterations = old.iterations  # later rounds keep its counts
                     side.run.sessions = {**old.sessions, **side.run.sessions}
-                return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
+                return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         measurement = cls(state_dir, sides, seed)
@@ -271,43 +266,56 @@ def _signed(state_dir: Path, state: dict) -> bytes:
     return json.dumps([state_dir.name, fields], sort_keys=True).encode()
 
 
-def authenticated_run_files(state_dir: Path) -> list[Path] | str:
-    """The run files (a.json, b.json) of a state folder that abdiff wrote, as it wrote them:
-    its state.json's MAC holds (under the key the benchmark never gets) and each file's
-    SHA-256 is the one recorded; else why not. Read without following links. What
-    `history` and `compare` read from the cache, as `--resume` does (Measurement.open)."""
+@dataclass(frozen=True)
+class StoredState:
+    """A state folder's state.json whose MAC holds, and its run files read once: `files`
+    the text of each whose SHA-256 is the one recorded (as abdiff wrote it), `changed` the
+    names of those that are not."""
+
+    seed: int
+    complete: bool
+    files: dict[str, str]
+    changed: tuple[str, ...]
+
+
+def stored_state(state_dir: Path) -> StoredState | str:
+    """What abdiff stored in a state folder and can prove it wrote (the MAC of state.json
+    under the key the benchmark never gets, the hash of each run file), else why not. Each
+    file is read once, without following links: what is parsed is what was hashed."""
     text = read_worker_file(state_dir / "state.json")
     try:
         state = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         state = None
     if not isinstance(state, dict):
         return "no readable state.json" if text else "no state.json"
-    files = state.get("files")
-    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict):
+    files, seed = state.get("files"), state.get("seed")
+    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict) \
+            or not isinstance(seed, int):
         return "its state.json fails authentication (not written by this abdiff, or changed)"
-    found = []
+    found: dict[str, str] = {}
+    changed = []
     for name in ("a.json", "b.json"):
-        path = state_dir / name
-        data = read_worker_file(path).encode()
+        data = read_worker_file(state_dir / name)
         if files.get(name) is None and not data:
             continue
-        if files.get(name) != hashlib.sha256(data).hexdigest():
-            return f"{name} is not the file abdiff wrote (changed since)"
-        found.append(path)
-    return found
+        if files.get(name) == hashlib.sha256(data.encode()).hexdigest():
+            found[name] = data
+        else:
+            changed.append(name)
+    return StoredState(seed, bool(state.get("complete")), found, tuple(changed))
 
 
-def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:
-    """SHA-256 of each side's run file in the state folder (None: not there)."""
-    hashes: dict[str, str | None] = {}
-    for name in sorted(sides):
-        path = state_dir / f"{name.lower()}.json"
-        try:
-            hashes[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-        except FileNotFoundError:
-            hashes[path.name] = None
-    return hashes
+def authenticated_run_files(state_dir: Path) -> dict[Path, str] | str:
+    """The run files (a.json, b.json) of a state folder that abdiff wrote, each path with
+    the text that was authenticated (`stored_state`), else why not: what `history` and
+    `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    state = stored_state(state_dir)
+    if isinstance(state, str):
+        return state
+    if state.changed:
+        return f"{state.changed[0]} is not the file abdiff wrote (changed since)"
+    return {state_dir / name: text for name, text in state.files.items()}
 
 
 def state_lock_path(state_dir: Path) -> Path:
@@ -443,10 +451,10 @@ def run_slots(
             # nothing the benchmark left running may rewrite what is saved, or run beside
             # the other side's workers (a lane's pool sweeps only its own sandbox; the
             # orphans of all lanes are ended after each wave, run_wave)
-            if launcher.standby is not None:
-                launcher.standby.sweep()
+            if launcher.pool is not None:
+                launcher.pool.sweep()
             if spread is None:
-                end_orphans()
+                launcher.end_leftovers()
 
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
@@ -465,8 +473,8 @@ def run_slots(
             measurement.processes += output.processes
             measurement.time[side] = added(measurement.time.get(side, SideTime()),
                                            output.time)
-            preimported = launcher.standby.preimported(side_run.checkout) \
-                if launcher.standby is not None else None
+            preimported = launcher.pool.preimported(side_run.checkout) \
+                if launcher.pool is not None else None
             if preimported and side_run.run.env.get("preimport") != preimported:
                 side_run.run.env["preimport"] = preimported
             if output.env and not side_run.run.env.get("device"):
@@ -523,7 +531,8 @@ def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, in
     except BaseException:
         spread.stop.set()  # abdiff is stopping: what the lanes record now is not kept
         raise
-    end_orphans()
+    for lane, _ in work[:1]:  # the lanes share one runtime's leftovers
+        lane.launcher.end_leftovers()
     if failures:
         raise failures[0]
     measurement.save(complete=False)
@@ -588,12 +597,11 @@ def measure(
             lanes = [Lane(launcher, device) for device in devices] if devices \
                 else [Lane(launcher)]
             for lane in lanes[1:]:
-                lane.launcher = copy.copy(launcher)  # a warm pool of its own (standing_by)
-                lane.launcher.standby = None
-            pools = [stack.enter_context(standing_by(
+                lane.launcher = launcher.for_lane()  # a warm pool of its own (pooled)
+            pools = [stack.enter_context(pooled(
                 lane.launcher, settings.worker_start,
-                measurement.state_dir / ("standby" if n == 0 else f"standby{n}"),
-                settings.pass_env, settings.max_memory_bytes)) for n, lane in enumerate(lanes)]
+                measurement.state_dir / ("pool" if n == 0 else f"pool{n}")))
+                for n, lane in enumerate(lanes)]
             env = target.worker_env()
             # what a server that imports a side's code ahead may write: that side's folders
             # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
@@ -654,11 +662,10 @@ def measure(
                     measurement.warm_starts += pool.taken
                     measurement.warm_words = pool.words
                     if pool.failure:  # said once the rounds are in: it cost time, not data
-                        print(f"abdiff: {pool.failure}; the workers after it started cold",
-                              file=sys.stderr, flush=True)
+                        log.warning(f"{pool.failure}; the workers after it started cold")
     finally:
         progress.close()
-    end_orphans()
+    launcher.end_leftovers()
     measurement.save(complete=True)
     return measurement
 

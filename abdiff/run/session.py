@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType, TracebackType
 
 from abdiff import __version__
 from abdiff.errors import InfrastructureError, InputError, internal_errors
@@ -26,11 +28,8 @@ from abdiff.host.machine_state import read_machine, summary_line
 from abdiff.host.machine_state import to_json as machine_json
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
-from abdiff.launchers.process import (
-    adopt_leftovers,
-    kernel_selecting_environment,
-    worker_environment,
-)
+from abdiff.launchers.process import kernel_selecting_environment, worker_environment
+from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.warm import prime
 from abdiff.options import Schedule, Selection, Statistics
 from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
@@ -78,10 +77,13 @@ from abdiff.verdict.compare import compare_runs
 from abdiff.verdict.stats import futile, needs_more_rounds
 from abdiff.worker.measure import resolve_device, timing_kind
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Bench:
-    """Everything needed to measure one or two sides of a repository."""
+    """Everything needed to measure one or two sides of a repository; a context manager
+    that releases what its measurements held open when the command is done
+    (`launcher.runtime`: the sandbox, the leftovers, the warm pool)."""
 
     suite: Suite
     target: Target
@@ -93,12 +95,21 @@ class Bench:
     started: float = field(default_factory=time.monotonic)  # the wall time's start
     devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
 
+    def __enter__(self) -> Bench:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self.launcher.runtime is not None:
+            self.launcher.runtime.close()
+
 
 # the workers' variables that name a job, not what it does: a run resumed in another
 # terminal or cluster job keeps its rounds
 JOB_VARIABLES = ("TERM", "TMPDIR")
 JOB_PREFIXES = ("SLURM_", "OMPI_", "PMIX_")
-WORKER_STARTS = {"auto": "fork", "fork": "fork", "on": "ahead", "off": "cold"}
+WORKER_STARTS = MappingProxyType({"auto": "fork", "fork": "fork", "on": "standby",
+                                  "off": "cold"})
 
 
 def worker_start(choice: str) -> str:
@@ -112,11 +123,26 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                   checkouts: int = 1) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git.
-    `checkouts`: how many the run will measure in (a fork server is started for each)."""
+    `checkouts`: how many the run will measure in (a fork server is started for each).
+    The bench holds what the command's measurements hold open (the launcher's runtime:
+    launchers/runtime.py): use it in a `with`, which releases it; an error here releases
+    it before it goes on."""
     started = time.monotonic()
     devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
         if schedule.devices else None
-    adopt_leftovers()  # what the benchmark leaves running ends with the rounds
+    runtime = Runtime(pass_env=list(schedule.pass_env),
+                      max_memory_bytes=schedule.max_memory_bytes)
+    try:
+        runtime.leftovers.adopt()  # what the benchmark leaves running ends with the rounds
+        bench = _bench(selection, schedule, repo_root, checkouts, runtime)
+    except BaseException:
+        runtime.close()
+        raise
+    return dataclasses.replace(bench, started=started, devices=devices)
+
+
+def _suite_and_target(selection: Selection, repo_root: Path) -> tuple[Suite, Target]:
+    """The suite (--configs) and the target that measures it (--metric into its block)."""
     suite = load_suite(selection.suite, allow_large=selection.allow_large, repo_root=repo_root)
     target = detect_target(repo_root, selection.target)()
     if selection.metrics:  # --metric: the command target's metrics, in the suite's block
@@ -125,17 +151,28 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
                              f"{target.name} measures latency only: leave it out")
         suite = dataclasses.replace(suite, target_options={**(suite.target_options or {}),
                                                            "metrics": list(selection.metrics)})
-    launcher_name = schedule.launcher or target.default_launcher
-    if launcher_name == "local" and not schedule.ranks and suite.tp > 1:
+    return suite, target
+
+
+def _launcher(schedule: Schedule, suite: Suite, target: Target, runtime: Runtime) -> Launcher:
+    """--launcher (or the target's), starting its processes in `runtime`."""
+    name = schedule.launcher or target.default_launcher
+    if name == "local" and not schedule.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
                          "or torchrun to start that many ranks (or --np 1 for one)")
-    launcher = make_launcher(launcher_name, schedule.ranks or suite.tp, schedule.nodes,
-                             getattr(target, "srun_container", None))
+    return make_launcher(name, schedule.ranks or suite.tp, schedule.nodes,
+                         getattr(target, "srun_container", None), runtime)
+
+
+def _bench(selection: Selection, schedule: Schedule, repo_root: Path, checkouts: int,
+           runtime: Runtime) -> Bench:
+    suite, target = _suite_and_target(selection, repo_root)
+    launcher = _launcher(schedule, suite, target, runtime)
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
     if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
-        problem = (preflight(target.name, schedule.device, launcher_name)
-                   or target.preflight(suite, launcher_name))
+        problem = (preflight(target.name, schedule.device, launcher.name)
+                   or target.preflight(suite, launcher.name))
         if problem:
             raise InfrastructureError(problem)
     hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
@@ -145,21 +182,28 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
             f"own caches in {cache_dir / 'sides'} (one folder of yours would be shared by "
             "both sides; docs/ci.md)")
     # before the first worker: a fork server keeps the namespaces it started in
-    workers_in = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
-                               private_dir(), launcher.ranks_start_elsewhere)
+    runtime.sandbox = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
+                                    private_dir(), launcher.ranks_start_elsewhere)
     start_mode = worker_start(schedule.prestart)
     # the first worker (the fork server) imports torch while the rest of the set-up runs
     # and the checkouts are made; in the system's temporary folder. Not for --resume: a
     # finished run re-reports without any worker, and ending a server still importing
     # torch cost seconds (a resumed unfinished run starts its server when it measures)
     if not schedule.resume:
-        prime(launcher, start_mode, Path(tempfile.gettempdir()),
-              target.worker_env(), list(schedule.pass_env), schedule.max_memory_bytes,
+        prime(launcher, start_mode, Path(tempfile.gettempdir()), target.worker_env(),
               checkouts)
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
-    settings = RoundSettings(
+    return Bench(suite, target, launcher, round_settings(selection, schedule, suite, target,
+                                                         start_mode),
+                 cache, cache_dir, runtime.sandbox.words)
+
+
+def round_settings(selection: Selection, schedule: Schedule, suite: Suite, target: Target,
+                   start_mode: str) -> RoundSettings:
+    """What every round of the run is given (rounds.py)."""
+    return RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
         run_times=suite.run_times,
@@ -174,8 +218,6 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
         max_memory_bytes=schedule.max_memory_bytes,
         adapt_run_times=suite.adapt_run_times and target.iteration_counts != "fixed",
     )
-    return Bench(suite, target, launcher, settings, cache, cache_dir, workers_in, started,
-                 devices)
 
 
 def side_folders(bench: Bench, side: SideSpec) -> SideFolders:
@@ -197,7 +239,8 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
     listed: dict[str, list] = {}
     failures: dict[str, str] = {}
     for name, spec in specs.items():
-        prepared = bench.target.prepare(bench.suite, checkouts[name], folders[name].build)
+        prepared = bench.target.prepare(bench.suite, checkouts[name], folders[name].build,
+                                        bench.launcher.runtime)
         if prepared.failure is not None:
             failures[name] = f"{name} ({spec.rev}): {prepared.failure}"
             say(f"abdiff: side {failures[name]}; its configs fail with this reason")
@@ -220,7 +263,7 @@ def side_runs(bench: Bench, specs: dict[str, SideSpec]) -> tuple[Bench, dict[str
 
 
 def side_run(bench: Bench, side: SideSpec, checkout: Path, folders: SideFolders) -> SideRun:
-    # worker_start: how worker processes started: cold, ahead or fork (--prestart)
+    # worker_start: how worker processes started: cold, standby or fork (--prestart)
     # launcher and repository: `abdiff history` keeps to one repository's runs (the cache is
     # shared) and does not read another launcher's kernels as a change of the commit
     env = {"abdiff": __version__, "worker_start": bench.settings.worker_start,
@@ -301,15 +344,16 @@ def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: s
     """The rounds of one side (no interleaving partner), kept like a diff's."""
     repo_root = open_repo(selection.repo)
     spec = resolve_rev(repo_root, rev)  # refused before a worker starts
-    bench = prepare_bench(selection, schedule, repo_root)
-    bench, sides = side_runs(bench, {"A": spec})
-    where = state_dir(bench, sides, kind)
-    with exclusive(where), internal_errors(where):
-        measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
-        check_machine(schedule, [sides["A"].run])
-        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
-                Plan(schedule.rounds, schedule.rounds), None, schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": sides["A"].run}), bench.devices)
+    with prepare_bench(selection, schedule, repo_root) as prepared:
+        bench, sides = side_runs(prepared, {"A": spec})
+        where = state_dir(bench, sides, kind)
+        with exclusive(where), internal_errors(where):
+            measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
+            check_machine(schedule, [sides["A"].run])
+            measure(measurement, bench.suite.configs, bench.target, bench.launcher,
+                    bench.settings, Plan(schedule.rounds, schedule.rounds), None,
+                    schedule.quiet, stop_when_nothing_ran(measurement, {"A": sides["A"].run}),
+                    bench.devices)
     return sides["A"].run
 
 
@@ -336,7 +380,7 @@ def check_machine(schedule: Schedule, runs: list[RunFile]) -> None:
         return
     readings = read_machine(resolve_device(schedule.device))
     if not schedule.quiet and sys.stderr.isatty():
-        print(f"abdiff: {summary_line(readings)}", file=sys.stderr, flush=True)
+        log.info(summary_line(readings))
     for run in runs:
         run.env.setdefault("machine", machine_json(readings))
 

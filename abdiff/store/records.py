@@ -323,13 +323,17 @@ def parse_run_file(data: Any, where: str) -> RunFile:
 
 def read_json(path: Path, what: str) -> Any:
     """Decode a JSON file; every way it can be unreadable is one InputError (exit 2)."""
-    text = read_text(path, what)
+    return decode_json(read_text(path, what), str(path))
+
+
+def decode_json(text: str, where: str) -> Any:
+    """Decode JSON text read from `where`; every way it can be unusable is one InputError."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+        raise InputError(f"{where}: not JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:  # a huge integer, absurd nesting
-        raise InputError(f"{path}: not usable JSON ({type(exc).__name__})") from None
+        raise InputError(f"{where}: not usable JSON ({type(exc).__name__})") from None
 
 
 def load_run_file(path: Path) -> RunFile:

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from abdiff.store.files import own_folder, remove_path, unless_in_use
 
 # variable -> its folder under caches/ (what upstream reads; a user's own value of these is
 # replaced for workers: one folder of the user's would be shared by both sides)
-TOOL_CACHES = {
+TOOL_CACHES: Mapping[str, str] = MappingProxyType({
     "DG_JIT_CACHE_DIR": "deep_gemm",  # DeepGEMM (default $HOME/.deep_gemm)
     "TRTLLM_DG_CACHE_DIR": "trtllm_deep_gemm",  # TensorRT-LLM's DeepGEMM (C++ getenv)
     "TRITON_CACHE_DIR": "triton",
@@ -39,7 +41,7 @@ TOOL_CACHES = {
     "CUTE_DSL_CACHE_DIR": "cute_dsl",
     # TensorRT-LLM's root for the caches above that it sets itself (setdefault)
     "TRTLLM_CACHE_DIR": "trtllm",
-}
+})
 # TensorRT-LLM's autotuner keeps its picks in a file (per rank: <name>.rank<N>.json)
 AUTOTUNER_VARIABLE, AUTOTUNER_FILE = "TLLM_AUTOTUNER_CACHE_PATH", "trtllm_autotuner/cache.json"
 CACHE_VARIABLES = (*TOOL_CACHES, AUTOTUNER_VARIABLE)

@@ -14,9 +14,11 @@ Target modules are imported on demand, so a worker process loads only its own.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from types import MappingProxyType
 
 from abdiff import __version__
 from abdiff.errors import InputError
@@ -25,11 +27,11 @@ from abdiff.targets.base import Target
 ENTRY_POINT_GROUP = "abdiff.targets"
 # abdiff's own targets, as its pyproject.toml registers them, in detection order (the
 # most specific layout first); tests/test_targets.py checks that the two agree
-BUILTIN_TARGETS = {
+BUILTIN_TARGETS: Mapping[str, str] = MappingProxyType({
     "trtllm": "abdiff.targets.trtllm.target:TrtllmTarget",
     "reference": "abdiff.targets.reference.target:ReferenceTarget",
     "command": "abdiff.targets.command.target:CommandTarget",
-}
+})
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from abdiff.run.protocol import RoundJob
 from abdiff.targets.hooks import Hook, missing_hooks
 
 if TYPE_CHECKING:  # the suites import the layer-wise domain of targets/: no import at run time
+    from abdiff.launchers.runtime import Runtime
     from abdiff.suites import Config, Suite
 
 __all__ = ["Finding", "Prepared", "RoundJob", "Target"]
@@ -94,10 +95,12 @@ class Target(ABC):
                              "suite (the configs to measure)")
         return suite.configs
 
-    def prepare(self, suite: Suite, checkout: Path, folder: Path) -> Prepared:
+    def prepare(self, suite: Suite, checkout: Path, folder: Path,
+                runtime: Runtime | None) -> Prepared:
         """Once per side per run, before its first round: `folder` is the side's own, kept
-        with its caches and writable to the benchmark (the command target builds there).
-        Nothing by default."""
+        with its caches and writable to the benchmark (the command target builds there);
+        the repository's code it runs, it runs in `runtime`'s sandbox (launchers/runtime.py;
+        None: none). Nothing by default."""
         return Prepared()
 
     @abstractmethod

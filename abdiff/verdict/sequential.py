@@ -7,7 +7,7 @@ unchanged config to be flagged by chance, so the family's level is spent over th
 looks (Lan and DeMets 1983): by information fraction t = rounds / max_rounds the
 looks together may have flagged with chance at most alpha * t**SPENDING_RHO, and the
 plan's last look brings it to alpha. A run that ends sooner (every config decided)
-has spent less. stats.test_family sets the thresholds of all looks jointly on the
+has spent less. stats.family_statistics sets the thresholds of all looks jointly on the
 same sign patterns, so what is spent is the chance of a false flag at any look. A
 look whose sign patterns cannot resolve its level (5 pairs: 32 patterns) flags
 nothing and spends nothing; the next look may spend what it left.

@@ -566,13 +566,118 @@ def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
     return [*planned, rounds]
 
 
-def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks: Looks | None,
-                paired: bool, drift: Drift | None = None
-                ) -> tuple[list[Look], dict[int, Tested]]:
-    """The family-wise test over looks. `matrix_a`/`matrix_b` are (configs, rounds) log
-    round medians by round number (NaN where missing; the same width when `paired`).
-    Returns the looks and, per config with enough rounds, its statistics at the last
-    look that judged it.
+@dataclass(frozen=True)
+class LookStatistics:
+    """One look's statistics of its family (columns), per sign pattern (rows) where paired
+    (one row where not): the deciding location, its standard error and whether the
+    levelled statistic decided; per config the mean of the pairs and its standard error;
+    whether the look can flag, and the df of its t quantile."""
+
+    location: np.ndarray
+    se: np.ndarray
+    levelled: np.ndarray
+    mean: np.ndarray
+    mean_se: np.ndarray
+    flags: bool
+    df: float
+
+
+def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: float,
+                 exceeded: np.ndarray) -> LookStatistics:
+    """A paired look's statistics over (configs, pairs) `a`/`b`: under every sign pattern
+    where the patterns resolve what the look may spend (`budget` less what earlier looks
+    spent under `exceeded`), else under the observed one only."""
+    rounds = a.shape[1]
+    distinct = 2 ** min(rounds, EXACT_FLIPS_UP_TO)
+    flags = permutation_reaches(distinct, budget - exceeded.mean())
+    # up to 13 pairs pattern i's first pairs are those of pattern i mod 2**pairs:
+    # each distinct one is computed once
+    signs = patterns[:distinct, :rounds] if flags else np.ones((1, rounds))
+    computed = paired_statistics(a, b, signs)
+    spread = np.arange(len(patterns)) % len(signs)
+    mean, mean_se = paired_means(a, b)
+    return LookStatistics(computed.location[spread], computed.se[spread],
+                          computed.levelled[spread], mean, mean_se, flags, float(rounds - 1))
+
+
+def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | None
+                   ) -> LookStatistics:
+    """An unpaired look's statistics (sides measured apart); `drift` widens the standard
+    errors so that q se is the interval `drift_half_width` makes."""
+    loc, se, df = unpaired_statistics(a, b)
+    mean, mean_se = unpaired_means(a, b)
+    df_one = float(df[0].min())
+    if drift is not None:
+        family = len(a)
+        q_half = float(sps.t.isf(budget / (4 * family), df_one))
+        q_full = float(sps.t.isf(budget / (2 * family), df_one))
+        se = np.array([[drift_half_width(drift, budget, family, q_half * x)
+                        for x in se[0]]]) / q_full
+        mean_se = np.array([drift_half_width(drift, budget, family, q_half * x)
+                            for x in mean_se]) / q_full
+    return LookStatistics(loc, se, np.zeros(loc.shape, bool), mean, mean_se, True, df_one)
+
+
+def _look_threshold(t: np.ndarray, look: LookStatistics, paired: bool, alpha: float,
+                    budget: float, exceeded: np.ndarray
+                    ) -> tuple[float, list[float | None], np.ndarray]:
+    """(q, each config's p, the patterns under which this or an earlier look flagged) of a
+    look whose |t| per pattern and config is `t`.
+
+    Paired and able to flag: Westfall-Young max-T over the sign patterns, what earlier
+    looks spent (`exceeded`) taken off `budget`. Paired, unable to flag: Student's t at
+    alpha, for the intervals of `unchanged` only (a claim about each config on its own,
+    at alpha on each side of the threshold). Unpaired (a baseline): the t quantile with
+    Bonferroni, one df for the look.
+    """
+    family = t.shape[-1]
+    if paired and look.flags:
+        peak = t.max(axis=-1)
+        free = np.sort(peak[~exceeded])[::-1]
+        allowed = int(math.floor(budget * len(t) + 1e-9)) - int(exceeded.sum())
+        if allowed <= 0 or not len(free):
+            q = math.inf
+        elif allowed >= len(free):
+            q = 0.0
+        else:
+            q = float(np.nextafter(free[allowed], np.inf))
+        p_values: list[float | None] = [float((exceeded | (peak >= t[0, i])).mean())
+                                        for i in range(family)]
+        return q, p_values, exceeded | (peak >= q)
+    if paired:
+        return float(sps.t.isf(alpha, look.df)), [None] * family, exceeded
+    q = float(sps.t.isf(budget / (2 * family), look.df))
+    return q, [min(1.0, 2 * float(sps.t.sf(t[0, i], look.df)) * family)
+               for i in range(family)], exceeded
+
+
+def _round_counts(matrix_a: np.ndarray, matrix_b: np.ndarray, paired: bool) -> np.ndarray:
+    """Rounds each config has for the test: its pairs, or (unpaired) its smaller side's."""
+    if paired:
+        return np.isfinite(matrix_b - matrix_a).sum(axis=-1)
+    return np.minimum(np.isfinite(matrix_a).sum(axis=-1), np.isfinite(matrix_b).sum(axis=-1))
+
+
+def _look_rounds(matrix_a: np.ndarray, matrix_b: np.ndarray, judged: list[int],
+                 counts: np.ndarray, looks: Looks | None, paired: bool
+                 ) -> tuple[list[int], np.ndarray]:
+    """(rounds per side at each look reached, the sign patterns of the most pairs); one look
+    and the observed pattern alone for unpaired sides (a baseline has as many rounds as it
+    has, more than B)."""
+    if not paired:
+        return [int(counts.max())], np.ones((1, 1))
+    d = matrix_b - matrix_a
+    most = max(int(np.flatnonzero(np.isfinite(d[c]))[-1]) + 1 for c in judged)
+    return _spending_rounds(looks, most), sign_patterns(most)
+
+
+def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
+                      looks: Looks | None, paired: bool, drift: Drift | None = None
+                      ) -> tuple[list[Look], dict[int, Tested]]:
+    """The looks and, per config with enough rounds, its statistics at the last look that
+    judged it (whether it is flagged among them), the family-wise test over looks.
+    `matrix_a`/`matrix_b` are (configs, rounds) log round medians by round number (NaN
+    where missing; the same width when `paired`).
 
     Look j may have flagged up to the cumulative level `spent` of its share of the planned
     rounds (all of alpha at the last look reached). A config's p is the chance, over the
@@ -583,31 +688,18 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
     apart only) widens the standard errors so that q se is the half-width
     `drift_half_width` makes of the rounds' part and the drift's.
     """
-    configs = matrix_a.shape[0]
-    if paired:
-        counts = np.isfinite(matrix_b - matrix_a).sum(axis=-1)
-    else:
-        counts = np.minimum(np.isfinite(matrix_a).sum(axis=-1),
-                            np.isfinite(matrix_b).sum(axis=-1))
-    judged = [c for c in range(configs) if counts[c] >= MIN_ROUNDS]
+    counts = _round_counts(matrix_a, matrix_b, paired)
+    judged = [c for c in range(matrix_a.shape[0]) if counts[c] >= MIN_ROUNDS]
     if not judged:
         return [], {}
-    if paired:  # (unpaired sides have as many rounds as they have: a baseline more than B)
-        d = matrix_b - matrix_a
-        most = max(int(np.flatnonzero(np.isfinite(d[c]))[-1]) + 1 for c in judged)
-        rounds_at = _spending_rounds(looks, most)
-        patterns = sign_patterns(most)
-    else:
-        most = int(counts.max())
-        rounds_at = [most]
-        patterns = np.ones((1, 1))
+    rounds_at, patterns = _look_rounds(matrix_a, matrix_b, judged, counts, looks, paired)
     total = rounds_at[-1] if looks is None else max(looks.max_rounds, rounds_at[-1])
     cumulative = [spent(alpha, n / total) for n in rounds_at]  # all of alpha at the plan's end
     exceeded = np.zeros(len(patterns), bool)  # an earlier look flagged under the pattern
     flagged: set[int] = set()
     found: list[Look] = []
     tested: dict[int, Tested] = {}
-    for j, rounds in enumerate(rounds_at):
+    for rounds, budget in zip(rounds_at, cumulative, strict=True):
         # Every config not flagged before is in the look's max, those stopped earlier with
         # the rounds they have: which configs went on depends on the data, and a max over
         # only those would be one over configs chosen for their large |t|.
@@ -615,64 +707,21 @@ def test_family(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float, looks:
         measured_here = {c for c in family if not paired or counts[c] >= rounds}
         if not measured_here:
             continue
-        budget = cumulative[j]
-        if paired:
-            a, b = matrix_a[family, :rounds], matrix_b[family, :rounds]
-            distinct = 2 ** min(rounds, EXACT_FLIPS_UP_TO)
-            flags = permutation_reaches(distinct, budget - exceeded.mean())
-            # up to 13 pairs pattern i's first pairs are those of pattern i mod 2**pairs:
-            # each distinct one is computed once
-            signs = patterns[:distinct, :rounds] if flags else np.ones((1, rounds))
-            computed = paired_statistics(a, b, signs)
-            spread = np.arange(len(patterns)) % len(signs)
-            loc, se = computed.location[spread], computed.se[spread]
-            levelled = computed.levelled[spread]
-            mean, mean_se = paired_means(a, b)
-            df_one = float(rounds - 1)
-        else:
-            loc, se, df = unpaired_statistics(matrix_a[family], matrix_b[family])
-            levelled = np.zeros(loc.shape, bool)
-            mean, mean_se = unpaired_means(matrix_a[family], matrix_b[family])
-            flags, df_one = True, float(df[0].min())
-            if drift is not None:  # the interval drift_half_width makes, as q x se
-                q_half = float(sps.t.isf(budget / (4 * len(family)), df_one))
-                q_full = float(sps.t.isf(budget / (2 * len(family)), df_one))
-                se = np.array([[drift_half_width(drift, budget, len(family), q_half * x)
-                                for x in se[0]]]) / q_full
-                mean_se = np.array([drift_half_width(drift, budget, len(family), q_half * x)
-                                    for x in mean_se]) / q_full
+        look = (_paired_look(matrix_a[family, :rounds], matrix_b[family, :rounds], patterns,
+                             budget, exceeded) if paired else
+                _unpaired_look(matrix_a[family], matrix_b[family], budget, drift))
         with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(se > 0, np.abs(loc) / se, np.where(loc != 0, np.inf, 0.0))
-        p_values: list[float | None]
-        if paired and flags:
-            peak = t.max(axis=-1)
-            free = np.sort(peak[~exceeded])[::-1]
-            allowed = int(math.floor(budget * len(patterns) + 1e-9)) - int(exceeded.sum())
-            if allowed <= 0 or not len(free):
-                q = math.inf
-            elif allowed >= len(free):
-                q = 0.0
-            else:
-                q = float(np.nextafter(free[allowed], np.inf))
-            p_values = [float((exceeded | (peak >= t[0, i])).mean())
-                        for i in range(len(family))]
-            exceeded |= peak >= q
-        elif paired:  # no flag here: q only for the intervals of `unchanged` (a claim
-            # about each config on its own, at alpha on each side of the threshold)
-            q = float(sps.t.isf(alpha, df_one))
-            p_values = [None] * len(family)
-        else:  # unpaired (a baseline): the t quantile with Bonferroni, one df for the look
-            q = float(sps.t.isf(budget / (2 * len(family)), df_one))
-            p_values = [min(1.0, 2 * float(sps.t.sf(t[0, i], df_one)) * len(family))
-                        for i in range(len(family))]
-        found.append(Look(rounds, budget, q, df_one, flags, len(family), paired))
+            t = np.where(look.se > 0, np.abs(look.location) / look.se,
+                         np.where(look.location != 0, np.inf, 0.0))
+        q, p_values, exceeded = _look_threshold(t, look, paired, alpha, budget, exceeded)
+        found.append(Look(rounds, budget, q, look.df, look.flags, len(family), paired))
         for i, c in enumerate(family):
             if c not in measured_here:  # stopped at an earlier look: its verdict is from there
                 continue
-            hit = flags and bool(t[0, i] >= q)
-            tested[c] = Tested(float(loc[0, i]), float(se[0, i]), float(mean[i]),
-                               float(mean_se[i]), p_values[i], len(found) - 1,
-                               bool(levelled[0, i]), hit)
+            hit = look.flags and bool(t[0, i] >= q)
+            tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
+                               float(look.mean[i]), float(look.mean_se[i]), p_values[i],
+                               len(found) - 1, bool(look.levelled[0, i]), hit)
             if hit:
                 flagged.add(c)
     return found, tested
@@ -827,6 +876,92 @@ def threshold_side(low: float, high: float, margin: float) -> ThresholdSide:
     return "below" if far < margin else "unsure"
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """What a run's verdicts are judged by: the smallest change that matters, the family
+    level, the adaptive plan, the drift of sides measured apart, and the configs."""
+
+    min_effect: float
+    alpha: float
+    looks: Looks | None
+    drift: Drift | None
+    configs: int
+
+
+def _log_matrices(configs: list[ConfigRounds], paired: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(configs, rounds) log round medians of A and B; one column per round number on both
+    sides where `paired`."""
+    log_a, log_b = _matrix(configs, "a"), _matrix(configs, "b")
+    if paired:
+        width = max(log_a.shape[1], log_b.shape[1])
+        log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
+        log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
+    return log_a, log_b
+
+
+def _side_numbers(c: ConfigRounds) -> dict[str, Any]:
+    """A config's numbers of each side on its own: rounds, location, spread, levels."""
+    a_values = np.log(np.array(list(c.a.values()), dtype=float))
+    b_values = np.log(np.array(list(c.b.values()), dtype=float))
+    a_us, a_spread = _side_location(a_values)
+    b_us, b_spread = _side_location(b_values)
+    return dict(rounds_a=len(c.a), rounds_b=len(c.b), a_us=_number(a_us), b_us=_number(b_us),
+                a_spread_us=_number(a_spread), b_spread_us=_number(b_spread),
+                levels_a=two_levels(a_values), levels_b=two_levels(b_values))
+
+
+def _decide(s: Tested, look: Look, rule: _Rule, rounds: int, detectable: float,
+            drift_half: float | None) -> tuple[LatencyVerdict, ThresholdSide | None, int | None]:
+    """(verdict, where a flag's interval lies against +-min_effect, rounds per side that
+    would decide an inconclusive config) of a config judged at `look`."""
+    margin = math.log1p(rule.min_effect)
+    half, mean_half = look.threshold * s.se, look.threshold * s.mean_se
+    low, high = s.location - half, s.location + half
+    mean_low, mean_high = s.mean - mean_half, s.mean + mean_half
+    early = rule.looks is not None and look.rounds < rule.looks.max_rounds
+    bound = margin * (EARLY_EQUIVALENCE if early else 1.0)
+    if s.flagged:
+        return ("slower" if s.location > 0 else "faster"), threshold_side(low, high, margin), None
+    if (-bound < low <= 0 <= high < bound and -bound < mean_low <= 0 <= mean_high < bound
+            and detectable <= rule.min_effect and look.rounds >= MIN_UNCHANGED_ROUNDS):
+        return "unchanged", None, None
+    needed = None
+    if math.isfinite(half) and (drift_half is None or drift_half < margin):
+        needed = rounds_to_resolve(max(s.se, s.mean_se), rounds, rule.min_effect, rule.alpha,
+                                   rule.configs)
+    return "inconclusive", None, needed
+
+
+def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: bool,
+                       sides: dict[str, Any]) -> LatencyStatistics:
+    """A judged config's LatencyStatistics; `rounds` the fewer of its sides'."""
+    q = look.threshold
+    half, mean_half = q * s.se, q * s.mean_se
+    low, high = s.location - half, s.location + half
+    mean_low, mean_high = s.mean - mean_half, s.mean + mean_half
+    z = float(sps.norm.ppf(DETECTABLE_POWER))
+    detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
+    drift_half = (drift_half_width(rule.drift, look.level, rule.configs) if rule.drift
+                  else None)
+    verdict, side, needed = _decide(s, look, rule, rounds, detectable, drift_half)
+    finite = math.isfinite(half) and math.isfinite(mean_half)
+    statistic: Statistic = ("welch-huber" if not paired else
+                            "huber-levelled" if s.levelled else "huber")
+    return LatencyStatistics(
+        verdict,
+        ratio=math.exp(s.location),
+        ci=(math.exp(low), math.exp(high)) if finite else None,
+        mean_ratio=math.exp(s.mean),
+        mean_ci=(math.exp(mean_low), math.exp(mean_high)) if finite else None,
+        p=s.p, level=look.level, se=s.se, detectable=_number(detectable),
+        statistic=statistic, threshold=q, df=look.df, look=s.look,
+        look_rounds=look.rounds, family=look.family, flags=look.flags,
+        threshold_side=side, rounds_needed=needed,
+        resolves=math.expm1(max(half, mean_half)) if finite else None,
+        drift=math.expm1(drift_half) if drift_half is not None else None, paired=paired,
+        **sides)
+
+
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
                      alpha: float = DEFAULT_ALPHA, *, looks: Looks | None = None,
                      paired: bool = True, drift: Drift | None = None
@@ -837,68 +972,21 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be between 0 and 0.5, got {alpha}")
-    log_a, log_b = _matrix(configs, "a"), _matrix(configs, "b")
-    if paired:  # one column per round number on both sides
-        width = max(log_a.shape[1], log_b.shape[1])
-        log_a = np.pad(log_a, ((0, 0), (0, width - log_a.shape[1])), constant_values=np.nan)
-        log_b = np.pad(log_b, ((0, 0), (0, width - log_b.shape[1])), constant_values=np.nan)
-    drift = None if paired else drift
-    found, tested = test_family(log_a, log_b, alpha, looks, paired, drift)
-    z = float(sps.norm.ppf(DETECTABLE_POWER))
-    margin = math.log1p(min_effect)
+    log_a, log_b = _log_matrices(configs, paired)
+    rule = _Rule(min_effect, alpha, looks, None if paired else drift, len(configs))
+    found, tested = family_statistics(log_a, log_b, alpha, looks, paired, rule.drift)
     results = []
     for i, c in enumerate(configs):
-        a_values = np.log(np.array(list(c.a.values()), dtype=float))
-        b_values = np.log(np.array(list(c.b.values()), dtype=float))
-        a_us, a_spread = _side_location(a_values)
-        b_us, b_spread = _side_location(b_values)
-        common: dict[str, Any] = dict(rounds_a=len(c.a), rounds_b=len(c.b), a_us=_number(a_us),
-                      b_us=_number(b_us), a_spread_us=_number(a_spread),
-                      b_spread_us=_number(b_spread), levels_a=two_levels(a_values),
-                      levels_b=two_levels(b_values), paired=paired, looks=len(found))
-        if i not in tested:
-            ratio = _number(b_us / a_us) if a_values.size and b_values.size else None
-            results.append(LatencyStatistics("inconclusive", ratio=ratio, **common))
+        sides = _side_numbers(c)
+        if i in tested:
+            results.append(_tested_statistics(tested[i], found[tested[i].look], rule,
+                                              min(len(c.a), len(c.b)), paired,
+                                              dict(sides, looks=len(found))))
             continue
-        s = tested[i]
-        look = found[s.look]
-        q = look.threshold
-        half, mean_half = q * s.se, q * s.mean_se
-        low, high = s.location - half, s.location + half
-        mean_low, mean_high = s.mean - mean_half, s.mean + mean_half
-        early = looks is not None and look.rounds < looks.max_rounds
-        bound = margin * (EARLY_EQUIVALENCE if early else 1.0)
-        detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
-        verdict: LatencyVerdict
-        side: ThresholdSide | None = None
-        needed = None
-        drift_half = drift_half_width(drift, look.level, len(configs)) if drift else None
-        if s.flagged:
-            verdict = "slower" if s.location > 0 else "faster"
-            side = threshold_side(low, high, margin)
-        elif (-bound < low <= 0 <= high < bound and -bound < mean_low <= 0 <= mean_high < bound
-              and detectable <= min_effect and look.rounds >= MIN_UNCHANGED_ROUNDS):
-            verdict = "unchanged"
-        else:
-            verdict = "inconclusive"
-            if math.isfinite(half) and (drift_half is None or drift_half < margin):
-                needed = rounds_to_resolve(max(s.se, s.mean_se), min(len(c.a), len(c.b)),
-                                           min_effect, alpha, len(configs))
-        finite = math.isfinite(half) and math.isfinite(mean_half)
-        statistic: Statistic = ("welch-huber" if not paired else
-                                "huber-levelled" if s.levelled else "huber")
-        results.append(LatencyStatistics(
-            verdict,
-            ratio=math.exp(s.location),
-            ci=(math.exp(low), math.exp(high)) if finite else None,
-            mean_ratio=math.exp(s.mean),
-            mean_ci=(math.exp(mean_low), math.exp(mean_high)) if finite else None,
-            p=s.p, level=look.level, se=s.se, detectable=_number(detectable),
-            statistic=statistic, threshold=q, df=look.df, look=s.look,
-            look_rounds=look.rounds, family=look.family, flags=look.flags,
-            threshold_side=side, rounds_needed=needed,
-            resolves=math.expm1(max(half, mean_half)) if finite else None,
-            drift=math.expm1(drift_half) if drift_half is not None else None, **common))
+        a_us, b_us = sides["a_us"], sides["b_us"]
+        ratio = _number(b_us / a_us) if a_us is not None and b_us is not None else None
+        results.append(LatencyStatistics("inconclusive", ratio=ratio, paired=paired,
+                                         looks=len(found), **sides))
     return results
 
 
@@ -943,12 +1031,15 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
            alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
     """True when `max_rounds` per side could not plausibly decide.
 
-    Judged at the threshold, not at the estimate: the standard error is projected to
-    `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q approximated by the
-    normal quantile with Bonferroni over `configs`; more rounds are futile when a change
-    of exactly min_effect would then be flagged with chance below FUTILITY_POWER (and so
-    no interval could fit inside +-min_effect either). Before half of `max_rounds`
-    nothing is futile (a few rounds' spread says little).
+    Judged at the threshold, or at the estimate where that is larger: the standard error
+    is projected to `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q
+    approximated by the normal quantile with Bonferroni over `configs`; more rounds are
+    futile when a change of exactly min_effect would then be flagged with chance below
+    FUTILITY_POWER (and so no interval could fit inside +-min_effect either), and so
+    would a change as large as the one estimated: a config whose every B round sits 15%
+    below every A round is not stopped because a 2% change would go unseen. Stopping
+    never flags, so the rule spends no level. Before half of `max_rounds` nothing is
+    futile (a few rounds' spread says little).
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
@@ -957,4 +1048,7 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
         return False
     se = result.se * math.sqrt(rounds / max_rounds)
     q = final_threshold(alpha, configs)
-    return float(sps.norm.sf(q - math.log1p(min_effect) / se)) < FUTILITY_POWER
+    effect = math.log1p(min_effect)
+    if result.ratio is not None and result.ratio > 0:
+        effect = max(effect, abs(math.log(result.ratio)))
+    return float(sps.norm.sf(q - effect / se)) < FUTILITY_POWER

@@ -35,6 +35,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from abdiff.errors import InputError
 from abdiff.launchers.process import guarded, worker_environment
+from abdiff.launchers.runtime import Runtime
+from abdiff.launchers.sandbox import NO_SANDBOX, Sandbox
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.run.protocol import RoundJob
 from abdiff.store.files import own_folder, read_worker_file, write_atomic
@@ -97,15 +99,15 @@ def build_environment(build: Path | None) -> dict[str, str]:
 
 
 def _run_repository_code(argv: list[str], folder: Path, build: Path | None, scratch: Path,
-                         timeout: float) -> subprocess.CompletedProcess[str]:
-    """The repository's code (a build, a listing): started as a worker is, in the sandbox in
-    force (writable: `scratch`, its HOME and TMPDIR, and the side's `build` folder), with a
-    worker's environment; OSError or TimeoutExpired when it cannot."""
+                         timeout: float, sandbox: Sandbox) -> subprocess.CompletedProcess[str]:
+    """The repository's code (a build, a listing): started as a worker is, in the run's
+    `sandbox` (writable: `scratch`, its HOME and TMPDIR, and the side's `build` folder), with
+    a worker's environment; OSError or TimeoutExpired when it cannot."""
     env = worker_environment({BUILD_VARIABLE: str(build)} if build is not None else {},
                              home=scratch)
     env["TMPDIR"] = str(scratch)
     writable = (str(scratch), *([str(build)] if build is not None else []))
-    return subprocess.run(guarded(argv, None, writable=writable), cwd=folder,
+    return subprocess.run(guarded(argv, None, confine=sandbox.options(writable)), cwd=folder,
                           capture_output=True, text=True, timeout=timeout, check=False, env=env,
                           stdin=subprocess.DEVNULL)
 
@@ -117,16 +119,17 @@ def _why(done: subprocess.CompletedProcess[str]) -> str:
     return code + (f": {line}" if line else "")
 
 
-def build(options: CommandOptions, checkout: Path, folder: Path) -> str | None:
-    """Run the suite's `build` in `checkout` into `folder`; None when it worked, else why not
-    (one line; the whole output is in `folder`/abdiff-build.log)."""
+def build(options: CommandOptions, checkout: Path, folder: Path, sandbox: Sandbox) -> str | None:
+    """Run the suite's `build` in `checkout` into `folder`, in `sandbox`; None when it worked,
+    else why not (one line; the whole output is in `folder`/abdiff-build.log)."""
     assert options.build is not None
     own_folder(folder)  # the side's workers can write it: never a link they planted
     log = folder / "abdiff-build.log"
     argv = _with_build(options.build, folder)
     with tempfile.TemporaryDirectory(prefix="abdiff-build-") as scratch:
         try:
-            done = _run_repository_code(argv, checkout, folder, Path(scratch), BUILD_TIMEOUT_S)
+            done = _run_repository_code(argv, checkout, folder, Path(scratch), BUILD_TIMEOUT_S,
+                                        sandbox)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"target.build {argv[0]} could not run ({exc})"
     # renamed into place: a link the build left at this name is replaced, not followed
@@ -138,9 +141,11 @@ def build(options: CommandOptions, checkout: Path, folder: Path) -> str | None:
     return f"target.build failed ({_why(done)}; full output in {log}){hint}"
 
 
-def list_benchmarks(options: CommandOptions, folder: Path, build: Path | None) -> list[str]:
+def list_benchmarks(options: CommandOptions, folder: Path, build: Path | None,
+                    sandbox: Sandbox) -> list[str]:
     """The benchmark names the command in `folder` lists (gbench: --benchmark_list_tests,
-    nothing timed; nvbench: one run), in its order; InputError saying why not."""
+    nothing timed; nvbench: one run), in its order, run in `sandbox`; InputError saying why
+    not."""
     argv = options.argv(build)
     fix = "build it there (target.build), or list the configs in the suite's target.benchmarks"
     if shutil.which(argv[0], path=os.environ.get("PATH")) is None and not os.access(
@@ -153,7 +158,8 @@ def list_benchmarks(options: CommandOptions, folder: Path, build: Path | None) -
         argv += (["--benchmark_list_tests=true"] if listing
                  else benchmark_arguments(options.format, out, 1, None))
         try:
-            done = _run_repository_code(argv, folder, build, Path(scratch), DISCOVERY_TIMEOUT_S)
+            done = _run_repository_code(argv, folder, build, Path(scratch), DISCOVERY_TIMEOUT_S,
+                                        sandbox)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise InputError(f"target.command {argv[0]} cannot run in {folder} to list its "
                              f"benchmarks ({exc}); {fix}") from None
@@ -213,7 +219,8 @@ class CommandTarget(Target):
             raise InputError(f"{suite.source}: target.benchmarks lists a benchmark twice")
         return command_configs(options, options.benchmarks)
 
-    def prepare(self, suite: Suite, checkout: Path, folder: Path) -> Prepared:
+    def prepare(self, suite: Suite, checkout: Path, folder: Path,
+                runtime: Runtime | None) -> Prepared:
         known = self.sides.get(Path(checkout).resolve())
         if known is not None:  # A/A, or a bisect's commit met again: built once this run
             return known[1]
@@ -223,11 +230,14 @@ class CommandTarget(Target):
         build_dir = folder if uses_build else None
         if build_dir is not None:
             build_dir.mkdir(parents=True, exist_ok=True)
-        failure = build(options, checkout, folder) if options.build is not None else None
+        sandbox = runtime.sandbox if runtime is not None else NO_SANDBOX
+        failure = build(options, checkout, folder, sandbox) if options.build is not None \
+            else None
         listed = None
         if failure is None and options.benchmarks is None:
             try:
-                listed = command_configs(options, list_benchmarks(options, checkout, build_dir))
+                listed = command_configs(options, list_benchmarks(options, checkout, build_dir,
+                                                                  sandbox))
             except InputError as exc:
                 failure = str(exc)
         prepared = Prepared(listed, failure)
