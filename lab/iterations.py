@@ -1,5 +1,5 @@
-"""Issue 42, item 3: the variance split per config, and the demo's wall time before and
-after the plan of timed iterations per round.
+"""The variance split per config (within a worker process, between processes), and the
+demo's wall time before and after the plan of timed iterations per round.
 
 `split` reads run files (a state folder's a.json and b.json, or any run files) and prints
 per config what abdiff.run.iterations estimates from all their ok rounds pooled: the

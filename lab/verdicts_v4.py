@@ -18,12 +18,13 @@ switching), as `h200-like` of lab/verdicts.py, and:
 - `odd-process`: `h200-like` (configs 0 and 7 on two levels 4% apart) where 8% of the
   worker processes (one per side and round, all its configs) run 25% slow: the odd-process
   suites; its shifts move config 6 (0.82% noise, the median H200 config).
-- `adaptive-n` (issue 42, item 3): a round's statistic is the median of its own timed
-  iterations (per-iteration noise Student-t 3 df, 1-8% by config), on a per-process
-  offset (between-process SD 0.3-4% by config, Student-t 3 df) and the machine state;
-  rounds 0-4 time 20 iterations, later ones the config's own count (5, 6, 20, 60 or 200,
-  the same for A and B of a pair: abdiff.run.iterations), and in a third of the configs
-  the count changes again from pair to pair: heteroscedastic pairs.
+- `adaptive-n` (the plan of timed iterations per round): a round's statistic is the
+  median of its own timed iterations (per-iteration noise Student-t 3 df, 1-8% by
+  config), on a per-process offset (between-process SD 0.3-4% by config, Student-t 3 df)
+  and the machine state; rounds 0-4 time 20 iterations, later ones the config's own
+  count (5, 6, 20, 60 or 200, the same for A and B of a pair: abdiff.run.iterations),
+  and in a third of the configs the count changes again from pair to pair:
+  heteroscedastic pairs.
 - `h200-like`: lab/verdicts.py's profile (the shift moves config 0, a two-level config);
   `h200-replay` and `cpu-2core`: its other two (verdicts v3's held-out suites).
 
