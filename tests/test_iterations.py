@@ -3,6 +3,7 @@ it makes cheapest (cost-optimal two-stage sampling)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -129,10 +130,19 @@ def test_the_plan_pools_both_sides_and_prices_a_round() -> None:
     sides[0].iterations = plan
     assert parse_run_file(json.loads(dump_json(sides[0].to_json())), "a.json").iterations == plan
     note = iterations_notes(plan)
-    assert len(note) == 1 and note[0].startswith(
+    assert note == [
         "timed iterations per round from round 6 on, as the rounds before showed cheapest: "
         f"20 -> 5 for 1 config (process-to-process spread dominates), 20 -> "
-        f"{plan.configs['gpu'].run_times} for 1 config (within-process spread dominates)")
+        f"{plan.configs['gpu'].run_times} for 1 config (within-process spread dominates) "
+        "(the suite's `adapt_run_times: false` keeps its run_times)"]
+    three = dataclasses.replace(plan, configs={
+        "a": dataclasses.replace(plan.configs["cpu"], run_times=6),
+        "b": dataclasses.replace(plan.configs["cpu"], run_times=9), "c": plan.configs["cpu"],
+        "d": dataclasses.replace(plan.configs["cpu"], run_times=20)})
+    assert iterations_notes(three)[0].split(": ", 1)[1].startswith(
+        "20 -> 5-9 for 3 configs (process-to-process spread dominates); 1 kept 20")
+    assert iterations_notes(dataclasses.replace(three, configs={"d": three.configs["d"]})) == []
+    assert iterations_notes(None) == []
 
 
 def test_a_round_costs_its_share_of_what_the_workers_spent_besides_timing() -> None:

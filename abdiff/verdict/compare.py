@@ -322,14 +322,17 @@ def iterations_notes(plan: IterationPlan | None) -> list[str]:
     if plan is None:
         return []
     suite = plan.suite_run_times
-    counts = Counter(c.run_times for c in plan.configs.values())
-    changed = [f"{suite} -> {n} for {k} config{'s' * (k > 1)} ("
-               + ("process-to-process spread dominates" if n < suite
-                  else "within-process spread dominates") + ")"
-               for n, k in sorted(counts.items()) if n != suite]
+    counts = [c.run_times for c in plan.configs.values()]
+    changed = []
+    for chosen, why in (([n for n in counts if n < suite], "process-to-process"),
+                        ([n for n in counts if n > suite], "within-process")):
+        if chosen:
+            span = f"{min(chosen)}" + (f"-{max(chosen)}" if max(chosen) > min(chosen) else "")
+            changed.append(f"{suite} -> {span} for {len(chosen)} "
+                           f"config{'s' * (len(chosen) > 1)} ({why} spread dominates)")
     if not changed:
         return []
-    kept = counts.get(suite, 0)
+    kept = counts.count(suite)
     return [f"timed iterations per round from round {plan.from_round + 1} on, as the rounds "
             "before showed cheapest: " + ", ".join(changed)
             + (f"; {kept} kept {suite}" if kept else "")
