@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -109,7 +110,7 @@ def one_run(repo: Path, cache: Path, pythonpath: Path | None) -> dict:
             "error": done.stderr.strip().splitlines()[-1:] if done.returncode > 1 else []}
 
 
-def compare(old: str, runs: int) -> None:
+def compare(old: str, runs: int, keep: Path | None) -> None:
     with tempfile.TemporaryDirectory(prefix="abdiff-iterations-") as tmp:
         folder = Path(tmp)
         repo = folder / "demo"
@@ -119,6 +120,15 @@ def compare(old: str, runs: int) -> None:
             for name, path in ((f"old {old}", exported), ("new", None)):
                 row = one_run(repo, folder / "cache", path)
                 print(json.dumps({"run": n, "abdiff": name, **row}), flush=True)
+                if keep is not None:  # the result and both run files of each run
+                    keep.mkdir(parents=True, exist_ok=True)
+                    tag = f"run{n}-{'new' if path is None else 'old'}"
+                    shutil.copy(folder / "cache" / "result.json", keep / f"{tag}.json")
+                    # the state folder written last is this run's (old and new keep apart)
+                    latest = max((folder / "cache" / "runs").glob("*/b.json"),
+                                 key=lambda p: p.stat().st_mtime).parent
+                    for state in latest.glob("[ab].json"):
+                        shutil.copy(state, keep / f"{tag}-{state.name}")
 
 
 def main() -> None:
@@ -129,11 +139,12 @@ def main() -> None:
     timing = sub.add_parser("compare", help="the demo's wall time, old abdiff against this")
     timing.add_argument("--old", required=True, help="the commit of the old abdiff")
     timing.add_argument("--runs", type=int, default=3, help="runs of each, alternating")
+    timing.add_argument("--keep", type=Path, help="copy each run's result and run files here")
     args = parser.parse_args()
     if args.command == "split":
         split(args.paths)
     else:
-        compare(args.old, args.runs)
+        compare(args.old, args.runs, args.keep)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from abdiff.verdict.compare import iterations_notes
 
 def test_n_star_is_the_square_root_of_the_cost_and_variance_ratios() -> None:
     # process 0.5 s, iteration 1 ms, within 0.01, between 0.0005: sqrt(500 * 20) = 100
+    # (affordable: 0.25 * 0.5 s / 1 ms = 125 iterations)
     split = VarianceSplit(within=0.01, between=0.0005, rounds=10)
     assert iterations_per_round(split, RoundCost(0.5, 0.001), 20) == 100
     # four times the process-to-process variance: half the iterations
@@ -52,9 +53,10 @@ def test_n_star_is_clamped_to_the_floor_and_the_ceiling() -> None:
     assert iterations_per_round(iterations_differ, cheap, 20) == CEILING_FACTOR * 20
     no_between = VarianceSplit(within=1e-2, between=0.0, rounds=10)
     assert iterations_per_round(no_between, cheap, 20) == CEILING_FACTOR * 20
-    # never more iterations than cost what the process costs (CPU-like: 50 here), and
-    # where even the suite's count costs more, the suite's count
-    assert iterations_per_round(no_between, RoundCost(0.1, 0.002), 20) == 50
+    # above the suite's count, no more iterations than cost a quarter of the process
+    # (12.5 ms a round here: 25), and where even the suite's count costs more (a CPU's
+    # iterations of milliseconds), the suite's count
+    assert iterations_per_round(no_between, RoundCost(0.2, 0.002), 20) == 25
     assert iterations_per_round(no_between, cost, 20) == 20
 
 

@@ -36,8 +36,10 @@ FLOOR = 5
 """Fewest iterations a planned round times: the median of 5 still ignores two stray
 iterations (a preemption, a page fault)."""
 CEILING_FACTOR = 10
-"""Most iterations a planned round times, as a multiple of the suite's run_times; and no
-more than cost what the round's process share costs (`iterations_per_round`)."""
+"""Most iterations a planned round times, as a multiple of the suite's run_times."""
+AFFORDABLE_SHARE = 0.25
+"""Above the suite's run_times, a round times only as many iterations as cost this share
+of its process cost (`iterations_per_round`)."""
 MIN_PLAN_ROUNDS = 6
 """Rounds (both sides together, each with 2+ iterations) a config needs before its
 split is estimated; fewer keep the suite's count."""
@@ -97,12 +99,15 @@ def variance_split(sides: Sequence[Sequence[Sequence[float]]]) -> VarianceSplit 
 
 def iterations_per_round(split: VarianceSplit, cost: RoundCost, run_times: int) -> int:
     """n* = sqrt(process_s * within / (iteration_s * between)), rounded, at least
-    min(FLOOR, run_times), at most CEILING_FACTOR * run_times and (above run_times) at
-    most process_s / iteration_s: a `between` near 0 from ten rounds is mostly their
-    noise, and beyond that count the iterations would cost more than the process itself
-    for a variance the rounds cannot tell from 0 (no process-to-process variance at
-    all: the ceiling)."""
-    affordable = cost.process_s / cost.iteration_s if cost.iteration_s > 0 else math.inf
+    min(FLOOR, run_times), at most CEILING_FACTOR * run_times and, above run_times, at
+    most what costs AFFORDABLE_SHARE of process_s. Two-stage sampling takes the rounds as
+    free; here the looks buy them (11 pairs before `unchanged`, futility), so iterations
+    above the suite's count buy precision the looks may never use: only where they cost
+    next to nothing (GPU graph replays), never on a CPU whose iterations cost
+    milliseconds. A `between` near 0 from ten rounds is mostly their noise (no
+    process-to-process variance at all: the ceiling)."""
+    affordable = (AFFORDABLE_SHARE * cost.process_s / cost.iteration_s
+                  if cost.iteration_s > 0 else math.inf)
     low = min(FLOOR, run_times)
     high = int(min(CEILING_FACTOR * run_times, max(run_times, affordable)))
     if split.between <= 0 or cost.iteration_s <= 0:
