@@ -70,32 +70,36 @@ def simulated_rounds(rng: np.random.Generator, between_sd: float, within_sd: flo
 
 def test_the_split_recovers_known_variances() -> None:
     rng = np.random.default_rng(1)
-    sides = [simulated_rounds(rng, 0.03, 0.01, 200, 40) for _ in range(2)]
-    split = variance_split(sides)
-    assert split is not None and split.rounds == 400
+    a, b = (simulated_rounds(rng, 0.03, 0.01, 300, 40) for _ in range(2))
+    # a machine state shared by the two rounds of a pair (it drifts 20%): the pairs cancel it
+    state = np.exp(rng.normal(0, 0.2, 300))
+    pairs = [([v * s for v in ra], [v * s for v in rb])
+             for ra, rb, s in zip(a, b, state, strict=True)]
+    split = variance_split(pairs)
+    assert split is not None and split.rounds == 600
     assert split.within == pytest.approx(MEDIAN_EFFICIENCY * 0.01 ** 2, rel=0.15)
     assert math.sqrt(split.between) == pytest.approx(0.03, rel=0.15)
     # iterations only: no process-to-process part left
-    quiet = variance_split([simulated_rounds(rng, 0.0, 0.02, 200, 40) for _ in range(2)])
+    quiet = variance_split(list(zip(*(simulated_rounds(rng, 0.0, 0.02, 300, 40)
+                                      for _ in range(2)), strict=True)))
     assert quiet is not None and quiet.between < 0.1 * quiet.within / 40
 
 
-def test_the_split_is_the_same_with_the_sides_swapped_or_shifted() -> None:
-    """Pooled over A and B about each side's own centre: the plan does not depend on
-    which side is A, nor on a real change between them (the test's exchangeability)."""
+def test_the_split_is_the_same_whichever_round_of_a_pair_is_a() -> None:
+    """From every round's iterations and each pair's |B - A|: swapping the rounds of any
+    pair leaves the plan as it is, so under "no change" the pairs' signs stay equally
+    likely given it (the sign-flip test's exactness)."""
     rng = np.random.default_rng(2)
-    a, b = (simulated_rounds(rng, 0.02, 0.01, 8, 20) for _ in range(2))
-    assert variance_split([a, b]) == variance_split([b, a])
-    slower = [[v * 1.5 for v in r] for r in b]
-    split, shifted = variance_split([a, b]), variance_split([a, slower])
-    assert split is not None and shifted is not None
-    assert shifted.between == pytest.approx(split.between)
-    assert shifted.within == pytest.approx(split.within)
+    pairs = list(zip(*(simulated_rounds(rng, 0.02, 0.01, 8, 20) for _ in range(2)),
+                     strict=True))
+    swapped = [(b, a) if k in (1, 4, 5) else (a, b) for k, (a, b) in enumerate(pairs)]
+    assert variance_split(pairs) == variance_split(swapped)
+    assert variance_split(pairs) == variance_split([(b, a) for a, b in pairs])
 
 
-def test_too_few_rounds_give_no_split() -> None:
-    assert variance_split([[[1.0, 2.0]] * 2, [[1.0, 2.0]] * 3]) is None
-    assert variance_split([[[5.0]] * 10]) is None  # one iteration: no within-process spread
+def test_too_few_pairs_give_no_split() -> None:
+    assert variance_split([([1.0, 2.0], [1.0, 2.0])] * 3) is None
+    assert variance_split([([5.0], [5.0])] * 10) is None  # one iteration: no spread in it
 
 
 def run_file(name: str, latencies: dict[str, list[list[float]]], warmup_s: float) -> RunFile:

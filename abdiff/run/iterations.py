@@ -11,10 +11,11 @@ is least at n* = sqrt(process_s * within / (iteration_s * between)) (Cochran, Sa
 Techniques, 10.6): few iterations where processes differ more than iterations do (the
 2-core CPU), many where they do not (GPU graph replays).
 
-The plan is made once, at the first look, from every round both sides have, pooled (the
-choice does not depend on which side is A: swapping the sides within a pair leaves it as
-it is, so the sign-flip test stays exact), and it holds from the next round on for both
-sides alike: the A and B rounds of one ABBA block time the same count, and each round is
+The plan is made once, at the first look, from the rounds of both sides: the
+iterations of every round, and the |B - A| of each pair's round medians, so it is the same
+whichever round of any pair is A (under "no change" the signs of the pairs stay equally
+likely given the plan: the sign-flip test stays exact), and it holds from the next round
+on for both sides alike: the A and B rounds of one ABBA block time the same count, and each round is
 still one statistic of one process. Pure functions of numbers; the schedule applies them.
 """
 
@@ -40,9 +41,9 @@ CEILING_FACTOR = 10
 AFFORDABLE_SHARE = 0.25
 """Above the suite's run_times, a round times only as many iterations as cost this share
 of its process cost (`iterations_per_round`)."""
-MIN_PLAN_ROUNDS = 6
-"""Rounds (both sides together, each with 2+ iterations) a config needs before its
-split is estimated; fewer keep the suite's count."""
+MIN_PLAN_PAIRS = 4
+"""Pairs (an A and a B round of one number, each with 2+ iterations) a config needs
+before its split is estimated; fewer keep the suite's count."""
 
 
 @dataclass(frozen=True)
@@ -68,33 +69,28 @@ def _robust_variance(values: np.ndarray) -> float:
     return float((1.4826 * np.median(np.abs(values - np.median(values)))) ** 2)
 
 
-def variance_split(sides: Sequence[Sequence[Sequence[float]]]) -> VarianceSplit | None:
-    """The split of one config from its rounds' iteration latencies (us), one list of
-    rounds per side; None with fewer than MIN_PLAN_ROUNDS usable rounds.
+def variance_split(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]
+                   ) -> VarianceSplit | None:
+    """The split of one config from its pairs' iteration latencies (us): (A's round, B's
+    round) of each round number; None with fewer than MIN_PLAN_PAIRS pairs whose rounds
+    both timed 2+ iterations.
 
-    within: the median over rounds of the robust variance of a round's log iterations,
-    times MEDIAN_EFFICIENCY. between: the robust variance of the log round medians about
-    their own side's median (so a real A/B difference does not count as spread), pooled
-    over the sides, less the mean within / n of those rounds; at least 0."""
-    within_each: list[float] = []
-    deviations: list[float] = []
-    explained: list[float] = []
-    for side in sides:
-        rounds = [np.log(np.asarray(r, dtype=float)) for r in side
-                  if len(r) >= 2 and min(r) > 0]
-        if not rounds:
-            continue
-        medians = np.array([np.median(r) for r in rounds])
-        deviations += list(medians - np.median(medians))
-        for r in rounds:
-            within_each.append(MEDIAN_EFFICIENCY * _robust_variance(r))
-            explained.append(1.0 / len(r))
-    if len(within_each) < MIN_PLAN_ROUNDS:
+    within: the median over all rounds of the robust variance of a round's log
+    iterations, times MEDIAN_EFFICIENCY. between: half the square of the normal-consistent
+    median |log B - log A| of the pairs, less the mean within / n of their rounds; at
+    least 0. A pair's difference is what the test sees: the machine's state, shared by a
+    pair, cancels, and |difference| is the same whichever round of the pair is A, so the
+    split is too (each pair's swap leaves the plan as it is)."""
+    usable = [(np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float)))
+              for a, b in pairs if min(len(a), len(b)) >= 2 and min(*a, *b) > 0]
+    if len(usable) < MIN_PLAN_PAIRS:
         return None
-    within = float(np.median(within_each))
-    observed = _robust_variance(np.array(deviations))
-    between = max(0.0, observed - within * float(np.mean(explained)))
-    return VarianceSplit(within, between, len(within_each))
+    rounds = [r for pair in usable for r in pair]
+    within = float(np.median([MEDIAN_EFFICIENCY * _robust_variance(r) for r in rounds]))
+    differences = np.array([np.median(b) - np.median(a) for a, b in usable])
+    observed = (1.4826 * float(np.median(np.abs(differences)))) ** 2 / 2
+    explained = within * float(np.mean([1.0 / len(r) for r in rounds]))
+    return VarianceSplit(within, max(0.0, observed - explained), len(rounds))
 
 
 def iterations_per_round(split: VarianceSplit, cost: RoundCost, run_times: int) -> int:
@@ -128,17 +124,20 @@ def shared_cost(times: Sequence[SideTime], config_rounds: int) -> float | None:
 
 def plan_iterations(runs: Sequence[RunFile], shared_s: float, run_times: int,
                     from_round: int, one_count: bool = False) -> IterationPlan:
-    """The iterations per round of every config whose rounds (all sides of `runs`,
-    pooled) allow a split, from round `from_round` on. A config's round costs `shared_s`
+    """The iterations per round of every config whose pairs (the two sides of `runs`, by
+    round number) allow a split, from round `from_round` on. A config's round costs `shared_s`
     plus its median warm-up; an iteration its median latency. `one_count`: the target
     times every config of a job alike, so all planned configs get the largest n*."""
     planned: dict[str, ConfigIterations] = {}
     for config in runs[0].configs:
         sides = [c for run in runs if (c := run.config(config.id)) is not None]
-        rounds = [r for c in sides for r in c.rounds
-                  if r.status == "ok" and not r.companion and r.latency_us]
-        split = variance_split([[r.latency_us for r in c.rounds if r.status == "ok"
-                                 and not r.companion] for c in sides])
+        measured = [{r.round: r for r in c.rounds if r.round is not None
+                     and r.status == "ok" and not r.companion and r.latency_us}
+                    for c in sides]
+        rounds = [r for side in measured for r in side.values()]
+        numbers = sorted(set(measured[0]) & set(measured[1])) if len(measured) == 2 else []
+        split = variance_split([(measured[0][n].latency_us, measured[1][n].latency_us)
+                                for n in numbers])
         if split is None:
             continue
         warmup = [float(r.warmup.get("seconds", 0.0)) for r in rounds
