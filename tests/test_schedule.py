@@ -1,6 +1,7 @@
 """Schedule: balanced, randomized ABBA blocks; adaptive extension, failure repeats and
 resume, measured with the fake target."""
 
+import logging
 import random
 from collections import Counter
 from pathlib import Path
@@ -151,23 +152,25 @@ def _plant_round(state: Path) -> None:
     write_run_file(state / "b.json", planted)
 
 
-def test_planted_rounds_are_not_continued(tmp_path: Path, capsys) -> None:
+def test_planted_rounds_are_not_continued(tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     """An unfinished measurement continues only with the run files abdiff wrote: a side
     whose file was changed is measured again (and said so on stderr), --resume or not."""
+    caplog.set_level(logging.INFO, logger="abdiff")  # what schedule.py reports
     state = tmp_path / "state"
     first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
     first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
     first.save(complete=False)
     kept = Measurement.open(state, _one_config(tmp_path), resume=False, seed=6)
     assert kept.seed == 5 and len(kept.sides["A"].run.configs[0].rounds) == 1
-    assert capsys.readouterr().err == ""
+    assert caplog.text == ""
 
     for resume in (False, True):
         _plant_round(state)
         again = Measurement.open(state, _one_config(tmp_path), resume=resume, seed=7)
         assert again.seed == 5 and len(again.sides["A"].run.configs[0].rounds) == 1
         assert again.sides["B"].run.configs[0].rounds == []
-        assert "b.json: not the file abdiff wrote" in capsys.readouterr().err
+        assert "b.json: not the file abdiff wrote" in caplog.text
         again.save(complete=False)
 
 
@@ -181,13 +184,15 @@ def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
     assert fresh.seed == 9 and fresh.sides["B"].run.configs[0].rounds == []
 
 
-def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path, capsys) -> None:
+def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     """What a benchmark can do that knows the layout: rewrite A's rounds *and* the hash
     state.json keeps of them. The state fails authentication (its MAC is keyed by a
     secret outside the cache): nothing of it is kept, --resume or not, and stderr says so."""
     import hashlib
     import json
 
+    caplog.set_level(logging.INFO, logger="abdiff")  # what schedule.py reports
     state = tmp_path / "state"
     first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
     first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
@@ -202,15 +207,17 @@ def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path, capsys
     again = Measurement.open(state, _one_config(tmp_path), resume=True, seed=8)
     assert again.seed == 8
     assert all(not c.rounds for side in again.sides.values() for c in side.run.configs)
-    assert "fail authentication" in capsys.readouterr().err
+    assert "fail authentication" in caplog.text
     assert load_run_file(state / "a.json").configs[0].rounds == []
 
 
-def test_a_state_copied_from_another_measurement_fails(tmp_path: Path, capsys) -> None:
+def test_a_state_copied_from_another_measurement_fails(tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
     """A valid state folder copied under another measurement's name is not that one's."""
+    caplog.set_level(logging.INFO, logger="abdiff")  # what schedule.py reports
     import shutil
 
     Measurement.open(tmp_path / "one", _one_config(tmp_path), resume=False, seed=5)
     shutil.copytree(tmp_path / "one", tmp_path / "two")
     again = Measurement.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
-    assert again.seed == 9 and "fail authentication" in capsys.readouterr().err
+    assert again.seed == 9 and "fail authentication" in caplog.text

@@ -28,7 +28,6 @@ import os
 import platform
 import random
 import shutil
-import sys
 import threading
 import time
 import uuid
@@ -152,9 +151,8 @@ class Measurement:
                 raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
                                  f"{state_dir} to measure again") from None
             if not authentic(_signed(state_dir, state), state.get("mac")):
-                print(f"abdiff: {state_dir}: its stored rounds fail authentication (not "
-                      "written by this abdiff, or changed since); measuring anew",
-                      file=sys.stderr)
+                log.warning(f"{state_dir}: its stored rounds fail authentication (not "
+                            "written by this abdiff, or changed since); measuring anew")
             elif resume or not state.get("complete"):
                 hashes = _file_hashes(state_dir, sides)
                 for name, side in sides.items():
@@ -162,8 +160,8 @@ class Measurement:
                     if not saved.exists():
                         continue
                     if state["files"].get(saved.name) != hashes[saved.name]:
-                        print(f"abdiff: {saved}: not the file abdiff wrote (changed since); "
-                              f"measuring side {name} again", file=sys.stderr)
+                        log.warning(f"{saved}: not the file abdiff wrote (changed since); "
+                                    f"measuring side {name} again")
                         continue
                     old = load_run_file(saved)
                     for config in side.run.configs:
