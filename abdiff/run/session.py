@@ -175,7 +175,7 @@ def _bench(selection: Selection, schedule: Schedule, repo_root: Path, checkouts:
                    or target.preflight(suite, launcher.name))
         if problem:
             raise InfrastructureError(problem)
-    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
+    runtime.hold(hold_in_use(in_use_lock(cache_dir)))  # the side caches, while it measures
     yours = [name for name in CACHE_VARIABLES if os.environ.get(name)]
     if yours and not schedule.quiet:
         say(f"abdiff: note: {', '.join(yours)} not used by the workers: each side keeps its "
