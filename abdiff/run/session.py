@@ -166,6 +166,8 @@ def _launcher(schedule: Schedule, suite: Suite, target: Target, runtime: Runtime
 
 def _bench(selection: Selection, schedule: Schedule, repo_root: Path, checkouts: int,
            runtime: Runtime) -> Bench:
+    """prepare_bench's work, in `runtime` (adopting already): the checks before any
+    checkout, the sandbox, the primed pool, the configs."""
     suite, target = _suite_and_target(selection, repo_root)
     launcher = _launcher(schedule, suite, target, runtime)
     cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
