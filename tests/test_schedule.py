@@ -1,19 +1,22 @@
 """Schedule: balanced, randomized ABBA blocks; adaptive extension, failure repeats and
 resume, measured with the fake target."""
 
+import dataclasses
 import hashlib
 import json
 import random
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from fake_target import CONFIGS, FakeLauncher, fake_measurement
+from fake_target import CONFIGS, SETTINGS, FakeLauncher, fake_measurement
 
 from abdiff.errors import InputError
+from abdiff.run.iterations import FLOOR
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
     Measurement,
@@ -272,3 +275,42 @@ def test_a_state_copied_from_another_measurement_fails(tmp_path: Path, capsys) -
     shutil.copytree(tmp_path / "one", tmp_path / "two")
     again = Measurement.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
     assert again.seed == 9 and "fail authentication" in capsys.readouterr().err
+
+
+def process_speed(side: str, config_id: str, round_number: int) -> float:
+    """A latency that moves from process to process (up to 10%) far more than the fake's
+    iterations do (0.1% apart): the plan's floor."""
+    return 100.0 * (1 + 0.1 * (zlib.crc32(f"{side}{config_id}{round_number}".encode()) % 97
+                               / 97))
+
+
+def test_the_plan_changes_counts_after_the_first_look_alike_for_both_sides(
+        tmp_path: Path) -> None:
+    settings = dataclasses.replace(SETTINGS, run_times=20)
+    launcher = FakeLauncher(process_speed)
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(4, 8, 4),
+                                   undecided=lambda: {c.id for c in CONFIGS},
+                                   settings=settings)
+    plan = measurement.iterations
+    assert plan is not None and plan.from_round == 4 and plan.suite_run_times == 20
+    assert {c.run_times for c in plan.configs.values()} == {FLOOR}  # processes differ
+    assert all(c.rounds == 8 and c.between > c.within / 20 for c in plan.configs.values())
+    for config in CONFIGS:
+        counts = {side: {r.round: len(r.latency_us)
+                         for r in measurement.sides[side].run.config(config.id).rounds}
+                  for side in "AB"}
+        assert counts["A"] == counts["B"]  # a block's A and B rounds time the same count
+        assert counts["A"] == {r: 20 if r < 4 else FLOOR for r in range(8)}
+    # kept in both run files (a resumed run goes on with it)
+    saved = [load_run_file(tmp_path / "state" / f"{s}.json").iterations for s in "ab"]
+    assert saved == [plan, plan]
+
+
+def test_the_plan_is_off_when_the_suite_pins_run_times(tmp_path: Path) -> None:
+    settings = dataclasses.replace(SETTINGS, run_times=20, adapt_run_times=False)
+    measurement = fake_measurement(tmp_path / "state", FakeLauncher(process_speed),
+                                   Plan(4, 8, 4), undecided=lambda: {c.id for c in CONFIGS},
+                                   settings=settings)
+    assert measurement.iterations is None
+    assert {len(r.latency_us) for s in "AB" for c in measurement.sides[s].run.configs
+            for r in c.rounds} == {20}

@@ -43,6 +43,7 @@ from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
+from abdiff.run.iterations import plan_iterations, shared_cost
 from abdiff.run.progress import Progress
 from abdiff.run.rounds import RoundSettings, order_seed, run_round
 from abdiff.run.time_split import added
@@ -55,6 +56,7 @@ from abdiff.store.files import (
 )
 from abdiff.store.records import (
     ConfigRuns,
+    IterationPlan,
     RoundRecord,
     RunFile,
     SideTime,
@@ -166,6 +168,7 @@ class Measurement:
                             config.rounds = kept.rounds
                     side.run.env = old.env or side.run.env
                     side.run.orders = old.orders
+                    side.run.iterations = old.iterations  # later rounds keep its counts
                     side.run.sessions = {**old.sessions, **side.run.sessions}
                 return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
@@ -194,6 +197,30 @@ class Measurement:
         files = {f"{name.lower()}.json": self.written.get(f"{name.lower()}.json")
                  for name in sorted(self.sides)}
         write_state(self.state_dir, self.seed, complete, files)
+
+    @property
+    def iterations(self) -> IterationPlan | None:
+        """The timed iterations planned per config (the same in every side's run file)."""
+        return next((s.run.iterations for s in self.sides.values() if s.run.iterations), None)
+
+    def plan_iterations(self, settings: RoundSettings, one_count: bool, from_round: int
+                        ) -> None:
+        """At the first look: each config's timed iterations per round from `from_round`
+        on, from every side's rounds pooled and what this session's workers spent
+        (run/iterations.py); kept in every side's run file. A plan there already (a
+        resumed run) stays: its later rounds were timed with it."""
+        plan = self.iterations
+        if plan is None:
+            config_rounds = sum(r.session == self.session for s in self.sides.values()
+                                for c in s.run.configs for r in c.rounds)
+            shared = shared_cost(list(self.time.values()), config_rounds)
+            if shared is None:  # nothing measured in this session: no costs to plan by
+                return
+            plan = plan_iterations([s.run for s in self.sides.values()], shared,
+                                   settings.run_times, from_round, one_count)
+        for side in self.sides.values():
+            side.run.iterations = plan
+        self.save(complete=False)
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
@@ -433,7 +460,7 @@ def run_slots(
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir, keep,
                                partial(order_seed, measurement.seed, side, round_index),
-                               device, side_run.folders)
+                               device, side_run.folders, measurement.iterations)
         except BaseException:
             after_round()
             if spread is None:  # what the round's workers recorded is kept
@@ -610,6 +637,8 @@ def measure(
             # a schedule starts with both sides' round 0: the first-round check after it
             run(slots, after_first_round)
             done = plan.rounds
+            if undecided is not None and done < plan.max_rounds and settings.adapt_run_times:
+                measurement.plan_iterations(settings, target.iteration_counts == "job", done)
             while undecided is not None and done < plan.max_rounds:
                 ids = undecided()
                 if not ids:
