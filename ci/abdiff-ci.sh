@@ -20,7 +20,10 @@
 #
 # Exit codes: 0 no unintended change; 1 unintended change; 2 bad input or
 # usage; 3 abdiff (or posting the comment) could not run.
-set -euo pipefail
+set -Eeuo pipefail
+# A command of this script that fails is this script's failure: exit 3, never its own
+# status (a failed rm or mkdir exits 1, which a CI would read as an unintended change).
+trap 'exit 3' ERR
 
 usage() {
   cat <<'EOF'
@@ -208,8 +211,17 @@ if [[ -L "$out" || ! -d "$out" ]]; then
   mkdir -p -- "$out"
   rc=3
 fi
+# Written into a file made anew (mktemp: never through a link) and renamed over
+# exit_code: a link or FIFO a process of the user planted there meanwhile (with
+# --sandbox off, one the benchmark left) is replaced, never written through.
 rm -rf -- "$out/exit_code"
-printf '%s\n' "$rc" >"$out/exit_code"
+recorded="$(mktemp "$out/.exit_code.XXXXXX")"
+printf '%s\n' "$rc" >"$recorded"
+chmod 644 -- "$recorded"  # as a plain write would leave it (mktemp's is 600)
+if ! mv -fT -- "$recorded" "$out/exit_code"; then
+  echo "abdiff-ci: could not record the exit code in $out/exit_code" >&2
+  rc=3
+fi
 
 case "$rc" in
   0) echo "abdiff-ci: no unintended change" >&2 ;;

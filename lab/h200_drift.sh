@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22 on the H200: one more session appended to a recorded baseline (earlier device
+# Drift baselines on the H200: one more session appended to a recorded baseline (earlier device
 # calls: h200:drift/h200-drift-session1.json holds two, in git history: lab/README.md), then the baseline against
 # a fresh run of the same commit (A/A: nothing may be flagged) and against a planted +3%
 # slowdown of one config (lab/plant_slowdown.py; WORK=kv, the default, plants a pure

@@ -1,4 +1,4 @@
-"""A scripted newcomer pass (issue 44): the README's commands, the demo, doctor, a
+"""A scripted newcomer pass (a newcomer's first hour): the README's commands, the demo, doctor, a
 baseline, bisect, history and the `command` target, read at several terminal widths.
 
     python lab/newcomer.py [--widths 80,100,160] [--out DIR] [--quick]

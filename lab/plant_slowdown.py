@@ -20,7 +20,7 @@ on a GPU, eager calls on the CPU). Two kinds of work:
 
 `--share S` plants the work in a share S of the worker processes only (each
 process draws once, when it imports the runner): a config made *sometimes*
-slow, for checking that abdiff flags a bimodal change (issue 23).
+slow, for checking that abdiff flags a bimodal change.
 
 Prints what it planted.
 """

@@ -2,7 +2,7 @@
 
 Starts a trivial command through guard.py N times without and with the sandbox of a real
 measurement's plan (this repository as the benchmark's, a scratch cache and state folder),
-as a round's worker (its round's folder and its side's folders bound writable, issue 43),
+as a round's worker (its round's folder and its side's folders bound writable),
 and as a job narrowing a process started ahead (one more user and mount namespace,
 guard.narrow, timed against the same command without it); and times the trial start
 abdiff makes once per command. Prints a table of medians.

@@ -1,4 +1,5 @@
-"""Issue 42's stand-in: the demo with TensorRT-LLM-like set-up costs, abdiff against by hand.
+"""A stand-in for a set-up-bound target: the demo with TensorRT-LLM-like set-up costs,
+abdiff against by hand.
 
 Builds the demo repository (abdiff.demo.builder) and changes it on both `main` and `pr`
 (one commit on each) so that its set-up costs what TensorRT-LLM's does, scaled down:

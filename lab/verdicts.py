@@ -21,7 +21,7 @@ as power when that config is flagged slower (below the threshold counts: it is s
 as a change; the column "above" counts only flags beyond the 2% threshold).
 
 Rules: `v3` (abdiff.verdict.stats as shipped, named for the rule this script was written
-for; since issue 47 it runs verdicts v4, and lab/verdicts_v4.py sets v4 beside v3 loaded
+for; it now runs verdicts v4, and lab/verdicts_v4.py sets v4 beside v3 loaded
 from git: adaptive 5/10/15 rounds, looks spending 1%), `v3 fixed N` (one look at N
 rounds), `v2` (the previous rule, commit 1d19bd6: Welch on log round medians, odd rounds,
 Holm, alpha 0.005 spent over looks 5..15 by 2, the 2% veto), and the oracle `paired t`

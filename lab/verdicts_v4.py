@@ -1,4 +1,4 @@
-"""Calibration of verdicts v4 (issues 47 and 42, item 3): the rule as shipped
+"""Calibration of verdicts v4 (no regression hidden, robust to odd processes): the rule as shipped
 (abdiff.verdict.stats) beside verdicts v3 (loaded from git, commit V3_COMMIT, not copied)
 on the same rounds.
 
@@ -8,7 +8,7 @@ Student-t with 3 df) and a machine state hitting both sides (two levels 3% apart
 switching), as `h200-like` of lab/verdicts.py, and:
 
 - `two-level`: configs 0, 3, 6, 9 land per process on either of two levels 4% apart
-  (0.3% within a level), independently on each side: issue 47's A/A family with
+  (0.3% within a level), independently on each side: the A/A family with
   two-level configs.
 - `partial-30-8`: config 0 (0.3% noise, one level) runs 8% slower in a random 30% of B's
   processes (the mean +2.4%), the rest as `two-level`; `partial-30-6.7` (+2.0%),
@@ -16,16 +16,23 @@ switching), as `h200-like` of lab/verdicts.py, and:
 - `level-80`: config 0 on two levels 8% apart, A's processes on the slow one half the
   time, B's 80% (+2.4%); `level-75` (+2.0%).
 - `odd-process`: `h200-like` (configs 0 and 7 on two levels 4% apart) where 8% of the
-  worker processes (one per side and round, all its configs) run 25% slow: issue 42's
+  worker processes (one per side and round, all its configs) run 25% slow: the odd-process
   suites; its shifts move config 6 (0.82% noise, the median H200 config).
+- `adaptive-n` (the plan of timed iterations per round): a round's statistic is the
+  median of its own timed iterations (per-iteration noise Student-t 3 df, 1-8% by
+  config), on a per-process offset (between-process SD 0.3-4% by config, Student-t 3 df)
+  and the machine state; rounds 0-4 time 20 iterations, later ones the config's own
+  count (5, 6, 20, 60 or 200, the same for A and B of a pair: abdiff.run.iterations),
+  and in a third of the configs the count changes again from pair to pair:
+  heteroscedastic pairs.
 - `h200-like`: lab/verdicts.py's profile (the shift moves config 0, a two-level config);
   `h200-replay` and `cpu-2core`: its other two (verdicts v3's held-out suites).
 
 Scenarios: A/A (`aa`), or the profile's change, or `+N%` (the shifted config's B rounds
-N% slower). Rules: `v4` (adaptive, looks at 5/10/15), `v4 fixed N` (one look at N rounds),
-the same for `v3`, and `oracle 15`: v4's statistic of the changed config on all the
-suite's rounds, judged by its own sign-flip distribution at alpha 1% (a test that knows
-which config moved: no family, no looks; 15 rounds).
+N% slower). Rules: `v4` (adaptive, looks at 5/11/15: sequential.DEFAULT_STEP), `v4 fixed N`
+(one look at N rounds), the same for `v3`, and `oracle 15`: v4's statistic of the changed
+config on all the suite's rounds, judged by its own sign-flip distribution at alpha 1% (a
+test that knows which config moved: no family, no looks; 15 rounds).
 
 Columns: `flag` (A/A: any config slower/faster; else the changed config flagged slower),
 `unch` (the changed config `unchanged`; A/A: median count of `unchanged` configs),
@@ -118,6 +125,8 @@ def suite(profile: str, scenario: str, rng: np.random.Generator) -> tuple[np.nda
             log_b = log_b.copy()
             log_b[0] += math.log1p(float(scenario[1:-1]) / 100)
         return log_a, log_b
+    if profile == "adaptive-n":
+        return adaptive_n(scenario, rng)
     sd = np.array(H200_SD)
     two_level = {"two-level": [0, 3, 6, 9], "h200-like": [0, 7], "odd-process": [0, 7]}.get(
         profile, [3, 6, 9])
@@ -149,6 +158,35 @@ def suite(profile: str, scenario: str, rng: np.random.Generator) -> tuple[np.nda
             float(size) / 100)
     if scenario.startswith("+"):
         log_b[changed] += math.log1p(float(scenario[1:-1]) / 100)
+    return log_a, log_b
+
+
+ADAPTIVE_COUNTS = (5, 6, 20, 60, 200)
+
+
+def adaptive_n(scenario: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`adaptive-n`'s (A, B) log round medians: medians of simulated iterations, with the
+    iteration count of each pair chosen as the adaptive plan does (same for A and B)."""
+    within = np.linspace(0.01, 0.08, CONFIGS)
+    between = np.geomspace(0.003, 0.04, CONFIGS)[rng.permutation(CONFIGS)]
+    counts = np.full((CONFIGS, ROUNDS), 20)
+    planned = rng.choice(ADAPTIVE_COUNTS, CONFIGS)
+    counts[:, 5:] = planned[:, None]
+    varying = rng.random(CONFIGS) < 1 / 3
+    counts[varying, 5:] = rng.choice(ADAPTIVE_COUNTS, (int(varying.sum()), ROUNDS - 5))
+    state = np.cumsum(rng.random(ROUNDS) < 0.1) % 2 * math.log(1.03) * (rng.random() < 0.5)
+    sides = []
+    for _ in range(2):
+        x = np.empty((CONFIGS, ROUNDS))
+        offsets = between[:, None] * rng.standard_t(3, (CONFIGS, ROUNDS)) / math.sqrt(3)
+        for c in range(CONFIGS):
+            for r in range(ROUNDS):
+                iterations = within[c] * rng.standard_t(3, counts[c, r]) / math.sqrt(3)
+                x[c, r] = np.median(iterations)
+        sides.append(state[None] + offsets + x)
+    log_a, log_b = sides
+    if scenario.startswith("+"):
+        log_b[0] += math.log1p(float(scenario[1:-1]) / 100)
     return log_a, log_b
 
 

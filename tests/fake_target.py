@@ -5,7 +5,8 @@ run_process) and writes the same record log a real worker writes (protocol.py), 
 rounds.py and schedule.py run unchanged. What the benchmark does for one config in
 one round is a function of (side checkout name, config id, round):
 
-- a number: ok, with that latency in µs (five iterations around it);
+- a number: ok, with that latency in µs (the job's count of iterations for that config,
+  RoundJob.run_times_of, around it);
 - "raise": the config fails with an exception, the worker goes on;
 - "abort": the worker process dies of SIGABRT in that config;
 - "abort-in-capture": timed (CAPTURE_ABORT_US), then the worker dies of SIGABRT while
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome
@@ -38,6 +39,7 @@ CAPTURE_ABORT_US = 100.0
 class FakeTarget(Target):
     name: ClassVar[str] = "fake"
     capture_pass: ClassVar[bool] = True
+    iteration_counts: ClassVar[Literal["config", "job", "fixed"]] = "config"
 
     @classmethod
     def detect(cls, root: Path) -> bool:
@@ -87,7 +89,8 @@ class FakeLauncher(Launcher):
                 record = (RoundRecord("failed", "RuntimeError: boom", round=job.round)
                           if isinstance(latency, str) else
                           RoundRecord("ok", None,
-                                      [factor * latency * (1 + 0.001 * i) for i in range(5)],
+                                      [factor * latency * (1 + 0.001 * i)
+                                       for i in range(job.run_times_of(config))],
                                       {"side": side}, {}, job.round))
                 writer.done(config["id"], record)
             if job.profile_kernels:  # the capture pass, after every config was timed
@@ -108,11 +111,12 @@ SETTINGS = RoundSettings(facts=[], warmup_times=0, run_times=5, timeout_s=None)
 def fake_measurement(state_dir: Path, launcher: FakeLauncher, plan: Plan, *,
                      undecided: Callable[[], dict[str, bool]] | None = None, resume: bool = False,
                      seed: int | None = 7, configs: list[Config] = CONFIGS,
-                     devices: list[Device] | None = None) -> Measurement:
+                     devices: list[Device] | None = None,
+                     settings: RoundSettings = SETTINGS) -> Measurement:
     """Both sides (checkouts named A and B) measured with the fake target."""
     sides = {name: SideRun(state_dir.parent / name,
                            empty_run(name.lower(), name * 40, "fake", "s", configs, {}))
              for name in "AB"}
     measurement = Measurement.open(state_dir, sides, resume, seed)
-    return measure(measurement, configs, FakeTarget(), launcher, SETTINGS, plan, undecided,
+    return measure(measurement, configs, FakeTarget(), launcher, settings, plan, undecided,
                    quiet=True, devices=devices)

@@ -161,3 +161,32 @@ def test_run_then_compare_matches(demo: Path, tmp_path: Path) -> None:
     # 2 rounds decide no latency: exit 0, but the comment is not green
     assert (tmp_path / "r.md").read_text().splitlines()[1].startswith(
         ":warning: **abdiff: no unintended change found, but latency undecided")
+
+
+def test_the_plan_times_later_rounds_as_it_chose_on_both_sides(demo: Path,
+                                                               tmp_path: Path) -> None:
+    """An A/A run extended past its first look: from there every round of a config times
+    the count the plan chose from the first rounds (both sides alike), the rounds before
+    the suite's 20, and the result keeps the count with the split it came from."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text("warmup_times: 1\nrun_times: 20\nmatrix:\n  run_type: [GEN]\n"
+                     "  backend: [TRTLLM]\n  batch_size: [1, 4]\n  seq_len_q: [1]\n"
+                     "  seq_len_kv_cache: [64]\n", encoding="utf-8")
+    done = run_abdiff("pr..pr", "--configs", suite, "--repo", demo, "--cache-dir",
+                      tmp_path / "cache", "--rounds", 3, "--max-rounds", 7,
+                      "--json", tmp_path / "result.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    runs = [load_run_file(p) for p in sorted((tmp_path / "cache" / "runs").glob("*/[ab].json"))]
+    plan = runs[0].iterations
+    assert plan is not None and plan == runs[1].iterations and plan.from_round == 3
+    for config in result["configs"]:
+        chosen = plan.configs[config["id"]]
+        assert config["iterations"]["run_times"] == chosen.run_times
+        assert config["iterations"]["between"] == chosen.between and chosen.rounds == 6
+        for run in runs:
+            counts = {r.round: len(r.latency_us) for r in run.config(config["id"]).rounds}
+            assert counts == {r: 20 if r < 3 else chosen.run_times for r in range(7)}
+    changed = [c for c in plan.configs.values() if c.run_times != 20]
+    assert any(n.startswith("timed iterations per round from round 4 on") for n in
+               result["notes"]) == bool(changed)

@@ -21,6 +21,7 @@ from abdiff.errors import InfrastructureError, InputError
 from abdiff.reports import markdown
 from abdiff.reports.github import MARKER, STALE_PREFIX, GitHubClient, upsert_comment
 from abdiff.store import records
+from abdiff.verdict.policy import VERDICTS
 
 TOKEN = "test-token-123"
 REPO, PR = "octo/bench", 7
@@ -376,7 +377,8 @@ def _result_json(error_b: str = "<script>alert(1)</script> @octocat #12") -> dic
             latency=records.LatencyResult("n/a", rounds_a=3, rounds_b=3),
             in_scope=False, verdict="unintended",
         )],
-        summary={"unintended": 1, "configs": 1, "exit_code": 1},
+        summary={**dict.fromkeys(VERDICTS, 0), "unintended": 1, "configs": 1, "measured": 0,
+                 "exit_code": 1},
         suite="mtp", target="reference",
     ).to_json()
 

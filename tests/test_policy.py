@@ -4,7 +4,7 @@ import pytest
 
 from abdiff.errors import InputError
 from abdiff.store.records import ConfigResult, LatencyResult
-from abdiff.verdict.policy import apply_policy, in_scope, parse_expect
+from abdiff.verdict.policy import apply_policy, in_scope, parse_expect, summary_disagreements
 
 
 def config(backend: str, change: str = "same", facts=None, latency: str = "unchanged",
@@ -82,3 +82,25 @@ def test_nothing_ran_on_either_side_is_exit_3() -> None:
     assert apply_policy([], {})["exit_code"] == 3
     # one side ran: a measured regression, not an infrastructure failure
     assert apply_policy([config("DSA", "broken")], {})["exit_code"] == 1
+
+
+def test_a_summary_that_leaves_out_a_count_or_claims_soft_changes_disagrees() -> None:
+    """What a forged result file can say of itself: a summary without a count says nothing
+    the configs could contradict (it disagrees), and one that lists a hard change among
+    the soft-only ones, with exit code 0, disagrees (soft_only is recomputed from the soft
+    gates it names). The control: the summary apply_policy wrote agrees."""
+    configs = [config("TRTLLM", latency="slower"),
+               config("DSA", facts={"max_total_draft_tokens": [None, 3]})]
+    summary = apply_policy(configs, {}, gates={"latency": "soft"})
+    assert summary["exit_code"] == 1 and summary["soft_only"] == ["GEN-TRTLLM"]
+    assert summary_disagreements(summary, configs) == []
+    for key in ("unintended", "measured", "configs"):
+        missing = {k: v for k, v in summary.items() if k != key}
+        assert [w for w in summary_disagreements(missing, configs)
+                if w.startswith(f"{key} 'missing' but ")], key
+    assert summary_disagreements({**summary, "unintended": True}, configs) != []
+    forged = {**summary, "exit_code": 0, "soft_only": ["GEN-TRTLLM", "GEN-DSA"]}
+    assert summary_disagreements(forged, configs) == [
+        "soft_only ['GEN-TRTLLM', 'GEN-DSA'] but ['GEN-TRTLLM'] in its configs",
+        "exit code 0 with 1 unintended change(s) that fail"]
+    assert summary_disagreements({**summary, "soft_only": "GEN-DSA"}, configs) != []

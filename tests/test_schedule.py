@@ -1,14 +1,23 @@
 """Schedule: balanced, randomized ABBA blocks; adaptive extension, failure repeats and
 resume, measured with the fake target."""
 
+import dataclasses
+import hashlib
+import json
 import logging
 import random
+import subprocess
+import sys
+import time
+import zlib
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from fake_target import CONFIGS, FakeLauncher, fake_measurement
+from fake_target import CONFIGS, SETTINGS, FakeLauncher, fake_measurement
 
+from abdiff.errors import InputError
+from abdiff.run.iterations import FLOOR
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
     Measurement,
@@ -174,6 +183,58 @@ def test_planted_rounds_are_not_continued(tmp_path: Path,
         again.save(complete=False)
 
 
+SWAPPER = """
+import os, sys
+state, files = sys.argv[1], sys.argv[2:]
+target, i = os.path.join(state, "b.json"), 0
+while not os.path.exists(os.path.join(state, "stop")):
+    with open(files[i % 2], "rb") as source, open(target + ".swap", "wb") as swap:
+        swap.write(source.read())
+    os.replace(target + ".swap", target)  # b.json is always there, either one
+    i += 1
+"""
+
+
+def test_a_run_file_swapped_while_it_is_read_is_never_continued(tmp_path: Path) -> None:
+    """A process (of a benchmark run with --sandbox off) that swaps B's run file between
+    the one abdiff wrote and a forged one: where the hash is checked on one read and the
+    rounds parsed from another, the forged rounds get in between (the control, the way
+    Measurement.open read them before); the rounds parsed are those of the bytes hashed,
+    so a continued measurement keeps abdiff's round or measures B again, never the forged."""
+    state = tmp_path / "state"
+    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first.add("B", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
+    first.save(complete=False)
+    written = tmp_path / "written.json"
+    written.write_bytes((state / "b.json").read_bytes())
+    forged = load_run_file(written)
+    forged.configs[0].rounds = [RoundRecord("ok", latency_us=[1.0], round=0)]
+    write_run_file(tmp_path / "forged.json", forged)
+    recorded = json.loads((state / "state.json").read_text())["files"]["b.json"]
+
+    def hashed_then_read_again() -> bool:
+        """The control: whether one check-then-read took the forged rounds."""
+        try:
+            if hashlib.sha256((state / "b.json").read_bytes()).hexdigest() != recorded:
+                return False
+            return load_run_file(state / "b.json").configs[0].rounds[0].latency_us == [1.0]
+        except InputError:  # the read came between the write and the rename? never: atomic
+            return False
+
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(state), str(written),
+                                str(tmp_path / "forged.json")])
+    try:
+        deadline = time.monotonic() + 120
+        while not hashed_then_read_again():
+            assert time.monotonic() < deadline, "no swap landed between the two reads"
+        for _ in range(300):
+            again = Measurement.open(state, _one_config(tmp_path), resume=False, seed=6)
+            assert [r.latency_us for r in again.sides["B"].run.configs[0].rounds] in ([], [[9.0]])
+    finally:
+        (state / "stop").touch()
+        swapper.wait(timeout=30)
+
+
 def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
     """A state folder abdiff never wrote (no hashes in state.json) is measured anew."""
     state = tmp_path / "state"
@@ -221,3 +282,42 @@ def test_a_state_copied_from_another_measurement_fails(tmp_path: Path,
     shutil.copytree(tmp_path / "one", tmp_path / "two")
     again = Measurement.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
     assert again.seed == 9 and "fail authentication" in caplog.text
+
+
+def process_speed(side: str, config_id: str, round_number: int) -> float:
+    """A latency that moves from process to process (up to 10%) far more than the fake's
+    iterations do (0.1% apart): the plan's floor."""
+    return 100.0 * (1 + 0.1 * (zlib.crc32(f"{side}{config_id}{round_number}".encode()) % 97
+                               / 97))
+
+
+def test_the_plan_changes_counts_after_the_first_look_alike_for_both_sides(
+        tmp_path: Path) -> None:
+    settings = dataclasses.replace(SETTINGS, run_times=20)
+    launcher = FakeLauncher(process_speed)
+    measurement = fake_measurement(tmp_path / "state", launcher, Plan(4, 8, 4),
+                                   undecided=lambda: {c.id for c in CONFIGS},
+                                   settings=settings)
+    plan = measurement.iterations
+    assert plan is not None and plan.from_round == 4 and plan.suite_run_times == 20
+    assert {c.run_times for c in plan.configs.values()} == {FLOOR}  # processes differ
+    assert all(c.rounds == 8 and c.between > c.within / 20 for c in plan.configs.values())
+    for config in CONFIGS:
+        counts = {side: {r.round: len(r.latency_us)
+                         for r in measurement.sides[side].run.config(config.id).rounds}
+                  for side in "AB"}
+        assert counts["A"] == counts["B"]  # a block's A and B rounds time the same count
+        assert counts["A"] == {r: 20 if r < 4 else FLOOR for r in range(8)}
+    # kept in both run files (a resumed run goes on with it)
+    saved = [load_run_file(tmp_path / "state" / f"{s}.json").iterations for s in "ab"]
+    assert saved == [plan, plan]
+
+
+def test_the_plan_is_off_when_the_suite_pins_run_times(tmp_path: Path) -> None:
+    settings = dataclasses.replace(SETTINGS, run_times=20, adapt_run_times=False)
+    measurement = fake_measurement(tmp_path / "state", FakeLauncher(process_speed),
+                                   Plan(4, 8, 4), undecided=lambda: {c.id for c in CONFIGS},
+                                   settings=settings)
+    assert measurement.iterations is None
+    assert {len(r.latency_us) for s in "AB" for c in measurement.sides[s].run.configs
+            for r in c.rounds} == {20}

@@ -47,6 +47,7 @@ from abdiff.run.progress import latest_started
 from abdiff.run.schedule import write_state
 from abdiff.store import records
 from abdiff.store.records import load_run_file
+from abdiff.verdict.policy import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 CI_SCRIPT = ROOT / "ci" / "abdiff-ci.sh"
@@ -286,7 +287,8 @@ def green_result(sha_a: str, sha_b: str) -> dict:
             latency=records.LatencyResult("unchanged", ratio=1.0, ci=[0.99, 1.01],
                                           rounds_a=5, rounds_b=5),
             in_scope=False, verdict="unchanged")],
-        summary={"unchanged": 1, "configs": 1, "measured": 1, "exit_code": 0},
+        summary={**dict.fromkeys(VERDICTS, 0), "unchanged": 1, "configs": 1, "measured": 1,
+                 "exit_code": 0},
         suite="s", target="reference").to_json()
 
 
@@ -497,3 +499,63 @@ def test_a_sides_caches_are_kept_between_rounds_and_runs_and_apart(tmp_path: Pat
     assert others and not [f for p in others for f in (p / "caches" / "deep_gemm").iterdir()]
     run_b = json.loads(next((cache / "runs").glob("*/b.json")).read_text())
     assert run_b["env"]["side_folders"]["root"] == str(side_b)
+
+
+RACER = """
+import os, sys
+link, victim = sys.argv[1:3]
+while True:  # a link to the user's file wherever exit_code is missing
+    try:
+        os.symlink(victim, link)
+    except OSError:
+        pass
+"""
+WRITTEN_THROUGH = '''rm -rf -- "$out/exit_code"
+printf '%s\\n' "$rc" >"$out/exit_code"
+'''
+
+
+@pytest.mark.slow
+def test_a_process_left_running_cannot_make_the_ci_script_write_through_a_link(
+        tmp_path: Path) -> None:
+    """A process of the user that runs while the script records abdiff's exit code (with
+    --sandbox off, one the benchmark left) keeps planting `exit_code` as a link to a file of
+    the user's. The control, the script as it wrote the file before (remove, then write to
+    the name), writes through the link into that file; the script now writes a file of its
+    own and renames it over the link: the file stays as it was, exit_code says 2."""
+    victim, out, plain = tmp_path / "victim.txt", tmp_path / "out", tmp_path / "plain"
+    victim.write_text("the user's file\n")
+    plain.mkdir()  # no git repository: abdiff ends with exit 2 at once
+
+    def measure(script: Path) -> int:
+        """The script, with the planting process running from when it has emptied its output
+        folder (its first line) until it ends."""
+        argv = ["bash", str(script), "--base", "main", "--head", "pr", "--suite", "mtp",
+                "--repo", str(plain), "--out", str(out)]
+        run = subprocess.Popen(argv, env=_ci_env(ABDIFF_CACHE_DIR=str(tmp_path / "cache")),
+                               stderr=subprocess.PIPE, text=True)
+        assert run.stderr is not None and run.stderr.readline().startswith("abdiff-ci: main")
+        racer = subprocess.Popen([sys.executable, "-c", RACER, str(out / "exit_code"),
+                                  str(victim)])
+        try:
+            run.stderr.read()
+            return run.wait(timeout=120)
+        finally:
+            racer.kill()
+            racer.wait()
+
+    old = tmp_path / "abdiff-ci-before.sh"
+    script = CI_SCRIPT.read_text()
+    start = script.index('rm -rf -- "$out/exit_code"')
+    old.write_text(script[:start] + WRITTEN_THROUGH + script[script.index("\ncase", start) + 1:])
+    tries = 0
+    while tries < 200 and victim.read_text() != "2\n":  # a race: a few tries
+        tries += 1
+        assert measure(old) == 2
+    assert victim.read_text() == "2\n", "the link never landed between remove and write"
+    victim.write_text("the user's file\n")
+    for _ in range(10):
+        assert measure(CI_SCRIPT) == 2
+        assert not (out / "exit_code").is_symlink()
+        assert (out / "exit_code").read_text() == "2\n"
+        assert victim.read_text() == "the user's file\n"

@@ -14,7 +14,7 @@ from abdiff.commands.common import (
 )
 from abdiff.errors import InputError
 from abdiff.store.baselines import drift_allowance, interleaved
-from abdiff.store.records import RunFile, load_run_file
+from abdiff.store.records import RunFile, decode_json, load_run_file, parse_run_file
 from abdiff.suites import builtin_suites, load_suite
 from abdiff.targets.command.files import (
     benchmark_file_note,
@@ -56,6 +56,9 @@ def load_side(path: Path) -> RunFile:
             raise InputError(f"{path}: a run folder of abdiff's cache whose run files do not "
                              f"authenticate ({why}); measure again, or copy a run file you "
                              "trust out of the cache and compare that")
+        # the text that was authenticated: a second read could find another file
+        text = files[Path(path).absolute()]
+        return parse_run_file(decode_json(text, str(path)), str(path))
     return load_run_file(path)
 
 

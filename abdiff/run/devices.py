@@ -1,4 +1,4 @@
-"""`--devices`: where rounds run at once (issue 42, item 4).
+"""`--devices`: where rounds run at once (a run spread over several GPUs or CPU sets).
 
 The syntax: devices separated by `:`, each a comma list of numbers and ranges
 (`a-b`), as taskset and CUDA_VISIBLE_DEVICES write them:

@@ -89,12 +89,14 @@ class RoundJob:
     fsynced, so a crash loses nothing already measured.
     """
 
-    configs: list[dict[str, Any]]  # [{"id": ..., "params": {...}}]
+    # [{"id": ..., "params": {...}}], with "run_times" where the plan set a config's own
+    # count (run/iterations.py; `run_times_of`)
+    configs: list[dict[str, Any]]
     facts: list[str]  # dotted names read from the live attention metadata
     record_path: str
     round: int
     warmup_times: int = 3
-    run_times: int = 20
+    run_times: int = 20  # the largest of the configs' counts: a target timing a job alike
     device: str = "auto"  # auto | cpu | cuda
     cuda_graph: bool = True  # time graph replays where the device has them (CUDA); False: eager
     cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
@@ -107,6 +109,12 @@ class RoundJob:
     target_options: dict[str, Any] = field(default_factory=dict)  # the suite's `target:` block
     target_args: list[str] = field(default_factory=list)  # --target-arg, passed through verbatim
     ranks: int = 1  # processes the launcher starts; each writes rank_record_path(record_path, r)
+
+    def run_times_of(self, config: dict[str, Any]) -> int:
+        """The timed iterations of one of this job's configs: its own count where the plan
+        set one, else the job's."""
+        count = config.get("run_times")
+        return count if isinstance(count, int) and count > 0 else self.run_times
 
     def write(self, path: Path) -> None:
         """A new file (never through a link someone planted where it goes)."""

@@ -18,11 +18,12 @@ from abdiff.errors import InfrastructureError
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
 from abdiff.run.devices import Device
+from abdiff.run.iterations import run_times_of
 from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
 from abdiff.run.ranks import merge_rank_logs, read_rank_logs
 from abdiff.run.time_split import added, worker_time
 from abdiff.store.files import own_folder, read_worker_file, remove_path
-from abdiff.store.records import RoundRecord, SideTime
+from abdiff.store.records import IterationPlan, RoundRecord, SideTime
 from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
 from abdiff.targets.base import RoundJob, Target
@@ -52,6 +53,10 @@ class RoundSettings:
     target_args: list[str] = field(default_factory=list)
     pass_env: list[str] = field(default_factory=list)
     max_memory_bytes: int | None = None
+    # run_times is the first rounds' count; later rounds time what the plan chose per config
+    # (run/iterations.py). False: every round times run_times (the suite's
+    # `adapt_run_times: false`, or a target that cannot vary it: Target.iteration_counts)
+    adapt_run_times: bool = True
 
 
 @dataclass
@@ -174,6 +179,7 @@ def run_round(
     seed: Callable[[int], int | None] = lambda worker: None,
     device: Device | None = None,
     side: SideFolders | None = None,
+    iterations: IterationPlan | None = None,
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
@@ -184,7 +190,8 @@ def run_round(
     but could not capture kernels of (it died first) are captured by the next
     worker of the round after its own timed configs, or by a worker that only
     captures them when none is left to time. With `side`, the workers keep that side's
-    HOME and caches, and in a sandbox write only there and in `work_dir`.
+    HOME and caches, and in a sandbox write only there and in `work_dir`. `iterations`:
+    the plan's timed iterations per config (None: the settings' run_times for all).
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
     work_dir = own_folder(Path(work_dir).absolute())  # never a link a worker planted
@@ -204,13 +211,17 @@ def run_round(
         remove_path(attempt)
         attempt.mkdir()
         record_path = attempt / "records.jsonl"
+        counts = {c.id: run_times_of(iterations, c.id, round_index, settings.run_times)
+                  for c in remaining}
         job = RoundJob(
-            configs=[{"id": c.id, "params": c.params} for c in remaining],
+            configs=[{"id": c.id, "params": c.params,
+                      **({"run_times": counts[c.id]} if iterations is not None else {})}
+                     for c in remaining],
             facts=settings.facts,
             record_path=str(record_path),
             round=round_index,
             warmup_times=settings.warmup_times,
-            run_times=settings.run_times,
+            run_times=max(counts.values(), default=settings.run_times),
             device=settings.device,
             cuda_graph=settings.cuda_graph,
             cpu_threads=settings.cpu_threads,

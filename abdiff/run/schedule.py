@@ -37,11 +37,12 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from abdiff.errors import InfrastructureError, InputError
+from abdiff.errors import InfrastructureError
 from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
+from abdiff.run.iterations import plan_iterations, shared_cost
 from abdiff.run.progress import Progress
 from abdiff.run.rounds import RoundSettings, order_seed, run_round
 from abdiff.run.time_split import added
@@ -54,11 +55,13 @@ from abdiff.store.files import (
 )
 from abdiff.store.records import (
     ConfigRuns,
+    IterationPlan,
     RoundRecord,
     RunFile,
     SideTime,
+    decode_json,
     dump_json,
-    load_run_file,
+    parse_run_file,
 )
 from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.suites import Config
@@ -142,36 +145,31 @@ class Measurement:
         A finished one is reused only with `resume` (to re-report without measuring).
         The caller holds `exclusive(state_dir)` while measuring.
         """
-        state_file = state_dir / "state.json"
-        if state_file.exists():
-            try:
-                state = json.loads(state_file.read_text(encoding="utf-8"))
-                saved_seed = int(state["seed"])
-            except (ValueError, KeyError, TypeError, OSError) as exc:
-                raise InputError(f"{state_file}: damaged measurement state ({exc}); remove "
-                                 f"{state_dir} to measure again") from None
-            if not authentic(_signed(state_dir, state), state.get("mac")):
-                log.warning(f"{state_dir}: its stored rounds fail authentication (not "
-                            "written by this abdiff, or changed since); measuring anew")
-            elif resume or not state.get("complete"):
-                hashes = _file_hashes(state_dir, sides)
+        if os.path.lexists(state_dir / "state.json"):
+            state = stored_state(state_dir)
+            if isinstance(state, str):
+                log.warning(f"{state_dir}: its stored rounds fail authentication ({state}); "
+                            "measuring anew")
+            elif resume or not state.complete:
                 for name, side in sides.items():
                     saved = state_dir / f"{name.lower()}.json"
-                    if not saved.exists():
-                        continue
-                    if state["files"].get(saved.name) != hashes[saved.name]:
+                    if saved.name in state.changed:
                         log.warning(f"{saved}: not the file abdiff wrote (changed since); "
                                     f"measuring side {name} again")
+                    if saved.name not in state.files:
                         continue
-                    old = load_run_file(saved)
+                    # the bytes whose hash was checked: no second read a benchmark could change
+                    old = parse_run_file(decode_json(state.files[saved.name], str(saved)),
+                                         str(saved))
                     for config in side.run.configs:
                         kept = old.config(config.id)
                         if kept is not None:
                             config.rounds = kept.rounds
                     side.run.env = old.env or side.run.env
                     side.run.orders = old.orders
+                    side.run.iterations = old.iterations  # later rounds keep its counts
                     side.run.sessions = {**old.sessions, **side.run.sessions}
-                return cls(state_dir, sides, saved_seed)  # the unfinished round order goes on
+                return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         measurement = cls(state_dir, sides, seed)
@@ -198,6 +196,30 @@ class Measurement:
         files = {f"{name.lower()}.json": self.written.get(f"{name.lower()}.json")
                  for name in sorted(self.sides)}
         write_state(self.state_dir, self.seed, complete, files)
+
+    @property
+    def iterations(self) -> IterationPlan | None:
+        """The timed iterations planned per config (the same in every side's run file)."""
+        return next((s.run.iterations for s in self.sides.values() if s.run.iterations), None)
+
+    def plan_iterations(self, settings: RoundSettings, one_count: bool, from_round: int
+                        ) -> None:
+        """At the first look: each config's timed iterations per round from `from_round`
+        on, from every side's rounds pooled and what this session's workers spent
+        (run/iterations.py); kept in every side's run file. A plan there already (a
+        resumed run) stays: its later rounds were timed with it."""
+        plan = self.iterations
+        if plan is None:
+            config_rounds = sum(r.session == self.session for s in self.sides.values()
+                                for c in s.run.configs for r in c.rounds)
+            shared = shared_cost(list(self.time.values()), config_rounds)
+            if shared is None:  # nothing measured in this session: no costs to plan by
+                return
+            plan = plan_iterations([s.run for s in self.sides.values()], shared,
+                                   settings.run_times, from_round, one_count)
+        for side in self.sides.values():
+            side.run.iterations = plan
+        self.save(complete=False)
 
     def round_dir(self, side: str, round_index: int) -> Path:
         """Where a side's round keeps its workers' job, record log, stdout and stderr."""
@@ -243,43 +265,56 @@ def _signed(state_dir: Path, state: dict) -> bytes:
     return json.dumps([state_dir.name, fields], sort_keys=True).encode()
 
 
-def authenticated_run_files(state_dir: Path) -> list[Path] | str:
-    """The run files (a.json, b.json) of a state folder that abdiff wrote, as it wrote them:
-    its state.json's MAC holds (under the key the benchmark never gets) and each file's
-    SHA-256 is the one recorded; else why not. Read without following links. What
-    `history` and `compare` read from the cache, as `--resume` does (Measurement.open)."""
+@dataclass(frozen=True)
+class StoredState:
+    """A state folder's state.json whose MAC holds, and its run files read once: `files`
+    the text of each whose SHA-256 is the one recorded (as abdiff wrote it), `changed` the
+    names of those that are not."""
+
+    seed: int
+    complete: bool
+    files: dict[str, str]
+    changed: tuple[str, ...]
+
+
+def stored_state(state_dir: Path) -> StoredState | str:
+    """What abdiff stored in a state folder and can prove it wrote (the MAC of state.json
+    under the key the benchmark never gets, the hash of each run file), else why not. Each
+    file is read once, without following links: what is parsed is what was hashed."""
     text = read_worker_file(state_dir / "state.json")
     try:
         state = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         state = None
     if not isinstance(state, dict):
         return "no readable state.json" if text else "no state.json"
-    files = state.get("files")
-    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict):
+    files, seed = state.get("files"), state.get("seed")
+    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict) \
+            or not isinstance(seed, int):
         return "its state.json fails authentication (not written by this abdiff, or changed)"
-    found = []
+    found: dict[str, str] = {}
+    changed = []
     for name in ("a.json", "b.json"):
-        path = state_dir / name
-        data = read_worker_file(path).encode()
+        data = read_worker_file(state_dir / name)
         if files.get(name) is None and not data:
             continue
-        if files.get(name) != hashlib.sha256(data).hexdigest():
-            return f"{name} is not the file abdiff wrote (changed since)"
-        found.append(path)
-    return found
+        if files.get(name) == hashlib.sha256(data.encode()).hexdigest():
+            found[name] = data
+        else:
+            changed.append(name)
+    return StoredState(seed, bool(state.get("complete")), found, tuple(changed))
 
 
-def _file_hashes(state_dir: Path, sides: dict[str, SideRun]) -> dict[str, str | None]:
-    """SHA-256 of each side's run file in the state folder (None: not there)."""
-    hashes: dict[str, str | None] = {}
-    for name in sorted(sides):
-        path = state_dir / f"{name.lower()}.json"
-        try:
-            hashes[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-        except FileNotFoundError:
-            hashes[path.name] = None
-    return hashes
+def authenticated_run_files(state_dir: Path) -> dict[Path, str] | str:
+    """The run files (a.json, b.json) of a state folder that abdiff wrote, each path with
+    the text that was authenticated (`stored_state`), else why not: what `history` and
+    `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    state = stored_state(state_dir)
+    if isinstance(state, str):
+        return state
+    if state.changed:
+        return f"{state.changed[0]} is not the file abdiff wrote (changed since)"
+    return {state_dir / name: text for name, text in state.files.items()}
 
 
 def state_lock_path(state_dir: Path) -> Path:
@@ -424,7 +459,7 @@ def run_slots(
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir, keep,
                                partial(order_seed, measurement.seed, side, round_index),
-                               device, side_run.folders)
+                               device, side_run.folders, measurement.iterations)
         except BaseException:
             after_round()
             if spread is None:  # what the round's workers recorded is kept
@@ -601,6 +636,8 @@ def measure(
             # a schedule starts with both sides' round 0: the first-round check after it
             run(slots, after_first_round)
             done = plan.rounds
+            if undecided is not None and done < plan.max_rounds and settings.adapt_run_times:
+                measurement.plan_iterations(settings, target.iteration_counts == "job", done)
             while undecided is not None and done < plan.max_rounds:
                 ids = undecided()
                 if not ids:

@@ -197,12 +197,12 @@ def _bench(selection: Selection, schedule: Schedule, repo_root: Path, checkouts:
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
-    return Bench(suite, target, launcher, round_settings(selection, schedule, suite,
+    return Bench(suite, target, launcher, round_settings(selection, schedule, suite, target,
                                                          start_mode),
                  cache, cache_dir, runtime.sandbox.words)
 
 
-def round_settings(selection: Selection, schedule: Schedule, suite: Suite,
+def round_settings(selection: Selection, schedule: Schedule, suite: Suite, target: Target,
                    start_mode: str) -> RoundSettings:
     """What every round of the run is given (rounds.py)."""
     return RoundSettings(
@@ -218,6 +218,7 @@ def round_settings(selection: Selection, schedule: Schedule, suite: Suite,
         target_args=list(selection.target_args),
         pass_env=list(schedule.pass_env),
         max_memory_bytes=schedule.max_memory_bytes,
+        adapt_run_times=suite.adapt_run_times and target.iteration_counts != "fixed",
     )
 
 

@@ -1,4 +1,4 @@
-"""Where a run's wall time went (issue 42, item 5): per side, what its workers spent
+"""Where a run's wall time went (what a user pays, said per run): per side, what its workers spent
 starting, setting configs up, warming up, timing, capturing kernels and ending; the
 rest of the wall time is abdiff's own (checkouts, fork servers' imports, scheduling,
 statistics, reports). Computed from what the workers record: every record-log event

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from abdiff.errors import InputError, did_you_mean
-from abdiff.store.records import ConfigRuns, RunFile, load_run_file
+from abdiff.store.records import (
+    ConfigRuns,
+    RunFile,
+    decode_json,
+    load_run_file,
+    parse_run_file,
+)
 from abdiff.verdict.compare import latency_samples, side_facts, side_kernels, side_status
 from abdiff.verdict.stats import robust_spread
 
@@ -97,13 +103,14 @@ def setup_of(run: RunFile) -> str:
 
 
 def _sources(baselines: Path, runs: Path, skipped: list[str]
-             ) -> list[tuple[Literal["baseline", "run"], str, Path]]:
-    """The baselines, and the run files of the run folders whose MAC holds (the others,
-    which a benchmark could have written, go to `skipped` with why)."""
+             ) -> list[tuple[Literal["baseline", "run"], str, Path, str | None]]:
+    """The baselines, and the run files of the run folders whose MAC holds, each with the
+    text that was authenticated (the others, which a benchmark could have written, go to
+    `skipped` with why)."""
     from abdiff.run.schedule import authenticated_run_files
 
-    found: list[tuple[Literal["baseline", "run"], str, Path]] = [
-        ("baseline", f"baseline {p.stem}", p) for p in sorted(baselines.glob("*.json"))]
+    found: list[tuple[Literal["baseline", "run"], str, Path, str | None]] = [
+        ("baseline", f"baseline {p.stem}", p, None) for p in sorted(baselines.glob("*.json"))]
     folders = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()) \
         if runs.is_dir() and not runs.is_symlink() else []
     for folder in folders:
@@ -111,8 +118,8 @@ def _sources(baselines: Path, runs: Path, skipped: list[str]
         if isinstance(files, str):
             skipped.append(f"{folder.name}: {files}")
             continue
-        for path in files:
-            found.append(("run", f"run {folder.name[:8]} {path.stem.upper()}", path))
+        for path, text in files.items():
+            found.append(("run", f"run {folder.name[:8]} {path.stem.upper()}", path, text))
     return found
 
 
@@ -135,9 +142,10 @@ def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str],
     searched = f"{baselines}/*.json and the runs in {runs}"
     loaded = []
     skipped: list[str] = []
-    for kind, source, path in _sources(baselines, runs, skipped):
-        try:
-            loaded.append((kind, source, load_run_file(path)))
+    for kind, source, path, text in _sources(baselines, runs, skipped):
+        try:  # a run folder's file as it was authenticated: not read a second time
+            loaded.append((kind, source, load_run_file(path) if text is None
+                           else parse_run_file(decode_json(text, str(path)), str(path))))
         except InputError:
             continue  # a damaged or foreign file is not this history's concern
     ours = commits_in(repo_root, {run.sha for _, _, run in loaded if run.sha != "WORKTREE"})

@@ -66,6 +66,30 @@ class RoundRecord:
 
 
 @dataclass
+class ConfigIterations:
+    """The timed iterations per round planned for one config (run/iterations.py), and the
+    variance split and costs they were chosen from (log-scale variances, seconds)."""
+
+    run_times: Annotated[int, Min(1)]  # per round from IterationPlan.from_round on
+    within: Annotated[float, Min(0)]  # a round statistic's variance from one iteration (x 1/n)
+    between: Annotated[float, Min(0)]  # process-to-process variance beyond the iterations
+    process_s: Seconds  # a round's cost besides its timed iterations
+    iteration_s: Seconds  # one timed iteration
+    rounds: Count  # rounds (both sides) the split came from
+
+
+@dataclass
+class IterationPlan:
+    """Where the plan changed the suite's timed iterations per round: the same on both
+    sides, for every round numbered `from_round` or later (the A and B rounds of a block
+    always time the same count)."""
+
+    from_round: Count
+    suite_run_times: Annotated[int, Min(1)]
+    configs: dict[str, ConfigIterations] = field(default_factory=dict)
+
+
+@dataclass
 class ConfigRuns:
     """All rounds of one config on one side."""
 
@@ -92,6 +116,9 @@ class RunFile:
     # when the run looked at its configs: {"first", "max_rounds", "step"} rounds per side
     # (sequential.Looks); each look is tested at its alpha-spending level. Empty: one look
     looks: dict[str, int] = field(default_factory=dict)
+    # timed iterations per round planned at the first look (None: the suite's run_times
+    # in every round; rounds store their latencies, so each one's count is len(latency_us))
+    iterations: IterationPlan | None = None
     schema: Literal["abdiff.run/1"] = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:
@@ -181,6 +208,9 @@ class ConfigResult:
     # kernel_deltas are shares of (the profiled call is not the timed step)
     profiled_a_us: float | None = None
     profiled_b_us: float | None = None
+    # the timed iterations per round planned for it, and the split they came from (None:
+    # the suite's run_times in every round)
+    iterations: ConfigIterations | None = None
 
 
 @dataclass
@@ -293,13 +323,17 @@ def parse_run_file(data: Any, where: str) -> RunFile:
 
 def read_json(path: Path, what: str) -> Any:
     """Decode a JSON file; every way it can be unreadable is one InputError (exit 2)."""
-    text = read_text(path, what)
+    return decode_json(read_text(path, what), str(path))
+
+
+def decode_json(text: str, where: str) -> Any:
+    """Decode JSON text read from `where`; every way it can be unusable is one InputError."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+        raise InputError(f"{where}: not JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:  # a huge integer, absurd nesting
-        raise InputError(f"{path}: not usable JSON ({type(exc).__name__})") from None
+        raise InputError(f"{where}: not usable JSON ({type(exc).__name__})") from None
 
 
 def load_run_file(path: Path) -> RunFile:

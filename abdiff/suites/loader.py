@@ -37,7 +37,10 @@ class SuiteFile:
     matrix: Matrix | None = None
     description: str = ""
     warmup_times: NonNegative = 3  # iterations before timing, per config and round
-    run_times: Positive = 20  # timed iterations per config and round
+    run_times: Positive = 20  # timed iterations per config and round (the first rounds')
+    # false: every round times run_times; true: from the first look on, each config times
+    # what its process-to-process and within-process spread make cheapest (run/iterations.py)
+    adapt_run_times: bool = True
     expect: dict[str, list[Scalar] | Scalar] | None = None  # KEY: [VALUES] that may change
     facts: list[Annotated[str, Len(1)]] | None = None  # dotted names read from live objects
     target: dict[str, Any] | None = None  # options passed to the target (e.g. model)
@@ -91,6 +94,7 @@ def parse_suite(data: Any, name: str, where: str, allow_large: bool = False) -> 
         facts=document.facts or [],
         warmup_times=document.warmup_times,
         run_times=document.run_times,
+        adapt_run_times=document.adapt_run_times,
         target_options=document.target or {},
         tp=document.tp,
     )

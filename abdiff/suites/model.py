@@ -27,6 +27,7 @@ class Suite:
     run_times: int
     target_options: dict[str, Any] = field(default_factory=dict)
     tp: int = 1
+    adapt_run_times: bool = True  # False: every round times run_times (run/iterations.py)
 
     def param_keys(self) -> list[str]:
         """The keys the configs' params have, in their first config's order (what

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from abdiff.errors import InputError
 from abdiff.launchers.spec import LaunchSpec
@@ -65,6 +65,10 @@ class Target(ABC):
     # the worker captures kernels in a pass after every config was timed, and can be
     # started for captures only (RoundJob.capture_only)
     capture_pass: ClassVar[bool] = False
+    # how the worker times iterations (run/iterations.py plans them): "config", each config
+    # its own count (RoundJob.run_times_of); "job", every config of a job the job's count;
+    # "fixed", the suite's run_times always (the plan is off)
+    iteration_counts: ClassVar[Literal["config", "job", "fixed"]] = "fixed"
     # what `detect` looks for, as a user reads it ("no benchmark found ... looked for ...")
     layout: ClassVar[str] = ""
     # modules safe to import ahead of the benchmark, from each checkout, in that side's

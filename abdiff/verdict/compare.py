@@ -21,6 +21,7 @@ from abdiff.store.baselines import interleaved, kernel_env_differences
 from abdiff.store.records import (
     ConfigResult,
     ConfigRuns,
+    IterationPlan,
     LatencyResult,
     Result,
     RoundRecord,
@@ -280,6 +281,9 @@ def compare_runs(
                                 paired=interleaved(run_a, run_b) is not False, drift=drift)
     configs = [config_result(config_a, config_b, latency)
                for (config_a, config_b), latency in zip(pairs, latencies, strict=True)]
+    iterations = run_b.iterations or run_a.iterations
+    for config in configs:
+        config.iterations = iterations.configs.get(config.id) if iterations else None
     redefined = set_aside_redefined_facts(configs, run_a, run_b)
     summary = apply_policy(configs, expect, require_all, len(not_measured), small_changes,
                            gates)
@@ -288,8 +292,8 @@ def compare_runs(
         summary["max_rounds"] = plan.max_rounds
     summary.update(min_effect=min_effect, alpha=alpha, timing=run_timing(run_a, run_b),
                    detectable=stats.detectable_range(latencies))
-    all_notes = [*(notes or []), *run_notes(run_a, run_b, pairs, configs, summary, redefined,
-                                            min_effect)]
+    all_notes = [*(notes or []), *iterations_notes(iterations),
+                 *run_notes(run_a, run_b, pairs, configs, summary, redefined, min_effect)]
     if not_measured:
         all_notes.append(f"not measured on both sides (no rounds): {', '.join(not_measured)}")
     all_notes += benchmark_warnings(run_a, run_b)
@@ -311,6 +315,25 @@ def compare_runs(
         only_in_b=[c.id for c in run_b.configs if run_a.config(c.id) is None],
         notes=all_notes,
     )
+
+
+def iterations_notes(plan: IterationPlan | None) -> list[str]:
+    """Where the plan changed the timed iterations per round (run/iterations.py), once."""
+    if plan is None:
+        return []
+    suite = plan.suite_run_times
+    counts = Counter(c.run_times for c in plan.configs.values())
+    changed = [f"{suite} -> {n} for {k} config{'s' * (k > 1)} ("
+               + ("process-to-process spread dominates" if n < suite
+                  else "within-process spread dominates") + ")"
+               for n, k in sorted(counts.items()) if n != suite]
+    if not changed:
+        return []
+    kept = counts.get(suite, 0)
+    return [f"timed iterations per round from round {plan.from_round + 1} on, as the rounds "
+            "before showed cheapest: " + ", ".join(changed)
+            + (f"; {kept} kept {suite}" if kept else "")
+            + " (the suite's `adapt_run_times: false` keeps its run_times)"]
 
 
 def config_result(config_a: ConfigRuns, config_b: ConfigRuns,

@@ -144,20 +144,38 @@ def measured(config: ConfigResult) -> bool:
 
 
 def summary_disagreements(summary: dict[str, Any], configs: list[ConfigResult]) -> list[str]:
-    """What a result's summary says that its configs do not: its counts of configs, of
-    configs measured and of each verdict, and an exit code 0 beside an unintended change
-    that fails (a forged or damaged result file)."""
+    """What a result's summary says that its configs do not (a forged or damaged result
+    file): its counts of configs, of configs measured and of each verdict (a count missing
+    disagrees too), the configs it says changed in soft classes only (recomputed from its
+    soft gates, which the comment names), and an exit code 0 beside an unintended change
+    that fails."""
     held = {"configs": len(configs), "measured": sum(map(measured, configs))}
     for config in configs:
         held[config.verdict] = held.get(config.verdict, 0) + 1
-    wrong = [f"{key} {summary[key]!r} but {held.get(key, 0)} in its configs"
+    wrong = [f"{key} {summary.get(key, 'missing')!r} but {held.get(key, 0)} in its configs"
              for key in ("configs", "measured", *VERDICTS)
-             if key in summary and summary[key] != held.get(key, 0)]
-    soft = {c.id for c in configs if c.verdict == "unintended"} - set(
-        summary.get("soft_only") or ())
-    if summary.get("exit_code") == 0 and soft:
-        wrong.append(f"exit code 0 with {len(soft)} unintended change(s) that fail")
+             if not _count(summary.get(key)) or summary[key] != held.get(key, 0)]
+    soft_gates = summary.get("soft_gates") or []
+    if not _names(soft_gates):
+        wrong.append(f"soft gates {soft_gates!r} that are not class names")
+        soft_gates = []
+    gates = {name: "soft" for name in soft_gates}
+    soft = sorted(c.id for c in configs if c.verdict == "unintended" and not fails(c, gates))
+    said = summary.get("soft_only") or []
+    if not _names(said) or sorted(said) != soft:
+        wrong.append(f"soft_only {said!r} but {soft} in its configs")
+    hard = sum(fails(c, gates) for c in configs)
+    if summary.get("exit_code") == 0 and hard:
+        wrong.append(f"exit code 0 with {hard} unintended change(s) that fail")
     return wrong
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def exit_code(configs: list[ConfigResult], require_all: bool, not_compared: int = 0,

@@ -1,8 +1,8 @@
 """When an adaptive run looks at its configs, and how much of the level each look spends.
 
 A run measures its first rounds (5 per side by default), looks, and gives the
-configs still undecided another block of rounds (5 per side) up to `--max-rounds`
-(15), looking again after each block. Every look is one more chance for an
+configs still undecided another block of rounds (6 per side, then the 4 left) up to
+`--max-rounds` (15), looking again after each block. Every look is one more chance for an
 unchanged config to be flagged by chance, so the family's level is spent over the
 looks (Lan and DeMets 1983): by information fraction t = rounds / max_rounds the
 looks together may have flagged with chance at most alpha * t**SPENDING_RHO, and the
@@ -21,14 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SPENDING_RHO = 2.0
-"""Exponent of the spending function alpha * t**rho: the default plan (looks at 5, 10
+"""Exponent of the spending function alpha * t**rho: the default plan (looks at 5, 11
 and 15 rounds) may have spent 11% of alpha by 5 rounds (where the sign flips cannot
-reach it: nothing is spent there), 44% by 10 and all by 15 (calibration:
+reach it: nothing is spent there), 54% by 11 and all by 15 (calibration:
 docs/statistics.md)."""
 
-DEFAULT_STEP = 5
-"""Rounds per side of each adaptive block: looks at 5, 10, 15 rather than every 2
-rounds, since each look costs level and a sign-flip test needs 8+ pairs to flag."""
+DEFAULT_STEP = 6
+"""Rounds per side of each adaptive block: looks at 5, 11, 15 rather than every 2
+rounds, since each look costs level and a sign-flip test needs 8+ pairs to flag; the
+second look at 11, not 10, because `unchanged` needs 11 pairs (stats.MIN_UNCHANGED_ROUNDS):
+a look at 10 could only flag, so an A/A run went on to 15 (calibration:
+docs/statistics.md)."""
 
 
 @dataclass(frozen=True)

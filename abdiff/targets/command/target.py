@@ -31,7 +31,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from abdiff.errors import InputError
 from abdiff.launchers.process import guarded, worker_environment
@@ -193,6 +193,9 @@ class CommandTarget(Target):
     """A benchmark executable of the repository, one process per round."""
 
     name: ClassVar[str] = "command"
+    # the suite's run_times always: nvbench chooses its own samples, and a gbench process
+    # runs every benchmark with one --benchmark_repetitions
+    iteration_counts: ClassVar[Literal["config", "job", "fixed"]] = "fixed"
     needs: ClassVar[dict[str, str]] = {
         "GPU": "nvbench benchmarks (they run on CUDA); Google Benchmark ones run on the CPU",
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from abdiff.launchers.spec import ABDIFF_ROOT, LaunchSpec
 from abdiff.targets.base import RoundJob, Target
@@ -30,6 +30,7 @@ class ReferenceTarget(Target):
     name: ClassVar[str] = "reference"
     layout: ClassVar[str] = RUNNER_FILE
     capture_pass: ClassVar[bool] = True
+    iteration_counts: ClassVar[Literal["config", "job", "fixed"]] = "config"
     hooks = REFERENCE_HOOKS
     # the harness imports torch and its own modules only: no CUDA context, no thread
     preimport: ClassVar[tuple[str, ...]] = (RUNNER_MODULE,)

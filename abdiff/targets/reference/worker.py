@@ -107,16 +107,18 @@ def create_run_pack(runner_cls: type, params: dict, device: str,
 
 def run_config(
     run_pack: Callable[[], Any], config_id: str, job: RoundJob, device: str,
-    writer: RecordWriter, sensor: GpuSensor | None = None,
+    writer: RecordWriter, sensor: GpuSensor | None = None, run_times: int | None = None,
 ) -> RoundRecord:
-    """Read facts from the prepared run pack, warm it up and time its iterations (with the
-    GPU's clocks read just before and after them, where there is a `sensor`)."""
+    """Read facts from the prepared run pack, warm it up and time its `run_times` iterations
+    (None: the job's; with the GPU's clocks read just before and after them, where there is
+    a `sensor`)."""
+    run_times = job.run_times if run_times is None else run_times
     facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
     writer.facts(config_id, facts)
     # with several ranks every call is a collective: a warm-up by time would let ranks
     # disagree on how many calls they make, and the one that makes more would wait forever
     rule = COUNT_ONLY_WARMUP if job.ranks > 1 else None
-    timed = time_iterations(run_pack, job.warmup_times, job.run_times, device, job.cuda_graph,
+    timed = time_iterations(run_pack, job.warmup_times, run_times, device, job.cuda_graph,
                             rule, sensor.read if sensor else None)
     return RoundRecord("ok", None, timed.latency_us, facts, round=job.round,
                        warmup=timed.warmup_json(), clocks=timed.clocks)
@@ -198,7 +200,8 @@ def main(job_path: str) -> int:
         writer.start(config["id"])
         try:
             run_pack = create_run_pack(runner_cls, config["params"], device, tensor_parallel)
-            record = run_config(run_pack, config["id"], job, device, writer, sensor)
+            record = run_config(run_pack, config["id"], job, device, writer, sensor,
+                                job.run_times_of(config))
             if job.profile_kernels:
                 timed_packs[config["id"]] = run_pack
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's

@@ -47,7 +47,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 
@@ -634,6 +634,8 @@ class TrtllmTarget(Target):
 
     name: ClassVar[str] = "trtllm"
     layout: ClassVar[str] = TOOLS_DIR
+    # run.py takes one --run-times for all the shapes of a process
+    iteration_counts: ClassVar[Literal["config", "job", "fixed"]] = "job"
     hooks = TRTLLM_HOOKS
     needs: ClassVar[dict[str, str]] = {
         "GPU": "everything: upstream's benchmark runs on CUDA only",
