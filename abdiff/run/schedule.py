@@ -87,7 +87,7 @@ class Plan:
         return Looks(self.rounds, max(self.rounds, self.max_rounds), self.step)
 
 
-def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
+def abba_slots(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
     """(side, round) slots for rounds start..start+count-1 of both sides.
 
     Rounds go in blocks of two per side, each block ABBA or BAAB at random; an
@@ -118,7 +118,7 @@ def state_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class Measurement:
+class RunState:
     """Both sides' run files and the state folder that keeps them between runs."""
 
     def __init__(self, state_dir: Path, sides: dict[str, SideRun], seed: int) -> None:
@@ -139,7 +139,7 @@ class Measurement:
 
     @classmethod
     def open(cls, state_dir: Path, sides: dict[str, SideRun], resume: bool,
-             seed: int | None) -> Measurement:
+             seed: int | None) -> RunState:
         """Continue an unfinished measurement in `state_dir`, else start a new one.
 
         A finished one is reused only with `resume` (to re-report without measuring).
@@ -172,9 +172,9 @@ class Measurement:
                 return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-        measurement = cls(state_dir, sides, seed)
-        measurement.save(complete=False)
-        return measurement
+        run_state = cls(state_dir, sides, seed)
+        run_state.save(complete=False)
+        return run_state
 
     def save(self, complete: bool, changed: list[str] | None = None) -> None:
         """Write the run files and sign what was written. `changed`: the sides whose run
@@ -308,7 +308,7 @@ def stored_state(state_dir: Path) -> StoredState | str:
 def authenticated_run_files(state_dir: Path) -> dict[Path, str] | str:
     """The run files (a.json, b.json) of a state folder that abdiff wrote, each path with
     the text that was authenticated (`stored_state`), else why not: what `history` and
-    `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    `compare` read from the cache, as `--resume` does (RunState.open)."""
     state = stored_state(state_dir)
     if isinstance(state, str):
         return state
@@ -392,7 +392,7 @@ class Spread:
 
 
 def run_slots(
-    measurement: Measurement,
+    run_state: RunState,
     slots: list[tuple[str, int]],
     configs: list[Config],
     target: Target,
@@ -411,17 +411,17 @@ def run_slots(
         if spread is not None and spread.stop.is_set():
             return
         with guard:
-            todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
-                    and not measurement.settled_failure(side, c.id)]
+            todo = [c for c in configs if not run_state.has_round(side, c.id, round_index)
+                    and not run_state.settled_failure(side, c.id)]
             if not todo:
                 progress.step(len(configs), None)
                 continue
         started = time.monotonic()
-        side_run = measurement.sides[side]
-        work_dir = measurement.round_dir(side, round_index)
+        side_run = run_state.sides[side]
+        work_dir = run_state.round_dir(side, round_index)
         # a half-run round from an interrupted run, or what the other side's benchmark
         # planted where this round's records go (runs/ is writable to it)
-        for folder in (measurement.state_dir, work_dir.parent):
+        for folder in (run_state.state_dir, work_dir.parent):
             if folder.is_symlink():
                 raise InfrastructureError(f"{folder} was replaced by a link while the "
                                           "benchmark ran; the measurement stops (run it again "
@@ -442,7 +442,7 @@ def run_slots(
             if device is not None:
                 record.device = device.name
             with guard:
-                measurement.add(side, cid, record)
+                run_state.add(side, cid, record)
 
         def after_round() -> None:
             if spread is None:
@@ -458,19 +458,19 @@ def run_slots(
         try:
             output = run_round(target, launcher, side_run.checkout, todo, settings,
                                round_index, work_dir, keep,
-                               partial(order_seed, measurement.seed, side, round_index),
-                               device, side_run.folders, measurement.iterations)
+                               partial(order_seed, run_state.seed, side, round_index),
+                               device, side_run.folders, run_state.iterations)
         except BaseException:
             after_round()
             if spread is None:  # what the round's workers recorded is kept
-                measurement.save(complete=False, changed=[side])
+                run_state.save(complete=False, changed=[side])
             raise
         after_round()
         with guard:
             side_run.run.orders = [o for o in side_run.run.orders
                                    if o["round"] != round_index] + output.orders
-            measurement.processes += output.processes
-            measurement.time[side] = added(measurement.time.get(side, SideTime()),
+            run_state.processes += output.processes
+            run_state.time[side] = added(run_state.time.get(side, SideTime()),
                                            output.time)
             preimported = launcher.pool.preimported(side_run.checkout) \
                 if launcher.pool is not None else None
@@ -478,12 +478,12 @@ def run_slots(
                 side_run.run.env["preimport"] = preimported
             if output.env and not side_run.run.env.get("device"):
                 side_run.run.env.update(output.env)
-            session = side_run.run.sessions[measurement.session]
+            session = side_run.run.sessions[run_state.session]
             machine = {k: output.env[k] for k in SESSION_ENV_KEYS if output.env.get(k)}
             if any(session.get(k) != v for k, v in machine.items()):
                 session.update(machine)
             if spread is None or not spread.stop.is_set():
-                measurement.save(complete=False, changed=[side])
+                run_state.save(complete=False, changed=[side])
             progress.step(len(configs), time.monotonic() - started)
 
 
@@ -500,21 +500,21 @@ def blocks_of(slots: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
     return blocks
 
 
-def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, int]]]],
+def run_wave(run_state: RunState, work: list[tuple[Lane, list[tuple[str, int]]]],
              configs: list[Config], target: Target, settings: RoundSettings,
              progress: Progress, spread: Spread) -> None:
     """Each lane's slots at once, one thread a lane; then, with every lane idle, the
     orphans ended and the measurement saved. The checkouts are refreshed before (a lane's
     workers may be running in one while another lane would rewrite it)."""
     for side in {side for _, slots in work for side, _ in slots}:
-        refresh = measurement.sides[side].refresh
+        refresh = run_state.sides[side].refresh
         if refresh is not None:
-            measurement.sides[side].checkout = refresh()
+            run_state.sides[side].checkout = refresh()
     failures: list[BaseException] = []
 
     def lane_work(lane: Lane, slots: list[tuple[str, int]]) -> None:
         try:
-            run_slots(measurement, slots, configs, target, lane.launcher, settings, progress,
+            run_slots(run_state, slots, configs, target, lane.launcher, settings, progress,
                       lane.device, spread)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the measuring thread
             failures.append(exc)
@@ -534,10 +534,10 @@ def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, in
         lane.launcher.end_leftovers()
     if failures:
         raise failures[0]
-    measurement.save(complete=False)
+    run_state.save(complete=False)
 
 
-def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: list[Config],
+def run_spread(run_state: RunState, slots: list[tuple[str, int]], configs: list[Config],
                target: Target, lanes: list[Lane], settings: RoundSettings, progress: Progress,
                after_first_half: Callable[[], None] | None = None) -> None:
     """`slots` on every lane at once: block k of them on lane k mod len(lanes), in waves of
@@ -548,15 +548,15 @@ def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: 
     for start in range(0, len(blocks), len(lanes)):
         wave = list(zip(lanes, blocks[start:start + len(lanes)], strict=False))
         if start == 0 and after_first_half is not None:
-            run_wave(measurement, [(lane, block[:2]) for lane, block in wave], configs,
+            run_wave(run_state, [(lane, block[:2]) for lane, block in wave], configs,
                      target, settings, progress, spread)
             after_first_half()
             wave = [(lane, block[2:]) for lane, block in wave]
-        run_wave(measurement, wave, configs, target, settings, progress, spread)
+        run_wave(run_state, wave, configs, target, settings, progress, spread)
 
 
-def measure(
-    measurement: Measurement,
+def run_plan(
+    run_state: RunState,
     configs: list[Config],
     target: Target,
     launcher: Launcher,
@@ -566,7 +566,7 @@ def measure(
     quiet: bool = False,
     after_first_round: Callable[[], None] | None = None,
     devices: list[Device] | None = None,
-) -> Measurement:
+) -> RunState:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
     `undecided` names the configs that need more rounds (None: no extension); a block
@@ -579,14 +579,14 @@ def measure(
     (run_spread), each device with its own launcher and warm pool.
     """
     warn_if_root()
-    rng = random.Random(measurement.seed)
-    for side in measurement.sides.values():
+    rng = random.Random(run_state.seed)
+    for side in run_state.sides.values():
         side.run.looks = plan.looks().to_json()
         if devices:
             side.run.env["devices"] = [device.name for device in devices]
-    slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
+    slots = [s for s in abba_slots(plan.rounds, rng) if s[0] in run_state.sides]
     progress = Progress(quiet)
-    sides = len(measurement.sides)
+    sides = len(run_state.sides)
     extra_rounds = plan.max_rounds - plan.rounds if undecided is not None else 0
     # the most the adaptive blocks may add: every config, up to max-rounds (the ETA's bound)
     progress.plan("first rounds", len(slots), len(slots) * len(configs),
@@ -599,74 +599,74 @@ def measure(
                 lane.launcher = launcher.for_lane()  # a warm pool of its own (pooled)
             pools = [stack.enter_context(pooled(
                 lane.launcher, settings.worker_start,
-                measurement.state_dir / ("pool" if n == 0 else f"pool{n}")))
+                run_state.state_dir / ("pool" if n == 0 else f"pool{n}")))
                 for n, lane in enumerate(lanes)]
             env = target.worker_env()
             # what a server that imports a side's code ahead may write: that side's folders
             # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
-            logs = own_folder(measurement.state_dir / "logs")
+            logs = own_folder(run_state.state_dir / "logs")
             folders: dict[Path, WorkerFolders] = {}
-            for name, side in measurement.sides.items():
+            for name, side in run_state.sides.items():
                 if side.folders is not None:
-                    rounds = own_folder(measurement.side_rounds(name))
+                    rounds = own_folder(run_state.side_rounds(name))
                     shared = side.checkout in folders
                     folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
             for lane, pool in zip(lanes, pools, strict=True):
                 if pool is not None and env is not None:
                     # both sides' servers ready (and the target's preimport done) before
                     # the first worker: no import runs beside a timed one
-                    pool.prepare([side.checkout for side in measurement.sides.values()],
+                    pool.prepare([side.checkout for side in run_state.sides.values()],
                                  {**env, **(lane.device.env if lane.device else {})},
                                  target.preimport, folders)
 
             def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
                     ) -> None:
                 if len(lanes) > 1:
-                    run_spread(measurement, some, configs, target, lanes, settings, progress,
+                    run_spread(run_state, some, configs, target, lanes, settings, progress,
                                check)
                     return
                 first = [s for s in some if s[1] == some[0][1]] if check else []
-                run_slots(measurement, first, configs, target, launcher, settings, progress,
+                run_slots(run_state, first, configs, target, launcher, settings, progress,
                           lanes[0].device)
                 if check is not None:
                     check()
-                run_slots(measurement, some[len(first):], configs, target, launcher, settings,
+                run_slots(run_state, some[len(first):], configs, target, launcher, settings,
                           progress, lanes[0].device)
 
             # a schedule starts with both sides' round 0: the first-round check after it
             run(slots, after_first_round)
             done = plan.rounds
             if undecided is not None and done < plan.max_rounds and settings.adapt_run_times:
-                measurement.plan_iterations(settings, target.iteration_counts == "job", done)
+                run_state.plan_iterations(settings, target.iteration_counts == "job", done)
             while undecided is not None and done < plan.max_rounds:
                 ids = undecided()
                 if not ids:
                     break
                 extra = min(plan.step, plan.max_rounds - done)
-                block_slots = [s for s in schedule(extra, rng, start=done)
-                               if s[0] in measurement.sides]
+                block_slots = [s for s in abba_slots(extra, rng, start=done)
+                               if s[0] in run_state.sides]
                 block = [c for c in configs if c.id in ids]
                 progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
                               "configs", len(block_slots), len(block_slots) * len(block),
                               sides * (plan.max_rounds - done - extra) * len(block))
                 if len(lanes) > 1:
-                    run_spread(measurement, block_slots, block, target, lanes, settings,
+                    run_spread(run_state, block_slots, block, target, lanes, settings,
                                progress)
                 else:
-                    run_slots(measurement, block_slots, block, target, launcher, settings,
+                    run_slots(run_state, block_slots, block, target, launcher, settings,
                               progress, lanes[0].device)
                 done += extra
             for pool in pools:
                 if pool is not None:
-                    measurement.warm_starts += pool.taken
-                    measurement.warm_words = pool.words
+                    run_state.warm_starts += pool.taken
+                    run_state.warm_words = pool.words
                     if pool.failure:  # said once the rounds are in: it cost time, not data
                         log.warning(f"{pool.failure}; the workers after it started cold")
     finally:
         progress.close()
     launcher.end_leftovers()
-    measurement.save(complete=True)
-    return measurement
+    run_state.save(complete=True)
+    return run_state
 
 
 def empty_run(rev: str, sha: str, target: str, suite: str, configs: list[Config],
