@@ -10,8 +10,9 @@ exit 1 that means "unintended change".
 
 Ctrl-C (SIGINT) and SIGTERM stop abdiff cleanly: the signal becomes an
 `Interrupted` exception, the running worker's process group is killed, the
-rounds measured so far are saved, and abdiff exits 130 (SIGINT) or 143
-(SIGTERM), 128 plus the signal number as a shell reports it. Re-running the
+rounds measured so far are saved, what the command held open is released (its
+runtime: launchers/runtime.py, closed by the command itself), and abdiff exits
+130 (SIGINT) or 143 (SIGTERM), 128 plus the signal number as a shell reports it. Re-running the
 same command continues where it stopped. A second signal while abdiff is
 stopping is ignored, so the stop (bounded by the kill grace period) cannot be
 cut short half-way through saving.

@@ -30,7 +30,7 @@ class Selection:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Execution:
     """How the rounds run: how many, in which workers, on what device, kept where."""
 
     rounds: int = Plan.rounds

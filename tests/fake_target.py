@@ -26,7 +26,7 @@ from abdiff.launchers.spec import LaunchSpec
 from abdiff.run.devices import Device
 from abdiff.run.protocol import KernelProfile, RecordWriter, RoundJob
 from abdiff.run.rounds import RoundSettings
-from abdiff.run.schedule import Measurement, Plan, SideRun, empty_run, measure
+from abdiff.run.schedule import Plan, RunState, SideRun, empty_run, run_plan
 from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.base import Target
@@ -112,11 +112,11 @@ def fake_measurement(state_dir: Path, launcher: FakeLauncher, plan: Plan, *,
                      undecided: Callable[[], dict[str, bool]] | None = None, resume: bool = False,
                      seed: int | None = 7, configs: list[Config] = CONFIGS,
                      devices: list[Device] | None = None,
-                     settings: RoundSettings = SETTINGS) -> Measurement:
+                     settings: RoundSettings = SETTINGS) -> RunState:
     """Both sides (checkouts named A and B) measured with the fake target."""
     sides = {name: SideRun(state_dir.parent / name,
                            empty_run(name.lower(), name * 40, "fake", "s", configs, {}))
              for name in "AB"}
-    measurement = Measurement.open(state_dir, sides, resume, seed)
-    return measure(measurement, configs, FakeTarget(), launcher, settings, plan, undecided,
+    run_state = RunState.open(state_dir, sides, resume, seed)
+    return run_plan(run_state, configs, FakeTarget(), launcher, settings, plan, undecided,
                    quiet=True, devices=devices)

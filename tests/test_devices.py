@@ -15,7 +15,7 @@ from abdiff.errors import InputError
 from abdiff.launchers.process import run_process
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.run.devices import Device, compact, parse_devices
-from abdiff.run.schedule import Plan, blocks_of, schedule
+from abdiff.run.schedule import Plan, abba_slots, blocks_of
 from abdiff.verdict.compare import compare_runs
 
 
@@ -57,11 +57,11 @@ def test_the_command_line_refuses_a_bad_list_with_exit_2(tmp_path: Path) -> None
 
 def test_blocks_are_the_abba_pairs_of_rounds() -> None:
     import random
-    slots = schedule(5, random.Random(3))
+    slots = abba_slots(5, random.Random(3))
     blocks = blocks_of(slots)
     assert [sorted({r for _, r in block}) for block in blocks] == [[0, 1], [2, 3], [4]]
     assert [len(block) for block in blocks] == [4, 4, 2]
-    assert blocks_of(schedule(4, random.Random(1), start=5))[1][0][1] == 7
+    assert blocks_of(abba_slots(4, random.Random(1), start=5))[1][0][1] == 7
 
 
 def test_blocks_run_on_every_device_with_each_pair_on_one(tmp_path: Path) -> None:
@@ -69,8 +69,8 @@ def test_blocks_run_on_every_device_with_each_pair_on_one(tmp_path: Path) -> Non
     the B round of its own device, so an A/A run stays unchanged."""
     devices = [Device("CPUs 0", cpus=(0,)), Device("CPUs 1", cpus=(1,))]
     launcher = FakeLauncher(lambda side, cid, r: 100.0 + r % 2, slower_on={(1,): 1.2})
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(6, 6), devices=devices)
-    a, b = (measurement.sides[side].run for side in "AB")
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(6, 6), devices=devices)
+    a, b = (run_state.sides[side].run for side in "AB")
     assert a.env["devices"] == ["CPUs 0", "CPUs 1"]
     for config_a, config_b in zip(a.configs, b.configs, strict=True):
         by_round = {r.round: r.device for r in config_a.rounds}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from abdiff.cli import build_parser
-from abdiff.commands.common import output_of, schedule_of, selection_of, statistics_of
+from abdiff.commands.common import execution_of, output_of, selection_of, statistics_of
 from abdiff.errors import InputError
-from abdiff.options import Output, Schedule, Selection, Statistics
+from abdiff.options import Execution, Output, Selection, Statistics
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND_LAYER = ("abdiff/cli.py", "abdiff/completion.py", "abdiff/commands/")
@@ -43,7 +43,7 @@ def test_only_the_command_layer_imports_argparse() -> None:
 def test_defaults_of_the_parser_are_the_defaults_of_the_objects() -> None:
     args = parse()
     assert selection_of(args) == Selection(suite="mtp")
-    assert schedule_of(args) == Schedule()
+    assert execution_of(args) == Execution()
     assert statistics_of(args) == Statistics()
     assert output_of(args) == Output()
 
@@ -55,18 +55,18 @@ def test_each_option_lands_in_its_concern() -> None:
                  "--min-effect", "3%", "--alpha", "0.05", "--small-changes", "gate",
                  "--gate", "latency=soft", "--format", "markdown", "--json", "r.json",
                  "--quiet")
-    selection, schedule = selection_of(args), schedule_of(args)
+    selection, execution = selection_of(args), execution_of(args)
     statistics, output = statistics_of(args), output_of(args)
     assert (selection.repo, selection.target, selection.target_args, selection.expect) == \
         (Path("/r"), "command", ("--x",), ("backend=dsa",))
-    assert (schedule.rounds, schedule.max_rounds, schedule.ranks, schedule.launcher,
-            schedule.pass_env, schedule.max_memory_bytes, schedule.quiet) == \
+    assert (execution.rounds, execution.max_rounds, execution.ranks, execution.launcher,
+            execution.pass_env, execution.max_memory_bytes, execution.quiet) == \
         (4, 20, 2, "mpirun", ("HF_HOME",), 2 * 2**30, True)
     assert statistics == Statistics(min_effect=0.03, alpha=0.05, small_changes="gate",
                                     gates={"latency": "soft"})
     assert (output.format, output.json) == ("markdown", Path("r.json"))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        schedule.rounds = 5  # type: ignore[misc]
+        execution.rounds = 5  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(("option", "spellings", "value"), [
@@ -121,6 +121,6 @@ def test_bad_output_paths_and_rounds_are_refused_before_measuring(tmp_path: Path
     assert output_of(parse("--json", str(tmp_path / "out" / "r.json"))).json == \
         tmp_path / "out" / "r.json"
     with pytest.raises(InputError, match="--max-rounds 2 is below --rounds 5"):
-        schedule_of(parse("--rounds", "5", "--max-rounds", "2"))
+        execution_of(parse("--rounds", "5", "--max-rounds", "2"))
     # without --max-rounds the ceiling is the plan's, or --rounds when that is higher
-    assert schedule_of(parse("--rounds", "20")).max_rounds == 20
+    assert execution_of(parse("--rounds", "20")).max_rounds == 20

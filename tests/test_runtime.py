@@ -5,6 +5,7 @@ error in the set-up, or Ctrl-C once the pool waits."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from conftest import write_suite
 
 from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.sandbox import NO_SANDBOX
+from abdiff.store.files import hold_in_use
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 
@@ -69,11 +71,18 @@ def test_leaving_the_bench_ends_its_pool_and_stops_adopting(faulty_repo: Path, t
     assert seen["after"] == {"subreaper": 0, "pool": False, "waiting": False}
 
 
-def test_a_lane_shares_the_sandbox_and_leftovers_and_closes_with_its_runtime() -> None:
+def test_a_lane_shares_the_sandbox_and_leftovers_and_closes_with_its_runtime(
+        tmp_path: Path) -> None:
+    """A lane of --devices: the runtime's sandbox, limits and leftovers; the in-use lock the
+    runtime holds is let go when it closes (`cache clean` may then clean)."""
     runtime = Runtime(NO_SANDBOX, ["OMP_NUM_THREADS"], 2**30)
     lane = runtime.lane()
     assert lane.leftovers is runtime.leftovers and lane.sandbox is runtime.sandbox
     assert (lane.pass_env, lane.max_memory_bytes, lane.pool) == (["OMP_NUM_THREADS"], 2**30,
                                                                  None)
+    lock = hold_in_use(tmp_path / "in-use")
+    runtime.hold(lock)
     runtime.close()
-    assert runtime.lanes == []
+    assert runtime.lanes == [] and runtime.held == []
+    with pytest.raises(OSError):
+        os.fstat(lock)

@@ -4,6 +4,7 @@ resume, measured with the fake target."""
 import dataclasses
 import hashlib
 import json
+import logging
 import random
 import subprocess
 import sys
@@ -19,11 +20,11 @@ from abdiff.errors import InputError
 from abdiff.run.iterations import FLOOR
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
-    Measurement,
     Plan,
+    RunState,
     SideRun,
+    abba_slots,
     empty_run,
-    schedule,
 )
 from abdiff.store.records import RoundRecord, load_run_file, write_run_file
 from abdiff.suites import Config
@@ -31,7 +32,7 @@ from abdiff.verdict.sequential import Looks
 
 
 def test_abba_blocks_balance_both_sides() -> None:
-    slots = schedule(5, random.Random(1))
+    slots = abba_slots(5, random.Random(1))
     assert Counter(side for side, _ in slots) == {"A": 5, "B": 5}
     for r in range(5):
         assert {side for side, rr in slots if rr == r} == {"A", "B"}
@@ -40,13 +41,13 @@ def test_abba_blocks_balance_both_sides() -> None:
 
 
 def test_order_is_randomized_and_reproducible() -> None:
-    orders = {tuple(schedule(8, random.Random(seed))) for seed in range(20)}
+    orders = {tuple(abba_slots(8, random.Random(seed))) for seed in range(20)}
     assert len(orders) > 1
-    assert schedule(8, random.Random(7)) == schedule(8, random.Random(7))
+    assert abba_slots(8, random.Random(7)) == abba_slots(8, random.Random(7))
 
 
 def test_extension_starts_at_the_next_round() -> None:
-    slots = schedule(2, random.Random(3), start=5)
+    slots = abba_slots(2, random.Random(3), start=5)
     assert sorted({r for _, r in slots}) == [5, 6]
 
 
@@ -57,17 +58,17 @@ def _sides(tmp_path: Path) -> dict[str, SideRun]:
 def test_a_finished_measurement_does_not_lend_its_seed(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
-    Measurement.open(state, _sides(tmp_path), resume=False, seed=11).save(complete=False)
+    RunState.open(state, _sides(tmp_path), resume=False, seed=11).save(complete=False)
     # unfinished: the saved seed wins, so the interrupted round order goes on
-    assert Measurement.open(state, _sides(tmp_path), resume=False, seed=12).seed == 11
-    Measurement.open(state, _sides(tmp_path), resume=False, seed=None).save(complete=True)
-    assert Measurement.open(state, _sides(tmp_path), resume=False, seed=12).seed == 12
-    Measurement.open(state, _sides(tmp_path), resume=False, seed=None).save(complete=True)
+    assert RunState.open(state, _sides(tmp_path), resume=False, seed=12).seed == 11
+    RunState.open(state, _sides(tmp_path), resume=False, seed=None).save(complete=True)
+    assert RunState.open(state, _sides(tmp_path), resume=False, seed=12).seed == 12
+    RunState.open(state, _sides(tmp_path), resume=False, seed=None).save(complete=True)
     seeds = set()
     for _ in range(3):
-        measurement = Measurement.open(state, _sides(tmp_path), resume=False, seed=None)
-        seeds.add(measurement.seed)
-        measurement.save(complete=True)
+        run_state = RunState.open(state, _sides(tmp_path), resume=False, seed=None)
+        seeds.add(run_state.seed)
+        run_state.save(complete=True)
     assert len(seeds) == 3  # a fresh random order each time
 
 
@@ -78,9 +79,9 @@ def test_a_finished_measurement_does_not_lend_its_seed(tmp_path: Path) -> None:
 
 def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
     launcher = FakeLauncher(lambda side, cid, r: 100.0 if side == "A" else 110.0)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(3, 3))
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(3, 3))
     for side in "AB":
-        run = measurement.sides[side].run
+        run = run_state.sides[side].run
         assert all(sorted(r.round for r in c.rounds) == [0, 1, 2] for c in run.configs)
         assert run.env["device"] == "cpu"  # from the worker's env event
     assert len(launcher.workers) == 6  # one worker per side and round
@@ -99,13 +100,13 @@ def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
         return {CONFIGS[0].id} if len(asked) == 1 else set()
 
     launcher = FakeLauncher(lambda side, cid, r: 100.0)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 8, 2),
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(2, 8, 2),
                                    undecided=undecided)
     assert len(asked) == 2  # asked again after the block, and stopped
     # the run file says when configs were looked at: their tests' levels depend on it
-    assert measurement.sides["B"].run.looks == {"first": 2, "max_rounds": 8, "step": 2}
+    assert run_state.sides["B"].run.looks == {"first": 2, "max_rounds": 8, "step": 2}
     for side in ("A", "B"):  # both sides of the block: the rounds stay paired
-        rounds = {c.id: len(c.rounds) for c in measurement.sides[side].run.configs}
+        rounds = {c.id: len(c.rounds) for c in run_state.sides[side].run.configs}
         assert rounds == {CONFIGS[0].id: 4, CONFIGS[1].id: 2, CONFIGS[2].id: 2}
     assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
 
@@ -115,8 +116,8 @@ def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:
         return "abort" if (side, cid) == ("A", CONFIGS[1].id) else 100.0
 
     launcher = FakeLauncher(behaviour)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(4, 4))
-    a = {c.id: c.rounds for c in measurement.sides["A"].run.configs}
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(4, 4))
+    a = {c.id: c.rounds for c in run_state.sides["A"].run.configs}
     assert [r.status for r in a[CONFIGS[1].id]] == ["aborted"] * FAILURE_REPEATS
     assert "SIGABRT" in a[CONFIGS[1].id][0].error
     # the configs after the abort still got every round, from a second worker
@@ -137,15 +138,15 @@ def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:
         fake_measurement(tmp_path / "state", first, Plan(2, 2), seed=3)
     kept = {(side, cid) for side, r, ids in first.workers for cid in ids if r == 1}
     second = FakeLauncher(lambda side, cid, r: 100.0)
-    measurement = fake_measurement(tmp_path / "state", second, Plan(2, 2), seed=None)
-    assert measurement.seed == 3  # the interrupted round order goes on
+    run_state = fake_measurement(tmp_path / "state", second, Plan(2, 2), seed=None)
+    assert run_state.seed == 3  # the interrupted round order goes on
     redone = [(side, r, ids) for side, r, ids in second.workers]
     assert redone and all(r == 1 for _, r, _ in redone)
     # B's round 1 lost only the interrupted config and those after it
     assert ("B", 1, [CONFIGS[1].id, CONFIGS[2].id]) in redone
     assert ("B", CONFIGS[0].id) in kept
     for side in "AB":
-        assert all(len(c.rounds) == 2 for c in measurement.sides[side].run.configs)
+        assert all(len(c.rounds) == 2 for c in run_state.sides[side].run.configs)
 def _one_config(tmp_path: Path) -> dict[str, SideRun]:
     configs = [Config("GEN-TRTLLM-bs8-q1-kv64", {"batch_size": 8})]
     return {side: SideRun(tmp_path, empty_run(side, side.lower() * 40, "reference", "s",
@@ -160,23 +161,25 @@ def _plant_round(state: Path) -> None:
     write_run_file(state / "b.json", planted)
 
 
-def test_planted_rounds_are_not_continued(tmp_path: Path, capsys) -> None:
+def test_planted_rounds_are_not_continued(tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     """An unfinished measurement continues only with the run files abdiff wrote: a side
     whose file was changed is measured again (and said so on stderr), --resume or not."""
+    caplog.set_level(logging.INFO, logger="abdiff")  # what schedule.py reports
     state = tmp_path / "state"
-    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first = RunState.open(state, _one_config(tmp_path), resume=False, seed=5)
     first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
     first.save(complete=False)
-    kept = Measurement.open(state, _one_config(tmp_path), resume=False, seed=6)
+    kept = RunState.open(state, _one_config(tmp_path), resume=False, seed=6)
     assert kept.seed == 5 and len(kept.sides["A"].run.configs[0].rounds) == 1
-    assert capsys.readouterr().err == ""
+    assert caplog.text == ""
 
     for resume in (False, True):
         _plant_round(state)
-        again = Measurement.open(state, _one_config(tmp_path), resume=resume, seed=7)
+        again = RunState.open(state, _one_config(tmp_path), resume=resume, seed=7)
         assert again.seed == 5 and len(again.sides["A"].run.configs[0].rounds) == 1
         assert again.sides["B"].run.configs[0].rounds == []
-        assert "b.json: not the file abdiff wrote" in capsys.readouterr().err
+        assert "b.json: not the file abdiff wrote" in caplog.text
         again.save(complete=False)
 
 
@@ -196,10 +199,10 @@ def test_a_run_file_swapped_while_it_is_read_is_never_continued(tmp_path: Path) 
     """A process (of a benchmark run with --sandbox off) that swaps B's run file between
     the one abdiff wrote and a forged one: where the hash is checked on one read and the
     rounds parsed from another, the forged rounds get in between (the control, the way
-    Measurement.open read them before); the rounds parsed are those of the bytes hashed,
+    RunState.open read them before); the rounds parsed are those of the bytes hashed,
     so a continued measurement keeps abdiff's round or measures B again, never the forged."""
     state = tmp_path / "state"
-    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first = RunState.open(state, _one_config(tmp_path), resume=False, seed=5)
     first.add("B", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
     first.save(complete=False)
     written = tmp_path / "written.json"
@@ -225,7 +228,7 @@ def test_a_run_file_swapped_while_it_is_read_is_never_continued(tmp_path: Path) 
         while not hashed_then_read_again():
             assert time.monotonic() < deadline, "no swap landed between the two reads"
         for _ in range(300):
-            again = Measurement.open(state, _one_config(tmp_path), resume=False, seed=6)
+            again = RunState.open(state, _one_config(tmp_path), resume=False, seed=6)
             assert [r.latency_us for r in again.sides["B"].run.configs[0].rounds] in ([], [[9.0]])
     finally:
         (state / "stop").touch()
@@ -235,22 +238,24 @@ def test_a_run_file_swapped_while_it_is_read_is_never_continued(tmp_path: Path) 
 def test_a_planted_state_folder_is_not_continued(tmp_path: Path) -> None:
     """A state folder abdiff never wrote (no hashes in state.json) is measured anew."""
     state = tmp_path / "state"
-    Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    RunState.open(state, _one_config(tmp_path), resume=False, seed=5)
     _plant_round(state)
     (state / "state.json").write_text('{"seed": 5, "complete": false}\n')
-    fresh = Measurement.open(state, _one_config(tmp_path), resume=False, seed=9)
+    fresh = RunState.open(state, _one_config(tmp_path), resume=False, seed=9)
     assert fresh.seed == 9 and fresh.sides["B"].run.configs[0].rounds == []
 
 
-def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path, capsys) -> None:
+def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     """What a benchmark can do that knows the layout: rewrite A's rounds *and* the hash
     state.json keeps of them. The state fails authentication (its MAC is keyed by a
     secret outside the cache): nothing of it is kept, --resume or not, and stderr says so."""
     import hashlib
     import json
 
+    caplog.set_level(logging.INFO, logger="abdiff")  # what schedule.py reports
     state = tmp_path / "state"
-    first = Measurement.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first = RunState.open(state, _one_config(tmp_path), resume=False, seed=5)
     first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
     first.save(complete=True)
     forged = load_run_file(state / "a.json")
@@ -260,21 +265,23 @@ def test_rounds_forged_with_their_hash_are_measured_again(tmp_path: Path, capsys
     saved["files"]["a.json"] = hashlib.sha256((state / "a.json").read_bytes()).hexdigest()
     (state / "state.json").write_text(json.dumps(saved))
 
-    again = Measurement.open(state, _one_config(tmp_path), resume=True, seed=8)
+    again = RunState.open(state, _one_config(tmp_path), resume=True, seed=8)
     assert again.seed == 8
     assert all(not c.rounds for side in again.sides.values() for c in side.run.configs)
-    assert "fail authentication" in capsys.readouterr().err
+    assert "fail authentication" in caplog.text
     assert load_run_file(state / "a.json").configs[0].rounds == []
 
 
-def test_a_state_copied_from_another_measurement_fails(tmp_path: Path, capsys) -> None:
+def test_a_state_copied_from_another_measurement_fails(tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
     """A valid state folder copied under another measurement's name is not that one's."""
+    caplog.set_level(logging.INFO, logger="abdiff")  # what schedule.py reports
     import shutil
 
-    Measurement.open(tmp_path / "one", _one_config(tmp_path), resume=False, seed=5)
+    RunState.open(tmp_path / "one", _one_config(tmp_path), resume=False, seed=5)
     shutil.copytree(tmp_path / "one", tmp_path / "two")
-    again = Measurement.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
-    assert again.seed == 9 and "fail authentication" in capsys.readouterr().err
+    again = RunState.open(tmp_path / "two", _one_config(tmp_path), resume=False, seed=9)
+    assert again.seed == 9 and "fail authentication" in caplog.text
 
 
 def process_speed(side: str, config_id: str, round_number: int) -> float:
@@ -288,16 +295,16 @@ def test_the_plan_changes_counts_after_the_first_look_alike_for_both_sides(
         tmp_path: Path) -> None:
     settings = dataclasses.replace(SETTINGS, run_times=20)
     launcher = FakeLauncher(process_speed)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(4, 8, 4),
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(4, 8, 4),
                                    undecided=lambda: {c.id for c in CONFIGS},
                                    settings=settings)
-    plan = measurement.iterations
+    plan = run_state.iterations
     assert plan is not None and plan.from_round == 4 and plan.suite_run_times == 20
     assert {c.run_times for c in plan.configs.values()} == {FLOOR}  # processes differ
     assert all(c.rounds == 8 and c.between > c.within / 20 for c in plan.configs.values())
     for config in CONFIGS:
         counts = {side: {r.round: len(r.latency_us)
-                         for r in measurement.sides[side].run.config(config.id).rounds}
+                         for r in run_state.sides[side].run.config(config.id).rounds}
                   for side in "AB"}
         assert counts["A"] == counts["B"]  # a block's A and B rounds time the same count
         assert counts["A"] == {r: 20 if r < 4 else FLOOR for r in range(8)}
@@ -308,9 +315,9 @@ def test_the_plan_changes_counts_after_the_first_look_alike_for_both_sides(
 
 def test_the_plan_is_off_when_the_suite_pins_run_times(tmp_path: Path) -> None:
     settings = dataclasses.replace(SETTINGS, run_times=20, adapt_run_times=False)
-    measurement = fake_measurement(tmp_path / "state", FakeLauncher(process_speed),
+    run_state = fake_measurement(tmp_path / "state", FakeLauncher(process_speed),
                                    Plan(4, 8, 4), undecided=lambda: {c.id for c in CONFIGS},
                                    settings=settings)
-    assert measurement.iterations is None
-    assert {len(r.latency_us) for s in "AB" for c in measurement.sides[s].run.configs
+    assert run_state.iterations is None
+    assert {len(r.latency_us) for s in "AB" for c in run_state.sides[s].run.configs
             for r in c.rounds} == {20}

@@ -44,10 +44,10 @@ def test_a_measured_run_carries_its_split_into_the_result_and_the_report(
         tmp_path: Path) -> None:
     started = time.monotonic()
     launcher = FakeLauncher(lambda side, cid, r: 100.0)
-    measurement = fake_measurement(tmp_path / "state", launcher, Plan(2, 2))
-    a, b = (measurement.sides[side].run for side in "AB")
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(2, 2))
+    a, b = (run_state.sides[side].run for side in "AB")
     result = compare_runs(a, b, {}, 0.02, 0.01)
-    result.time = time_split(time.monotonic() - started, measurement.time)
+    result.time = time_split(time.monotonic() - started, run_state.time)
     assert [name for name in result.time.sides] == ["A", "B"]
     assert result.time.sides["A"].workers == 2 and result.time.sides["B"].workers == 2
     # timed: 5 iterations of ~100 us per config, 3 configs, 2 rounds, at most (the fake

@@ -16,7 +16,7 @@ from abdiff.commands.common import add_measure_options, measuring, positive_int
 from abdiff.repo.revs import open_repo
 from abdiff.reports.common import clip
 from abdiff.reports.table import say
-from abdiff.run.session import measure_one_side
+from abdiff.run.session import run_one_side
 from abdiff.store.baselines import (
     SessionDrift,
     append_rounds,
@@ -80,7 +80,7 @@ def refresh(args: argparse.Namespace) -> int:
     """`--sessions` sessions of REV, each a measurement of its own (its own state folder,
     fork server, workers and seed), written to the baseline after each so that a failure
     keeps the sessions before it; `--append` adds them to the stored ones."""
-    selection, schedule = measuring(args)  # before any git command
+    selection, execution = measuring(args)  # before any git command
     folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
     path = baseline_path(folder, args.name)
     stored: RunFile | None = load_baseline(folder, args.name) \
@@ -91,8 +91,8 @@ def refresh(args: argparse.Namespace) -> int:
                 say(f"abdiff: baseline {args.name}: session {number + 1} of {args.sessions} "
                     f"in {args.session_gap:g} s")
             time.sleep(args.session_gap)
-        seed = None if schedule.seed is None else schedule.seed + number
-        run_file = measure_one_side(selection, dataclasses.replace(schedule, seed=seed),
+        seed = None if execution.seed is None else execution.seed + number
+        run_file = run_one_side(selection, dataclasses.replace(execution, seed=seed),
                                     args.rev, "baseline" if not number else f"baseline-{number}")
         run_file.env["recorded_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds")

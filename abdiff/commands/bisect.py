@@ -25,13 +25,13 @@ from abdiff.commands.common import (
     statistics_of,
 )
 from abdiff.errors import InputError, did_you_mean
-from abdiff.options import Schedule, Statistics
+from abdiff.options import Execution, Statistics
 from abdiff.repo.revs import SideSpec, open_repo, resolve_range, run_git
 from abdiff.reports import bisect as bisect_report
 from abdiff.reports import table
 from abdiff.reports.printable import no_ci_commands
 from abdiff.run.schedule import Plan
-from abdiff.run.session import Bench, measure_and_compare, prepare_bench, side_runs
+from abdiff.run.session import Bench, prepare_bench, run_and_compare, side_runs
 from abdiff.store.files import write_atomic
 from abdiff.store.records import Result
 from abdiff.verdict.bisection import (
@@ -90,10 +90,10 @@ def first_parent_path(repo_root: Path, a: SideSpec, b: SideSpec) -> list[Commit]
 class StepRunner:
     """Interleaved comparisons of two commits on some configs, kept in the state cache."""
 
-    def __init__(self, schedule: Schedule, statistics: Statistics, bench: Bench,
+    def __init__(self, execution: Execution, statistics: Statistics, bench: Bench,
                  expect: dict) -> None:
         # every finished comparison is reused: that is how a bisect resumes
-        self.schedule = dataclasses.replace(schedule, resume=True)
+        self.execution = dataclasses.replace(execution, resume=True)
         self.statistics, self.bench, self.expect = statistics, bench, expect
 
     def compare(self, older: Commit, newer: Commit, ids: list[str] | None = None) -> Result:
@@ -103,18 +103,18 @@ class StepRunner:
         bench = dataclasses.replace(self.bench, suite=suite)
         bench, sides = side_runs(bench, {"A": SideSpec(older.sha[:12], older.sha),
                                          "B": SideSpec(newer.sha[:12], newer.sha)})
-        return measure_and_compare(self.schedule, self.statistics, bench, sides,
+        return run_and_compare(self.execution, self.statistics, bench, sides,
                                    sides["A"].run, self.expect, [])
 
 
 def run(args: argparse.Namespace) -> int:
     statistics, output = statistics_of(args), output_of(args)
-    selection, schedule = measuring(args)
+    selection, execution = measuring(args)
     repo_root = open_repo(selection.repo)
     spec_a, spec_b = resolve_range(repo_root, args.range)  # refused before a worker starts
     if spec_b.sha == "WORKTREE":
         raise InputError(f"{args.range!r}: bisect needs a commit as B, not the working tree")
-    with prepare_bench(selection, schedule, repo_root, checkouts=2) as bench:
+    with prepare_bench(selection, execution, repo_root, checkouts=2) as bench:
         if not bench.suite.configs:
             raise InputError(f"suite {bench.suite.name!r}: bisect needs its configs before it "
                              "measures; list them in the suite's target.benchmarks")
@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
                              f"(its configs: {', '.join(sorted(known))})"
                              + did_you_mean(unknown[0], known))
         path = first_parent_path(repo_root, spec_a, spec_b)
-        steps = StepRunner(schedule, statistics, bench, expect)
+        steps = StepRunner(execution, statistics, bench, expect)
 
-        say: Callable[[str], None] = (lambda text: None) if schedule.quiet else table.say
+        say: Callable[[str], None] = (lambda text: None) if execution.quiet else table.say
         say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
             f"measuring {spec_a.rev}..{spec_b.rev}")
         ends = steps.compare(path[0], path[-1], args.config or None)

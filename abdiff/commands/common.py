@@ -15,7 +15,7 @@ from abdiff.errors import InputError, did_you_mean
 from abdiff.host.exposure import refuse_secrets
 from abdiff.launchers import LAUNCHERS
 from abdiff.launchers.sandbox import MODES as SANDBOX_MODES
-from abdiff.options import Output, Schedule, Selection, Statistics
+from abdiff.options import Execution, Output, Selection, Statistics
 from abdiff.reports import FORMATS, markdown, table
 from abdiff.reports.common import clip
 from abdiff.reports.printable import no_ci_commands
@@ -196,8 +196,8 @@ def selection_of(args: argparse.Namespace) -> Selection:
         allow_env_mismatch=getattr(args, "allow_env_mismatch", False))
 
 
-def schedule_of(args: argparse.Namespace) -> Schedule:
-    """The schedule; --max-rounds below --rounds is refused (the first look is at --rounds:
+def execution_of(args: argparse.Namespace) -> Execution:
+    """How the rounds run; --max-rounds below --rounds is refused (the first look is at --rounds:
     no ceiling can be lower), and without it the ceiling is Plan's, or --rounds if higher."""
     ceiling = getattr(args, "max_rounds", args.rounds)
     if ceiling is None:
@@ -207,7 +207,7 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
                          f"look is after --rounds; give --max-rounds {args.rounds} or more")
     if args.devices:
         parse_devices(args.devices, gpu=True)  # the syntax, before any git (the CPUs later)
-    return Schedule(
+    return Execution(
         rounds=args.rounds, max_rounds=ceiling,
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
         device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
@@ -219,13 +219,13 @@ def schedule_of(args: argparse.Namespace) -> Schedule:
         quiet=args.quiet)
 
 
-def measuring(args: argparse.Namespace) -> tuple[Selection, Schedule]:
-    """The selection and schedule of a command that runs the benchmark, after refusing a
+def measuring(args: argparse.Namespace) -> tuple[Selection, Execution]:
+    """The selection and execution of a command that runs the benchmark, after refusing a
     secret in reach of it: first of all, before abdiff's first git command, which a
     .git/config written by an earlier benchmark could make run a program of its own."""
-    schedule = schedule_of(args)
-    refuse_secrets(list(schedule.pass_env), schedule.unsafe_allow_secret_env)
-    return selection_of(args), schedule
+    execution = execution_of(args)
+    refuse_secrets(list(execution.pass_env), execution.unsafe_allow_secret_env)
+    return selection_of(args), execution
 
 
 def statistics_of(args: argparse.Namespace) -> Statistics:

@@ -23,7 +23,7 @@ from abdiff.commands.common import (
 from abdiff.repo.revs import open_repo, resolve_range
 from abdiff.reports.table import say
 from abdiff.run.schedule import Plan
-from abdiff.run.session import against_baseline, measure_and_compare, prepare_bench, side_runs
+from abdiff.run.session import against_baseline, prepare_bench, run_and_compare, side_runs
 from abdiff.store.baselines import parse_baseline_range
 from abdiff.suites import Suite
 
@@ -57,7 +57,7 @@ def expect_of(given: tuple[str, ...], suite: Suite) -> dict[str, list[str]]:
 def run(args: argparse.Namespace) -> int:
     # every option is read (and a typo in --gate or --min-effect refused) before measuring
     statistics, output = statistics_of(args), output_of(args)
-    selection, schedule = measuring(args)
+    selection, execution = measuring(args)
     repo_root = open_repo(selection.repo)
     baseline = parse_baseline_range(args.range)
     # the range before the bench: a typo is refused before a worker process starts
@@ -65,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
     # a fork server per checkout measured in, started now: B only against a baseline, one
     # for an A/A (both sides in one checkout)
     checkouts = 1 if specs is None or specs[0].sha == specs[1].sha else 2
-    with prepare_bench(selection, schedule, repo_root, checkouts) as bench:
+    with prepare_bench(selection, execution, repo_root, checkouts) as bench:
         if baseline is not None:
             name, rev_b = baseline
-            return finish(against_baseline(selection, schedule, statistics, bench, repo_root, name,
+            return finish(against_baseline(selection, execution, statistics, bench, repo_root, name,
                                            rev_b, args.range, partial(expect_of, selection.expect)),
                           output)
         assert specs is not None  # resolved above whenever there is no baseline
@@ -80,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
             say(f"abdiff: note: {notes[0]}")
         bench, sides = side_runs(bench, {"A": spec_a, "B": spec_b})
         expect = expect_of(selection.expect, bench.suite)
-        return finish(measure_and_compare(schedule, statistics, bench, sides, sides["A"].run,
+        return finish(run_and_compare(execution, statistics, bench, sides, sides["A"].run,
                                           expect, notes), output)

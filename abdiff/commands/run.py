@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from abdiff.commands.common import add_measure_options, measuring, output_path
-from abdiff.run.session import measure_one_side
+from abdiff.run.session import run_one_side
 from abdiff.store.records import write_run_file
 
 
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     output_path(args.out, "--out")  # a typo in the path is refused before measuring
-    run_file = measure_one_side(*measuring(args), args.rev, "run")
+    run_file = run_one_side(*measuring(args), args.rev, "run")
     write_run_file(args.out, run_file)
     rounds = sum(len(c.rounds) for c in run_file.configs)
     print(f"abdiff: wrote {args.out} (run file of {run_file.rev} {run_file.sha[:10]}: "

@@ -9,11 +9,13 @@ SIGTERM (cli.py's `Interrupted`) included. It owns
 - the processes abdiff started and the leftovers it adopts (`Leftovers`);
 - the warm pool of `--prestart` (launchers/warm.py: `pooled`), one per lane of
   `--devices` (`lane`);
-- the limits the processes it starts ahead get (`--pass-env`, `--max-memory`).
+- the limits the processes it starts ahead get (`--pass-env`, `--max-memory`);
+- the locks that mark folders in use while it measures (`hold`: the side caches, which
+  `cache clean` then leaves alone).
 
-`close()` ends the pools, kills every leftover and stops adopting. Without a runtime (a
-process of abdiff's own outside a measurement: `abdiff doctor`'s hello) a process starts
-outside any sandbox and nothing is adopted.
+`close()` ends the pools, kills every leftover, stops adopting and lets the locks go.
+Without a runtime (a process of abdiff's own outside a measurement: `abdiff doctor`'s
+hello) a process starts outside any sandbox and nothing is adopted.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ class Runtime:
     leftovers: Leftovers = field(default_factory=Leftovers)
     pool: WorkerPool | None = None  # the warm pool in use (launchers/warm.py)
     lanes: list[Runtime] = field(default_factory=list)  # one a device beside the first
+    held: list[int] = field(default_factory=list)  # descriptors of in-use locks (`hold`)
 
     def lane(self) -> Runtime:
         """A runtime for one more lane of `--devices`: this sandbox, limits and leftovers,
@@ -133,8 +136,13 @@ class Runtime:
         self.lanes.append(lane)
         return lane
 
+    def hold(self, descriptor: int) -> None:
+        """Keep `descriptor` (an in-use lock, files.hold_in_use) open until `close`."""
+        self.held.append(descriptor)
+
     def close(self) -> None:
-        """End the pools (a lane's too), then every leftover; stop adopting. Idempotent."""
+        """End the pools (a lane's too), then every leftover; stop adopting; let the locks
+        go. Idempotent."""
         try:
             for runtime in (self, *self.lanes):
                 pool, runtime.pool = runtime.pool, None
@@ -143,6 +151,9 @@ class Runtime:
         finally:
             self.lanes = []
             self.leftovers.close()
+            held, self.held = self.held, []
+            for descriptor in held:
+                os.close(descriptor)
 
     def __enter__(self) -> Runtime:
         return self

@@ -10,6 +10,10 @@ torch import (`--prestart`), which cost a second or more per worker process.
 Both implement one interface, `WorkerPool` (pool.py), and do not know each
 other; this module is the only one that knows them all (it picks one by name). The pool
 in use is the measurement's runtime's (runtime.py: `Runtime.pool`), which ends it.
+
+Words, one per thing: a *pool* is where warm starts come from (either kind); *standby*
+is `--prestart on`'s kind; a process *started ahead* is any pool's process that waits
+for its job (a fork server, a standby worker: `start_process(ahead=True)`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How many timed iterations a round buys per config (issue 42, item 3): cost-optimal
+"""How many timed iterations a round buys per config (more information per process): cost-optimal
 two-stage sampling, with the worker process as the unit of the test.
 
 A round's statistic is the median of its timed iterations (stats.round_summary). Its

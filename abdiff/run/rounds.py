@@ -195,103 +195,173 @@ def run_round(
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
     work_dir = own_folder(Path(work_dir).absolute())  # never a link a worker planted
-    records: dict[str, RoundRecord] = {}
-    env: dict = {}
-    remaining = list(configs)
-    handed: set[str] = set()
-    processes = 0
-    orders: list[dict] = []
-    profile = settings.profile_kernels and round_index < KERNEL_ROUNDS
-    uncaptured: list[Config] = []
-    captured: set[str] = set()
-    spent = SideTime()
-    while remaining or uncaptured:
-        attempt = work_dir / f"worker{processes}"
-        # made here, empty: the worker before could have planted links in it
-        remove_path(attempt)
-        attempt.mkdir()
-        record_path = attempt / "records.jsonl"
-        counts = {c.id: run_times_of(iterations, c.id, round_index, settings.run_times)
-                  for c in remaining}
-        job = RoundJob(
+    work = RoundWork(target, launcher, checkout, configs, settings, round_index, work_dir,
+                     on_record, seed, device, side, iterations)
+    return RoundWorkers(work).run()
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    """What one round of one side runs, where and how (run_round's arguments)."""
+
+    target: Target
+    launcher: Launcher
+    checkout: Path
+    configs: list[Config]
+    settings: RoundSettings
+    round_index: int
+    work_dir: Path  # absolute, and abdiff's own folder
+    on_record: Callable[[str, RoundRecord], None]
+    seed: Callable[[int], int | None]
+    device: Device | None
+    side: SideFolders | None
+    iterations: IterationPlan | None
+
+    @property
+    def profile(self) -> bool:
+        """Whether this round's workers capture kernels (KERNEL_ROUNDS)."""
+        return self.settings.profile_kernels and self.round_index < KERNEL_ROUNDS
+
+
+class RoundWorkers:
+    """The worker processes of one round, started one after another until every config
+    has its record: what they recorded so far, and what is left to time or capture."""
+
+    def __init__(self, work: RoundWork) -> None:
+        self.work = work
+        self.records: dict[str, RoundRecord] = {}
+        self.env: dict = {}
+        self.remaining = list(work.configs)
+        self.handed: set[str] = set()
+        self.processes = 0
+        self.orders: list[dict] = []
+        self.uncaptured: list[Config] = []
+        self.captured: set[str] = set()
+        self.spent = SideTime()
+
+    def run(self) -> RoundOutput:
+        """Start workers until no config is left to time or to capture."""
+        work = self.work
+        while self.remaining or self.uncaptured:
+            attempt = work.work_dir / f"worker{self.processes}"
+            # made here, empty: the worker before could have planted links in it
+            remove_path(attempt)
+            attempt.mkdir()
+            record_path = attempt / "records.jsonl"
+            job = self.job(record_path)
+            job_path = attempt / "job.json"
+            job.write(job_path)
+            outcome = self.start(job, job_path, attempt)
+            name_dead_rank(outcome, work.launcher, record_path)
+            log = read_launch(record_path, job.ranks)
+            self.take(log)
+            self.fail_unfinished(log, outcome)
+            self.hand_over()
+        return RoundOutput(self.env, self.processes, self.orders, self.spent)
+
+    def job(self, record_path: Path) -> RoundJob:
+        """The next worker's job: the configs left to time, then those left to capture."""
+        work, settings = self.work, self.work.settings
+        counts = {c.id: run_times_of(work.iterations, c.id, work.round_index, settings.run_times)
+                  for c in self.remaining}
+        return RoundJob(
             configs=[{"id": c.id, "params": c.params,
-                      **({"run_times": counts[c.id]} if iterations is not None else {})}
-                     for c in remaining],
+                      **({"run_times": counts[c.id]} if work.iterations is not None else {})}
+                     for c in self.remaining],
             facts=settings.facts,
             record_path=str(record_path),
-            round=round_index,
+            round=work.round_index,
             warmup_times=settings.warmup_times,
             run_times=max(counts.values(), default=settings.run_times),
             device=settings.device,
             cuda_graph=settings.cuda_graph,
             cpu_threads=settings.cpu_threads,
-            profile_kernels=profile,
-            order_seed=seed(processes),
-            capture_only=[{"id": c.id, "params": c.params} for c in uncaptured],
+            profile_kernels=work.profile,
+            order_seed=work.seed(self.processes),
+            capture_only=[{"id": c.id, "params": c.params} for c in self.uncaptured],
             target_options=settings.target_options,
             target_args=settings.target_args,
-            ranks=launcher.ranks,
+            ranks=work.launcher.ranks,
         )
-        job_path = attempt / "job.json"
-        job.write(job_path)
-        spec = launcher.wrap(target.round_command(checkout, job_path, job))
-        if device is not None:
-            spec.env.update(device.env)
-            spec.cpus = device.cpus
+
+    def start(self, job: RoundJob, job_path: Path, attempt: Path) -> ProcessOutcome:
+        """Run one worker to its end. Interrupted, the records it already wrote are handed
+        over first; one that never wrote its record log is abdiff failing to run it."""
+        work, launcher, settings = self.work, self.work.launcher, self.work.settings
+        record_path = Path(job.record_path)
+        spec = launcher.wrap(work.target.round_command(work.checkout, job_path, job))
+        if work.device is not None:
+            spec.env.update(work.device.env)
+            spec.cpus = work.device.cpus
         handed_at = time.time()
-        if side is not None:
-            spec.folders = WorkerFolders(side, work_dir)
+        if work.side is not None:
+            spec.folders = WorkerFolders(work.side, work.work_dir)
         try:
             outcome = launcher.run(spec, attempt, record_path, settings.timeout_s,
                                    settings.pass_env, settings.max_memory_bytes)
         except BaseException:
-            for cid, record in finished(read_launch(record_path, job.ranks), remaining,
-                                        round_index).items():
-                on_record(cid, record)
-            for config in uncaptured:  # timed by an earlier worker: kept without kernels
-                on_record(config.id, records[config.id])
+            for cid, record in finished(read_launch(record_path, job.ranks), self.remaining,
+                                        work.round_index).items():
+                work.on_record(cid, record)
+            for config in self.uncaptured:  # timed by an earlier worker: kept without kernels
+                work.on_record(config.id, self.records[config.id])
             raise
-        processes += 1
-        spent = added(spent, worker_time(record_path, handed_at, time.time()))
+        self.processes += 1
+        self.spent = added(self.spent, worker_time(record_path, handed_at, time.time()))
         if not record_path.exists():
-            raise InfrastructureError(_could_not_start(outcome, settings, round_index, attempt,
-                                                       launcher))
-        name_dead_rank(outcome, launcher, record_path)
-        log = read_launch(record_path, job.ranks)
-        env = env or log.env
+            raise InfrastructureError(_could_not_start(outcome, settings, work.round_index,
+                                                       attempt, launcher))
+        return outcome
+
+    def take(self, log: RoundLog) -> None:
+        """Keep what a worker's log holds: its env, its order, its records and kernels."""
+        work = self.work
+        self.env = self.env or log.env
         if log.order.get("ids"):
-            orders.append({"round": round_index, "worker": processes - 1, **log.order})
-        records.update(finished(log, remaining, round_index))
+            self.orders.append({"round": work.round_index, "worker": self.processes - 1,
+                                **log.order})
+        records = self.records
+        records.update(finished(log, self.remaining, work.round_index))
         for cid, kernel_profile in log.kernels.items():
             if cid in records:
                 records[cid].kernels = kernel_profile.counts
                 records[cid].kernel_us = kernel_profile.us
-                captured.add(cid)
+                self.captured.add(cid)
         # a worker given only captures gets no second try: a capture that kills its
         # process would kill every retry too
         # only a target whose worker captures in a pass of its own gets capture-only workers
         # (the trtllm probe captures right after each config's timed calls, in run.py's flow)
-        uncaptured = [c for c in configs if profile and target.capture_pass and remaining
-                      and c.id in records
-                      and records[c.id].status == "ok" and c.id not in captured]
+        self.uncaptured = [c for c in work.configs if work.profile and work.target.capture_pass
+                           and self.remaining and c.id in records
+                           and records[c.id].status == "ok" and c.id not in self.captured]
+
+    def fail_unfinished(self, log: RoundLog, outcome: ProcessOutcome) -> None:
+        """The config a worker died in gets its death as status; the configs it left are
+        the next worker's, unless it could not run any config here at all."""
+        work, records = self.work, self.records
+        timeout_s = work.settings.timeout_s
         culprit = log.in_progress
         if culprit is not None and culprit not in records:
-            records[culprit] = death_record(outcome, round_index, True, settings.timeout_s,
-                                            log.phase, launcher)
+            records[culprit] = death_record(outcome, work.round_index, True, timeout_s,
+                                            log.phase, work.launcher)
             records[culprit].facts = log.facts.get(culprit, {})
-        unfinished = [c for c in remaining if c.id not in records]
+        unfinished = [c for c in self.remaining if c.id not in records]
         if unfinished and culprit is None and not log.done:
             # the worker ended without finishing or starting a config: it cannot run
             # here at all, and retrying would fail the same way. (One that finished
             # some and died between configs made progress: a new worker takes the rest.)
-            why = death_record(outcome, round_index, False, settings.timeout_s, log.phase,
-                               launcher)
+            why = death_record(outcome, work.round_index, False, timeout_s, log.phase,
+                               work.launcher)
             for config in unfinished:
-                records[config.id] = RoundRecord(why.status, why.error, round=round_index)
+                records[config.id] = RoundRecord(why.status, why.error, round=work.round_index)
             unfinished = []
-        remaining = unfinished
-        waiting = {c.id for c in uncaptured}  # kept for the next worker's capture pass
-        for cid in [c.id for c in configs if c.id in records and c.id not in handed | waiting]:
-            on_record(cid, records[cid])
-            handed.add(cid)
-    return RoundOutput(env, processes, orders, spent)
+        self.remaining = unfinished
+
+    def hand_over(self) -> None:
+        """Hand each new record to on_record, in the configs' order; a config waiting for
+        the next worker's capture pass is kept until then."""
+        waiting = {c.id for c in self.uncaptured}
+        for cid in [c.id for c in self.work.configs
+                    if c.id in self.records and c.id not in self.handed | waiting]:
+            self.work.on_record(cid, self.records[cid])
+            self.handed.add(cid)

@@ -28,7 +28,6 @@ import os
 import platform
 import random
 import shutil
-import sys
 import threading
 import time
 import uuid
@@ -41,11 +40,12 @@ from pathlib import Path
 from abdiff.errors import InfrastructureError
 from abdiff.host.exposure import authentic, authenticate, warn_if_root
 from abdiff.launchers.base import Launcher
+from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
 from abdiff.run.iterations import plan_iterations, shared_cost
 from abdiff.run.progress import Progress
-from abdiff.run.rounds import RoundSettings, order_seed, run_round
+from abdiff.run.rounds import RoundOutput, RoundSettings, order_seed, run_round
 from abdiff.run.time_split import added
 from abdiff.store.files import (
     lock_exclusively,
@@ -88,7 +88,7 @@ class Plan:
         return Looks(self.rounds, max(self.rounds, self.max_rounds), self.step)
 
 
-def schedule(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
+def abba_slots(count: int, rng: random.Random, start: int = 0) -> list[tuple[str, int]]:
     """(side, round) slots for rounds start..start+count-1 of both sides.
 
     Rounds go in blocks of two per side, each block ABBA or BAAB at random; an
@@ -119,7 +119,7 @@ def state_key(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class Measurement:
+class RunState:
     """Both sides' run files and the state folder that keeps them between runs."""
 
     def __init__(self, state_dir: Path, sides: dict[str, SideRun], seed: int) -> None:
@@ -140,7 +140,7 @@ class Measurement:
 
     @classmethod
     def open(cls, state_dir: Path, sides: dict[str, SideRun], resume: bool,
-             seed: int | None) -> Measurement:
+             seed: int | None) -> RunState:
         """Continue an unfinished measurement in `state_dir`, else start a new one.
 
         A finished one is reused only with `resume` (to re-report without measuring).
@@ -149,14 +149,14 @@ class Measurement:
         if os.path.lexists(state_dir / "state.json"):
             state = stored_state(state_dir)
             if isinstance(state, str):
-                print(f"abdiff: {state_dir}: its stored rounds fail authentication ({state}); "
-                      "measuring anew", file=sys.stderr)
+                log.warning(f"{state_dir}: its stored rounds fail authentication ({state}); "
+                            "measuring anew")
             elif resume or not state.complete:
                 for name, side in sides.items():
                     saved = state_dir / f"{name.lower()}.json"
                     if saved.name in state.changed:
-                        print(f"abdiff: {saved}: not the file abdiff wrote (changed since); "
-                              f"measuring side {name} again", file=sys.stderr)
+                        log.warning(f"{saved}: not the file abdiff wrote (changed since); "
+                                    f"measuring side {name} again")
                     if saved.name not in state.files:
                         continue
                     # the bytes whose hash was checked: no second read a benchmark could change
@@ -173,9 +173,9 @@ class Measurement:
                 return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-        measurement = cls(state_dir, sides, seed)
-        measurement.save(complete=False)
-        return measurement
+        run_state = cls(state_dir, sides, seed)
+        run_state.save(complete=False)
+        return run_state
 
     def save(self, complete: bool, changed: list[str] | None = None) -> None:
         """Write the run files and sign what was written. `changed`: the sides whose run
@@ -309,7 +309,7 @@ def stored_state(state_dir: Path) -> StoredState | str:
 def authenticated_run_files(state_dir: Path) -> dict[Path, str] | str:
     """The run files (a.json, b.json) of a state folder that abdiff wrote, each path with
     the text that was authenticated (`stored_state`), else why not: what `history` and
-    `compare` read from the cache, as `--resume` does (Measurement.open)."""
+    `compare` read from the cache, as `--resume` does (RunState.open)."""
     state = stored_state(state_dir)
     if isinstance(state, str):
         return state
@@ -392,100 +392,129 @@ class Spread:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-def run_slots(
-    measurement: Measurement,
-    slots: list[tuple[str, int]],
-    configs: list[Config],
-    target: Target,
-    launcher: Launcher,
-    settings: RoundSettings,
-    progress: Progress,
-    device: Device | None = None,
-    spread: Spread | None = None,
-) -> None:
-    """Run each (side, round) slot for the configs that lack that round; save after each.
-    With `spread`, other lanes run beside this one: the measurement is changed under its
-    lock, and what only one lane may do at a time (refresh a checkout, end the orphans)
-    is left to run_wave."""
-    guard = spread.lock if spread is not None else contextlib.nullcontext()
-    for side, round_index in slots:
-        if spread is not None and spread.stop.is_set():
-            return
-        with guard:
-            todo = [c for c in configs if not measurement.has_round(side, c.id, round_index)
-                    and not measurement.settled_failure(side, c.id)]
-            if not todo:
-                progress.step(len(configs), None)
-                continue
-        started = time.monotonic()
-        side_run = measurement.sides[side]
-        work_dir = measurement.round_dir(side, round_index)
+@dataclass(frozen=True)
+class LaneRounds:
+    """Slots of the measurement run one after another on one lane, each (side, round) for
+    the configs that lack that round, saved after each. With `spread`, other lanes run
+    beside this one: the measurement is changed under its lock, and what only one lane
+    may do at a time (refresh a checkout, end the orphans) is left to run_wave."""
+
+    run_state: RunState
+    configs: list[Config]
+    target: Target
+    settings: RoundSettings
+    progress: Progress
+    lane: Lane
+    spread: Spread | None = None
+
+    def guard(self) -> contextlib.AbstractContextManager[object]:
+        return self.spread.lock if self.spread is not None else contextlib.nullcontext()
+
+    def stopped(self) -> bool:
+        """Whether abdiff's own stop ended the lanes (a spread's only)."""
+        return self.spread is not None and self.spread.stop.is_set()
+
+    def run(self, slots: list[tuple[str, int]]) -> None:
+        for side, round_index in slots:
+            if self.stopped():
+                return
+            with self.guard():
+                todo = [c for c in self.configs
+                        if not self.run_state.has_round(side, c.id, round_index)
+                        and not self.run_state.settled_failure(side, c.id)]
+                if not todo:
+                    self.progress.step(len(self.configs), None)
+                    continue
+            started = time.monotonic()
+            work_dir = self.prepare(side, round_index)
+            output = self.run_round(side, round_index, todo, work_dir)
+            self.take(side, round_index, output, started)
+
+    def prepare(self, side: str, round_index: int) -> Path:
+        """The round's folder made empty, its checkout refreshed (alone on the machine) and
+        its side's folders made: the folder its workers get."""
+        side_run = self.run_state.sides[side]
+        work_dir = self.run_state.round_dir(side, round_index)
         # a half-run round from an interrupted run, or what the other side's benchmark
         # planted where this round's records go (runs/ is writable to it)
-        for folder in (measurement.state_dir, work_dir.parent):
+        for folder in (self.run_state.state_dir, work_dir.parent):
             if folder.is_symlink():
                 raise InfrastructureError(f"{folder} was replaced by a link while the "
                                           "benchmark ran; the measurement stops (run it again "
                                           "with a fresh --cache-dir)")
         remove_path(work_dir)
-        if side_run.refresh is not None and spread is None:
+        if side_run.refresh is not None and self.spread is None:
             side_run.checkout = side_run.refresh()
         if side_run.folders is not None:  # what a worker may write must exist: it is bound
             side_run.folders.make()
         own_folder(work_dir.parent.parent)
         own_folder(work_dir.parent)
-        if spread is None:
-            progress.watch(work_dir, side)
+        if self.spread is None:
+            self.progress.watch(work_dir, side)
+        return work_dir
 
-        def keep(cid: str, record: RoundRecord, side: str = side) -> None:
-            if spread is not None and spread.stop.is_set():
-                return  # ended by abdiff's own stop, not by the benchmark
-            if device is not None:
-                record.device = device.name
-            with guard:
-                measurement.add(side, cid, record)
-
-        def after_round() -> None:
-            if spread is None:
-                progress.watch(None)
-            # nothing the benchmark left running may rewrite what is saved, or run beside
-            # the other side's workers (a lane's pool sweeps only its own sandbox; the
-            # orphans of all lanes are ended after each wave, run_wave)
-            if launcher.pool is not None:
-                launcher.pool.sweep()
-            if spread is None:
-                launcher.end_leftovers()
-
+    def run_round(self, side: str, round_index: int, todo: list[Config], work_dir: Path
+                  ) -> RoundOutput:
+        """One round on this lane; its records kept as they come, and kept (saved, alone on
+        the machine) when the round ends abnormally."""
+        side_run, lane = self.run_state.sides[side], self.lane
         try:
-            output = run_round(target, launcher, side_run.checkout, todo, settings,
-                               round_index, work_dir, keep,
-                               partial(order_seed, measurement.seed, side, round_index),
-                               device, side_run.folders, measurement.iterations)
+            output = run_round(self.target, lane.launcher, side_run.checkout, todo,
+                               self.settings, round_index, work_dir,
+                               partial(self.keep, side),
+                               partial(order_seed, self.run_state.seed, side, round_index),
+                               lane.device, side_run.folders, self.run_state.iterations)
         except BaseException:
-            after_round()
-            if spread is None:  # what the round's workers recorded is kept
-                measurement.save(complete=False, changed=[side])
+            self.after_round()
+            if self.spread is None:  # what the round's workers recorded is kept
+                self.run_state.save(complete=False, changed=[side])
             raise
-        after_round()
-        with guard:
+        self.after_round()
+        return output
+
+    def keep(self, side: str, cid: str, record: RoundRecord) -> None:
+        if self.stopped():
+            return  # ended by abdiff's own stop, not by the benchmark
+        if self.lane.device is not None:
+            record.device = self.lane.device.name
+        with self.guard():
+            self.run_state.add(side, cid, record)
+
+    def after_round(self) -> None:
+        launcher = self.lane.launcher
+        if self.spread is None:
+            self.progress.watch(None)
+        # nothing the benchmark left running may rewrite what is saved, or run beside
+        # the other side's workers (a lane's pool sweeps only its own sandbox; the
+        # orphans of all lanes are ended after each wave, run_wave)
+        if launcher.pool is not None:
+            launcher.pool.sweep()
+        if self.spread is None:
+            launcher.end_leftovers()
+
+    def take(self, side: str, round_index: int, output: RoundOutput, started: float) -> None:
+        """A finished round's orders, processes, time and env into the measurement, saved."""
+        run_state, launcher = self.run_state, self.lane.launcher
+        side_run = run_state.sides[side]
+        with self.guard():
             side_run.run.orders = [o for o in side_run.run.orders
                                    if o["round"] != round_index] + output.orders
-            measurement.processes += output.processes
-            measurement.time[side] = added(measurement.time.get(side, SideTime()),
-                                           output.time)
+            run_state.processes += output.processes
+            run_state.time[side] = added(run_state.time.get(side, SideTime()),
+                                         output.time)
             preimported = launcher.pool.preimported(side_run.checkout) \
                 if launcher.pool is not None else None
             if preimported and side_run.run.env.get("preimport") != preimported:
                 side_run.run.env["preimport"] = preimported
             if output.env and not side_run.run.env.get("device"):
                 side_run.run.env.update(output.env)
-            session = side_run.run.sessions[measurement.session]
+            session = side_run.run.sessions[run_state.session]
             machine = {k: output.env[k] for k in SESSION_ENV_KEYS if output.env.get(k)}
             if any(session.get(k) != v for k, v in machine.items()):
                 session.update(machine)
-            if spread is None or not spread.stop.is_set():
-                measurement.save(complete=False, changed=[side])
-            progress.step(len(configs), time.monotonic() - started)
+            if not self.stopped():
+                run_state.save(complete=False, changed=[side])
+            self.progress.step(len(self.configs), time.monotonic() - started)
 
 
 def blocks_of(slots: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
@@ -501,22 +530,21 @@ def blocks_of(slots: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
     return blocks
 
 
-def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, int]]]],
+def run_wave(run_state: RunState, work: list[tuple[Lane, list[tuple[str, int]]]],
              configs: list[Config], target: Target, settings: RoundSettings,
              progress: Progress, spread: Spread) -> None:
     """Each lane's slots at once, one thread a lane; then, with every lane idle, the
     orphans ended and the measurement saved. The checkouts are refreshed before (a lane's
     workers may be running in one while another lane would rewrite it)."""
     for side in {side for _, slots in work for side, _ in slots}:
-        refresh = measurement.sides[side].refresh
+        refresh = run_state.sides[side].refresh
         if refresh is not None:
-            measurement.sides[side].checkout = refresh()
+            run_state.sides[side].checkout = refresh()
     failures: list[BaseException] = []
 
     def lane_work(lane: Lane, slots: list[tuple[str, int]]) -> None:
         try:
-            run_slots(measurement, slots, configs, target, lane.launcher, settings, progress,
-                      lane.device, spread)
+            LaneRounds(run_state, configs, target, settings, progress, lane, spread).run(slots)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the measuring thread
             failures.append(exc)
             spread.stop.set()
@@ -535,10 +563,10 @@ def run_wave(measurement: Measurement, work: list[tuple[Lane, list[tuple[str, in
         lane.launcher.end_leftovers()
     if failures:
         raise failures[0]
-    measurement.save(complete=False)
+    run_state.save(complete=False)
 
 
-def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: list[Config],
+def run_spread(run_state: RunState, slots: list[tuple[str, int]], configs: list[Config],
                target: Target, lanes: list[Lane], settings: RoundSettings, progress: Progress,
                after_first_half: Callable[[], None] | None = None) -> None:
     """`slots` on every lane at once: block k of them on lane k mod len(lanes), in waves of
@@ -549,15 +577,15 @@ def run_spread(measurement: Measurement, slots: list[tuple[str, int]], configs: 
     for start in range(0, len(blocks), len(lanes)):
         wave = list(zip(lanes, blocks[start:start + len(lanes)], strict=False))
         if start == 0 and after_first_half is not None:
-            run_wave(measurement, [(lane, block[:2]) for lane, block in wave], configs,
+            run_wave(run_state, [(lane, block[:2]) for lane, block in wave], configs,
                      target, settings, progress, spread)
             after_first_half()
             wave = [(lane, block[2:]) for lane, block in wave]
-        run_wave(measurement, wave, configs, target, settings, progress, spread)
+        run_wave(run_state, wave, configs, target, settings, progress, spread)
 
 
-def measure(
-    measurement: Measurement,
+def run_plan(
+    run_state: RunState,
     configs: list[Config],
     target: Target,
     launcher: Launcher,
@@ -567,7 +595,7 @@ def measure(
     quiet: bool = False,
     after_first_round: Callable[[], None] | None = None,
     devices: list[Device] | None = None,
-) -> Measurement:
+) -> RunState:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
     `undecided` names the configs that need more rounds (None: no extension); a block
@@ -580,94 +608,122 @@ def measure(
     (run_spread), each device with its own launcher and warm pool.
     """
     warn_if_root()
-    rng = random.Random(measurement.seed)
-    for side in measurement.sides.values():
+    rng = random.Random(run_state.seed)
+    for side in run_state.sides.values():
         side.run.looks = plan.looks().to_json()
         if devices:
             side.run.env["devices"] = [device.name for device in devices]
-    slots = [s for s in schedule(plan.rounds, rng) if s[0] in measurement.sides]
+    slots = [s for s in abba_slots(plan.rounds, rng) if s[0] in run_state.sides]
     progress = Progress(quiet)
-    sides = len(measurement.sides)
     extra_rounds = plan.max_rounds - plan.rounds if undecided is not None else 0
     # the most the adaptive blocks may add: every config, up to max-rounds (the ETA's bound)
     progress.plan("first rounds", len(slots), len(slots) * len(configs),
-                  sides * extra_rounds * len(configs))
+                  len(run_state.sides) * extra_rounds * len(configs))
     try:
         with contextlib.ExitStack() as stack:
             lanes = [Lane(launcher, device) for device in devices] if devices \
                 else [Lane(launcher)]
             for lane in lanes[1:]:
                 lane.launcher = launcher.for_lane()  # a warm pool of its own (pooled)
-            pools = [stack.enter_context(pooled(
-                lane.launcher, settings.worker_start,
-                measurement.state_dir / ("pool" if n == 0 else f"pool{n}")))
-                for n, lane in enumerate(lanes)]
-            env = target.worker_env()
-            # what a server that imports a side's code ahead may write: that side's folders
-            # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
-            logs = own_folder(measurement.state_dir / "logs")
-            folders: dict[Path, WorkerFolders] = {}
-            for name, side in measurement.sides.items():
-                if side.folders is not None:
-                    rounds = own_folder(measurement.side_rounds(name))
-                    shared = side.checkout in folders
-                    folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
-            for lane, pool in zip(lanes, pools, strict=True):
-                if pool is not None and env is not None:
-                    # both sides' servers ready (and the target's preimport done) before
-                    # the first worker: no import runs beside a timed one
-                    pool.prepare([side.checkout for side in measurement.sides.values()],
-                                 {**env, **(lane.device.env if lane.device else {})},
-                                 target.preimport, folders)
-
-            def run(some: list[tuple[str, int]], check: Callable[[], None] | None = None
-                    ) -> None:
-                if len(lanes) > 1:
-                    run_spread(measurement, some, configs, target, lanes, settings, progress,
-                               check)
-                    return
-                first = [s for s in some if s[1] == some[0][1]] if check else []
-                run_slots(measurement, first, configs, target, launcher, settings, progress,
-                          lanes[0].device)
-                if check is not None:
-                    check()
-                run_slots(measurement, some[len(first):], configs, target, launcher, settings,
-                          progress, lanes[0].device)
-
+            pools = start_pools(stack, run_state, lanes, target, settings)
+            rounds = PlanRounds(run_state, target, settings, progress, lanes)
             # a schedule starts with both sides' round 0: the first-round check after it
-            run(slots, after_first_round)
-            done = plan.rounds
-            if undecided is not None and done < plan.max_rounds and settings.adapt_run_times:
-                measurement.plan_iterations(settings, target.iteration_counts == "job", done)
-            while undecided is not None and done < plan.max_rounds:
-                ids = undecided()
-                if not ids:
-                    break
-                extra = min(plan.step, plan.max_rounds - done)
-                block_slots = [s for s in schedule(extra, rng, start=done)
-                               if s[0] in measurement.sides]
-                block = [c for c in configs if c.id in ids]
-                progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
-                              "configs", len(block_slots), len(block_slots) * len(block),
-                              sides * (plan.max_rounds - done - extra) * len(block))
-                if len(lanes) > 1:
-                    run_spread(measurement, block_slots, block, target, lanes, settings,
-                               progress)
-                else:
-                    run_slots(measurement, block_slots, block, target, launcher, settings,
-                              progress, lanes[0].device)
-                done += extra
-            for pool in pools:
-                if pool is not None:
-                    measurement.warm_starts += pool.taken
-                    measurement.warm_words = pool.words
-                    if pool.failure:  # said once the rounds are in: it cost time, not data
-                        log.warning(f"{pool.failure}; the workers after it started cold")
+            rounds.run(slots, configs, after_first_round)
+            if undecided is not None:
+                rounds.run_adaptive(configs, plan, undecided, rng)
+            count_warm_starts(run_state, pools)
     finally:
         progress.close()
     launcher.end_leftovers()
-    measurement.save(complete=True)
-    return measurement
+    run_state.save(complete=True)
+    return run_state
+
+
+def start_pools(stack: contextlib.ExitStack, run_state: RunState, lanes: list[Lane],
+                target: Target, settings: RoundSettings) -> list[WorkerPool | None]:
+    """Each lane's warm pool (pooled) for as long as `stack` holds, its servers ready."""
+    pools = [stack.enter_context(pooled(
+        lane.launcher, settings.worker_start,
+        run_state.state_dir / ("pool" if n == 0 else f"pool{n}")))
+        for n, lane in enumerate(lanes)]
+    env = target.worker_env()
+    # what a server that imports a side's code ahead may write: that side's folders
+    # (an A/A run's sides share a checkout, and so a server: both sides' rounds)
+    logs = own_folder(run_state.state_dir / "logs")
+    folders: dict[Path, WorkerFolders] = {}
+    for name, side in run_state.sides.items():
+        if side.folders is not None:
+            rounds = own_folder(run_state.side_rounds(name))
+            shared = side.checkout in folders
+            folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
+    for lane, pool in zip(lanes, pools, strict=True):
+        if pool is not None and env is not None:
+            # both sides' servers ready (and the target's preimport done) before
+            # the first worker: no import runs beside a timed one
+            pool.prepare([side.checkout for side in run_state.sides.values()],
+                         {**env, **(lane.device.env if lane.device else {})},
+                         target.preimport, folders)
+    return pools
+
+
+def count_warm_starts(run_state: RunState, pools: list[WorkerPool | None]) -> None:
+    """The workers the pools started ahead or forked, kept in `run_state`; a pool that
+    failed said once the rounds are in (it cost time, not data)."""
+    for pool in pools:
+        if pool is not None:
+            run_state.warm_starts += pool.taken
+            run_state.warm_words = pool.words
+            if pool.failure:
+                log.warning(f"{pool.failure}; the workers after it started cold")
+
+
+@dataclass(frozen=True)
+class PlanRounds:
+    """The lanes of one run_plan and what all their rounds share."""
+
+    run_state: RunState
+    target: Target
+    settings: RoundSettings
+    progress: Progress
+    lanes: list[Lane]
+
+    def run(self, slots: list[tuple[str, int]], configs: list[Config],
+            check: Callable[[], None] | None = None) -> None:
+        """`slots` for `configs` on the lanes; `check` once the first round's slots are in."""
+        if len(self.lanes) > 1:
+            run_spread(self.run_state, slots, configs, self.target, self.lanes, self.settings,
+                       self.progress, check)
+            return
+        lane = LaneRounds(self.run_state, configs, self.target, self.settings, self.progress,
+                          self.lanes[0])
+        first = [s for s in slots if s[1] == slots[0][1]] if check else []
+        lane.run(first)
+        if check is not None:
+            check()
+        lane.run(slots[len(first):])
+
+    def run_adaptive(self, configs: list[Config], plan: Plan,
+                     undecided: Callable[[], set[str]], rng: random.Random) -> None:
+        """After the first rounds: the timed iterations planned, then blocks of `plan.step`
+        rounds for the configs still `undecided`, up to `plan.max_rounds`."""
+        run_state, settings = self.run_state, self.settings
+        done = plan.rounds
+        if done < plan.max_rounds and settings.adapt_run_times:
+            run_state.plan_iterations(settings, self.target.iteration_counts == "job", done)
+        while done < plan.max_rounds:
+            ids = undecided()
+            if not ids:
+                break
+            extra = min(plan.step, plan.max_rounds - done)
+            block_slots = [s for s in abba_slots(extra, rng, start=done)
+                           if s[0] in run_state.sides]
+            block = [c for c in configs if c.id in ids]
+            self.progress.plan(f"rounds {done + 1}-{done + extra} for {len(block)} undecided "
+                               "configs", len(block_slots), len(block_slots) * len(block),
+                               len(run_state.sides) * (plan.max_rounds - done - extra)
+                               * len(block))
+            self.run(block_slots, block)
+            done += extra
 
 
 def empty_run(rev: str, sha: str, target: str, suite: str, configs: list[Config],

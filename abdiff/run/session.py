@@ -1,4 +1,4 @@
-"""One measured run, wired from the stages: sides, checkouts, schedule, compare.
+"""One measured run, wired from the stages: sides, checkouts, execution, compare.
 
 The commands (commands/) parse their options into the typed objects of
 options.py and call into here; nothing in this module parses arguments or
@@ -31,7 +31,7 @@ from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import kernel_selecting_environment, worker_environment
 from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.warm import prime
-from abdiff.options import Schedule, Selection, Statistics
+from abdiff.options import Execution, Selection, Statistics
 from abdiff.repo.checkouts import CheckoutCache, default_cache_dir
 from abdiff.repo.revs import (
     WORKTREE,
@@ -46,12 +46,12 @@ from abdiff.reports.table import say
 from abdiff.run.devices import Device, parse_devices
 from abdiff.run.rounds import RoundSettings, worker_stderr
 from abdiff.run.schedule import (
-    Measurement,
     Plan,
+    RunState,
     SideRun,
     empty_run,
     exclusive,
-    measure,
+    run_plan,
     settings_fingerprint,
     state_key,
 )
@@ -119,7 +119,7 @@ def worker_start(choice: str) -> str:
     return WORKER_STARTS[choice]
 
 
-def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
+def prepare_bench(selection: Selection, execution: Execution, repo_root: Path,
                   checkouts: int = 1) -> Bench:
     """The suite, target, launcher and settings of a run. The caller has refused secrets
     in reach of the benchmark already (commands/common.measuring), before any git.
@@ -128,13 +128,13 @@ def prepare_bench(selection: Selection, schedule: Schedule, repo_root: Path,
     launchers/runtime.py): use it in a `with`, which releases it; an error here releases
     it before it goes on."""
     started = time.monotonic()
-    devices = parse_devices(schedule.devices, resolve_device(schedule.device) == "cuda") \
-        if schedule.devices else None
-    runtime = Runtime(pass_env=list(schedule.pass_env),
-                      max_memory_bytes=schedule.max_memory_bytes)
+    devices = parse_devices(execution.devices, resolve_device(execution.device) == "cuda") \
+        if execution.devices else None
+    runtime = Runtime(pass_env=list(execution.pass_env),
+                      max_memory_bytes=execution.max_memory_bytes)
     try:
         runtime.leftovers.adopt()  # what the benchmark leaves running ends with the rounds
-        bench = _bench(selection, schedule, repo_root, checkouts, runtime)
+        bench = _bench(selection, execution, repo_root, checkouts, runtime)
     except BaseException:
         runtime.close()
         raise
@@ -154,68 +154,70 @@ def _suite_and_target(selection: Selection, repo_root: Path) -> tuple[Suite, Tar
     return suite, target
 
 
-def _launcher(schedule: Schedule, suite: Suite, target: Target, runtime: Runtime) -> Launcher:
+def _launcher(execution: Execution, suite: Suite, target: Target, runtime: Runtime) -> Launcher:
     """--launcher (or the target's), starting its processes in `runtime`."""
-    name = schedule.launcher or target.default_launcher
-    if name == "local" and not schedule.ranks and suite.tp > 1:
+    name = execution.launcher or target.default_launcher
+    if name == "local" and not execution.ranks and suite.tp > 1:
         raise InputError(f"suite {suite.name} has tp: {suite.tp}; give --launcher mpirun, srun "
                          "or torchrun to start that many ranks (or --np 1 for one)")
-    return make_launcher(name, schedule.ranks or suite.tp, schedule.nodes,
+    return make_launcher(name, execution.ranks or suite.tp, execution.nodes,
                          getattr(target, "srun_container", None), runtime)
 
 
-def _bench(selection: Selection, schedule: Schedule, repo_root: Path, checkouts: int,
+def _bench(selection: Selection, execution: Execution, repo_root: Path, checkouts: int,
            runtime: Runtime) -> Bench:
+    """prepare_bench's work, in `runtime` (adopting already): the checks before any
+    checkout, the sandbox, the primed pool, the configs."""
     suite, target = _suite_and_target(selection, repo_root)
-    launcher = _launcher(schedule, suite, target, runtime)
-    cache_dir = (schedule.cache_dir or default_cache_dir()).resolve()
+    launcher = _launcher(execution, suite, target, runtime)
+    cache_dir = (execution.cache_dir or default_cache_dir()).resolve()
     cache = CheckoutCache(repo_root, cache_dir)
-    if not schedule.skip_preflight:  # before any checkout or worker: the machine must run it
-        problem = (preflight(target.name, schedule.device, launcher.name)
+    if not execution.skip_preflight:  # before any checkout or worker: the machine must run it
+        problem = (preflight(target.name, execution.device, launcher.name)
                    or target.preflight(suite, launcher.name))
         if problem:
             raise InfrastructureError(problem)
-    hold_in_use(in_use_lock(cache_dir))  # the side caches, until this process ends
+    runtime.hold(hold_in_use(in_use_lock(cache_dir)))  # the side caches, while it measures
     yours = [name for name in CACHE_VARIABLES if os.environ.get(name)]
-    if yours and not schedule.quiet:
+    if yours and not execution.quiet:
         say(f"abdiff: note: {', '.join(yours)} not used by the workers: each side keeps its "
             f"own caches in {cache_dir / 'sides'} (one folder of yours would be shared by "
             "both sides; docs/ci.md)")
     # before the first worker: a fork server keeps the namespaces it started in
-    runtime.sandbox = sandbox.start(schedule.sandbox, repo_root, cache.common_dir, cache_dir,
+    runtime.sandbox = sandbox.start(execution.sandbox, repo_root, cache.common_dir, cache_dir,
                                     private_dir(), launcher.ranks_start_elsewhere)
-    start_mode = worker_start(schedule.prestart)
+    start_mode = worker_start(execution.prestart)
     # the first worker (the fork server) imports torch while the rest of the set-up runs
     # and the checkouts are made; in the system's temporary folder. Not for --resume: a
     # finished run re-reports without any worker, and ending a server still importing
     # torch cost seconds (a resumed unfinished run starts its server when it measures)
-    if not schedule.resume:
+    if not execution.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()), target.worker_env(),
               checkouts)
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
-    return Bench(suite, target, launcher, round_settings(selection, schedule, suite, target,
+    return Bench(suite, target, launcher, round_settings(selection, execution, suite, target,
                                                          start_mode),
                  cache, cache_dir, runtime.sandbox.words)
 
 
-def round_settings(selection: Selection, schedule: Schedule, suite: Suite, target: Target,
+def round_settings(selection: Selection, execution: Execution, suite: Suite, target: Target,
                    start_mode: str) -> RoundSettings:
     """What every round of the run is given (rounds.py)."""
     return RoundSettings(
         facts=suite.facts,
         warmup_times=suite.warmup_times,
         run_times=suite.run_times,
-        timeout_s=schedule.timeout_s,
-        device=schedule.device,
-        cuda_graph=not schedule.eager,
-        cpu_threads=schedule.cpu_threads,
+        timeout_s=execution.timeout_s,
+        device=execution.device,
+        cuda_graph=not execution.eager,
+        cpu_threads=execution.cpu_threads,
         worker_start=start_mode,
         target_options=suite.target_options,
         target_args=list(selection.target_args),
-        pass_env=list(schedule.pass_env),
-        max_memory_bytes=schedule.max_memory_bytes,
+        pass_env=list(execution.pass_env),
+        max_memory_bytes=execution.max_memory_bytes,
         adapt_run_times=suite.adapt_run_times and target.iteration_counts != "fixed",
     )
 
@@ -309,7 +311,7 @@ def state_dir(bench: Bench, sides: dict[str, SideRun], kind: str) -> Path:
     return bench.cache_dir / "runs" / state_key(parts)
 
 
-def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
+def stop_when_nothing_ran(run_state: RunState, runs: dict[str, RunFile]
                           ) -> Callable[[], None]:
     """The first-round check: when no config of `runs` (the compared sides, a stored
     baseline included) has run, nothing can be measured and more rounds would fail the
@@ -325,34 +327,34 @@ def stop_when_nothing_ran(measurement: Measurement, runs: dict[str, RunFile]
         for name, run in runs.items():
             for config in run.configs:
                 failed = next((r for r in config.rounds if r.error), None)
-                if failed is None or name not in measurement.sides:
+                if failed is None or name not in run_state.sides:
                     continue
-                where = worker_stderr(measurement.round_dir(name, failed.round or 0), config.id)
+                where = worker_stderr(run_state.round_dir(name, failed.round or 0), config.id)
                 raise InfrastructureError(
                     f"nothing measured: no config ran {sides}in the first round; first "
                     f"cause: {config.id} on {name} ({run.rev}): {failed.status}: {failed.error} "
                     f"(full text in {where}); fix that, then re-run (`abdiff doctor "
                     "A..B` checks the probe's hooks in both sides)")
         raise InfrastructureError(f"nothing measured: no config ran {sides}in the first round "
-                                  f"(run files in {measurement.state_dir}); read the workers' "
+                                  f"(run files in {run_state.state_dir}); read the workers' "
                                   "stderr there, fix the cause and re-run")
 
     return check
 
 
-def measure_one_side(selection: Selection, schedule: Schedule, rev: str, kind: str) -> RunFile:
+def run_one_side(selection: Selection, execution: Execution, rev: str, kind: str) -> RunFile:
     """The rounds of one side (no interleaving partner), kept like a diff's."""
     repo_root = open_repo(selection.repo)
     spec = resolve_rev(repo_root, rev)  # refused before a worker starts
-    with prepare_bench(selection, schedule, repo_root) as prepared:
+    with prepare_bench(selection, execution, repo_root) as prepared:
         bench, sides = side_runs(prepared, {"A": spec})
         where = state_dir(bench, sides, kind)
         with exclusive(where), internal_errors(where):
-            measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
-            check_machine(schedule, [sides["A"].run])
-            measure(measurement, bench.suite.configs, bench.target, bench.launcher,
-                    bench.settings, Plan(schedule.rounds, schedule.rounds), None,
-                    schedule.quiet, stop_when_nothing_ran(measurement, {"A": sides["A"].run}),
+            run_state = RunState.open(where, sides, execution.resume, execution.seed)
+            check_machine(execution, [sides["A"].run])
+            run_plan(run_state, bench.suite.configs, bench.target, bench.launcher,
+                    bench.settings, Plan(execution.rounds, execution.rounds), None,
+                    execution.quiet, stop_when_nothing_ran(run_state, {"A": sides["A"].run}),
                     bench.devices)
     return sides["A"].run
 
@@ -372,14 +374,14 @@ def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> lis
     return [note]
 
 
-def check_machine(schedule: Schedule, runs: list[RunFile]) -> None:
+def check_machine(execution: Execution, runs: list[RunFile]) -> None:
     """Read the machine before the first rounds (machine_state), say it on a terminal (as the
     progress line; off a terminal the notes name a noisy reading) and record it in the run
     files; a run that already holds a reading (resumed) keeps its own."""
     if all("machine" in run.env for run in runs):
         return
-    readings = read_machine(resolve_device(schedule.device))
-    if not schedule.quiet and sys.stderr.isatty():
+    readings = read_machine(resolve_device(execution.device))
+    if not execution.quiet and sys.stderr.isatty():
         log.info(summary_line(readings))
     for run in runs:
         run.env.setdefault("machine", machine_json(readings))
@@ -400,8 +402,8 @@ def undecided_configs(run_a: RunFile, run_b: RunFile, expect: dict, statistics: 
     return undecided
 
 
-def measure_and_compare(
-    schedule: Schedule, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
+def run_and_compare(
+    execution: Execution, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
     run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
     check_measured: Callable[[], list[str]] | None = None,
     allowance: Callable[[], Allowance] | None = None,
@@ -411,43 +413,43 @@ def measure_and_compare(
     measured apart) says, once B is measured, what the drift between sessions allows."""
     where = state_dir(bench, sides, "diff")
     run_b = sides["B"].run
-    rounds = schedule.rounds
+    rounds = execution.rounds
     refs_before = refs_of(bench.cache.repo_root)
-    max_rounds = max(rounds, schedule.max_rounds) if adaptive else rounds
+    max_rounds = max(rounds, execution.max_rounds) if adaptive else rounds
     with exclusive(where), internal_errors(where):
-        measurement = Measurement.open(where, sides, schedule.resume, schedule.seed)
-        check_machine(schedule, [side.run for side in sides.values()])
-        measure(measurement, bench.suite.configs, bench.target, bench.launcher, bench.settings,
+        run_state = RunState.open(where, sides, execution.resume, execution.seed)
+        check_machine(execution, [side.run for side in sides.values()])
+        run_plan(run_state, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
-                schedule.quiet,
-                stop_when_nothing_ran(measurement, {"A": run_a, "B": run_b}), bench.devices)
+                execution.quiet,
+                stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b}), bench.devices)
         if check_measured is not None:
             notes = notes + check_measured()
         allowed = allowance() if allowance is not None else None
         if allowed is not None:
             notes = notes + [allowed.why]
             statistics = dataclasses.replace(statistics, gates=allowed.gates)
-        notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), schedule.quiet)
-        if not schedule.quiet and not measurement.processes:
+        notes = notes + refs_note(refs_before, refs_of(bench.cache.repo_root), execution.quiet)
+        if not execution.quiet and not run_state.processes:
             say(f"abdiff: no worker started: the rounds kept in {where} are reported")
-        elif not schedule.quiet:
-            ahead = (f" ({measurement.warm_starts} {measurement.warm_words})"
-                     if measurement.warm_starts else "")
-            say(f"abdiff: {measurement.processes} worker processes this run{ahead}; run files "
+        elif not execution.quiet:
+            ahead = (f" ({run_state.warm_starts} {run_state.warm_words})"
+                     if run_state.warm_starts else "")
+            say(f"abdiff: {run_state.processes} worker processes this run{ahead}; run files "
                 f"in {where}")
         result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha,
                               notes, statistics.require_all, statistics.small_changes,
                               statistics.gates, allowed.drift if allowed else None)
         if allowed is not None:
             result.summary.update(allowed.summary)
-        if measurement.processes:
-            result.time = time_split(time.monotonic() - bench.started, measurement.time,
+        if run_state.processes:
+            result.time = time_split(time.monotonic() - bench.started, run_state.time,
                                      len(bench.devices or [None]))
         return result
 
 
-def against_baseline(selection: Selection, schedule: Schedule, statistics: Statistics,
+def against_baseline(selection: Selection, execution: Execution, statistics: Statistics,
                      bench: Bench, repo_root: Path, name: str, rev_b: str, rev_range: str,
                      expect_of: Callable[[Suite], dict]) -> Result:
     """B measured now against a stored side A; refuses another machine's baseline."""
@@ -455,7 +457,7 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
     spec_b = resolve_side_b(repo_root, rev_b or None, rev_range)
     # what the settings decide is checked before measuring; the machine after B's workers
     # have reported it from the benchmark's own interpreter (which may have another torch)
-    timed = timing_kind(resolve_device(schedule.device), bench.settings.cuda_graph)
+    timed = timing_kind(resolve_device(execution.device), bench.settings.cuda_graph)
     chosen = {"target": bench.target.name, "cuda_graph": timed == "graph replay"}
     baseline_env = fingerprint(run_a)
     env_differences(name, {k: v for k, v in baseline_env.items() if k in chosen}, chosen,
@@ -486,8 +488,8 @@ def against_baseline(selection: Selection, schedule: Schedule, statistics: Stati
                          "comparable, but check): " + "; ".join(machine))
         return notes
 
-    result = measure_and_compare(
-        schedule, statistics, bench, sides, run_a, expect, notes, adaptive=False,
+    result = run_and_compare(
+        execution, statistics, bench, sides, run_a, expect, notes, adaptive=False,
         check_measured=machine_matches,
         allowance=lambda: drift_allowance(run_a, sides["B"].run, f"baseline {name!r}",
                                           statistics.gates))
