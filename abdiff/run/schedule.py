@@ -190,7 +190,7 @@ class RunState:
             path = self.state_dir / f"{name.lower()}.json"
             if changed is not None and name not in changed and path.name in self.written:
                 continue
-            text = dump_json(side.run.to_json())
+            text = dump_json(side.run.to_json(), compact=True)
             write_atomic(path, text)
             # the hash of what abdiff wrote, never read back: the benchmark can write there
             self.written[path.name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
