@@ -127,6 +127,21 @@ def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:
     assert all(CONFIGS[1].id not in ids for ids in a_workers[4:])
 
 
+def test_a_config_the_other_side_cannot_pair_is_timed_last(tmp_path: Path) -> None:
+    """CONFIGS[0] aborts on A: once that is settled, B's workers get it after the configs
+    both sides time, so those run after the same configs on both sides (a worker keeps
+    what it set up); before it is settled, and on A, the order is the suite's."""
+    def behaviour(side: str, cid: str, r: int) -> float | str:
+        return "abort" if (side, cid) == ("A", CONFIGS[0].id) else 100.0
+
+    launcher = FakeLauncher(behaviour)
+    fake_measurement(tmp_path / "state", launcher, Plan(4, 4))
+    ids = [c.id for c in CONFIGS]
+    b_workers = {r: job for side, r, job in launcher.workers if side == "B"}
+    assert b_workers[0] == ids  # not settled yet: A had not failed twice
+    assert all(b_workers[r] == [*ids[1:], ids[0]] for r in (2, 3))
+
+
 def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:
     def interrupted(side: str, cid: str, r: int) -> float | str:
         if (side, cid, r) == ("B", CONFIGS[1].id, 1):

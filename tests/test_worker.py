@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -194,3 +195,14 @@ def test_auto_on_a_host_without_a_gpu_driver_is_the_cpu_without_importing_torch(
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["cpu", "False"]
+
+
+def test_configs_marked_last_are_timed_after_the_others_in_every_order() -> None:
+    configs = [{"id": i, **({"last": True} if i in (1, 4) else {})} for i in range(6)]
+    for seed in range(30):
+        order = [c["id"] for c in shuffled(configs, seed)]
+        assert sorted(order[-2:]) == [1, 4] and sorted(order[:4]) == [0, 2, 3, 5]
+    unmarked = [{"id": i} for i in range(6)]  # as before: one shuffle of the whole list
+    expected = list(unmarked)
+    random.Random(3).shuffle(expected)
+    assert shuffled(unmarked, 3) == expected

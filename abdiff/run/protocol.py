@@ -90,7 +90,9 @@ class RoundJob:
     """
 
     # [{"id": ..., "params": {...}}], with "run_times" where the plan set a config's own
-    # count (run/iterations.py; `run_times_of`)
+    # count (run/iterations.py; `run_times_of`), and "last": true for a config the other
+    # side cannot pair (it failed there): timed after the paired ones, which then run
+    # after the same configs on both sides (a worker keeps what it set up)
     configs: list[dict[str, Any]]
     facts: list[str]  # dotted names read from the live attention metadata
     record_path: str

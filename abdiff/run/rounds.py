@@ -180,6 +180,7 @@ def run_round(
     device: Device | None = None,
     side: SideFolders | None = None,
     iterations: IterationPlan | None = None,
+    unpaired: frozenset[str] = frozenset(),
 ) -> RoundOutput:
     """Measure `configs` once at `checkout`, handing each record to `on_record` as it is known.
 
@@ -192,11 +193,12 @@ def run_round(
     captures them when none is left to time. With `side`, the workers keep that side's
     HOME and caches, and in a sandbox write only there and in `work_dir`. `iterations`:
     the plan's timed iterations per config (None: the settings' run_times for all).
+    `unpaired`: configs the other side cannot pair (failed there), timed last.
     """
     # the worker runs in the checkout, not here: every path it is given must be absolute
     work_dir = own_folder(Path(work_dir).absolute())  # never a link a worker planted
     work = RoundWork(target, launcher, checkout, configs, settings, round_index, work_dir,
-                     on_record, seed, device, side, iterations)
+                     on_record, seed, device, side, iterations, unpaired)
     return RoundWorkers(work).run()
 
 
@@ -216,6 +218,7 @@ class RoundWork:
     device: Device | None
     side: SideFolders | None
     iterations: IterationPlan | None
+    unpaired: frozenset[str]  # configs the other side cannot pair: timed last
 
     @property
     def profile(self) -> bool:
@@ -266,8 +269,9 @@ class RoundWorkers:
                   for c in self.remaining}
         return RoundJob(
             configs=[{"id": c.id, "params": c.params,
-                      **({"run_times": counts[c.id]} if work.iterations is not None else {})}
-                     for c in self.remaining],
+                      **({"run_times": counts[c.id]} if work.iterations is not None else {}),
+                      **({"last": True} if c.id in work.unpaired else {})}
+                     for c in sorted(self.remaining, key=lambda c: c.id in work.unpaired)],
             facts=settings.facts,
             record_path=str(record_path),
             round=work.round_index,

@@ -242,6 +242,12 @@ class RunState:
         return config is not None and sum(r.status != "ok" for r in config.rounds) >= \
             FAILURE_REPEATS
 
+    def unpaired(self, side: str, configs: list[Config]) -> frozenset[str]:
+        """Which of `configs` the other side's rounds will not pair (settled failures)."""
+        others = [other for other in self.sides if other != side]
+        return frozenset(c.id for c in configs
+                         if any(self.settled_failure(other, c.id) for other in others))
+
     def add(self, side: str, config_id: str, record: RoundRecord) -> None:
         config = self.sides[side].run.config(config_id)
         assert config is not None, config_id
@@ -463,7 +469,8 @@ class LaneRounds:
                                self.settings, round_index, work_dir,
                                partial(self.keep, side),
                                partial(order_seed, self.run_state.seed, side, round_index),
-                               lane.device, side_run.folders, self.run_state.iterations)
+                               lane.device, side_run.folders, self.run_state.iterations,
+                               self.run_state.unpaired(side, todo))
         except BaseException:
             self.after_round()
             if self.spread is None:  # what the round's workers recorded is kept

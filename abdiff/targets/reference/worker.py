@@ -125,11 +125,15 @@ def run_config(
 
 
 def shuffled(configs: list[dict], seed: int | None) -> list[dict]:
-    """The configs in the order a worker with this seed times them (None: as given)."""
-    order = list(configs)
-    if seed is not None:
-        random.Random(seed).shuffle(order)
-    return order
+    """The configs in the order a worker with this seed times them (None: as given): those
+    the other side pairs first, then those marked `last` (RoundJob.configs), each group
+    shuffled, so a paired config is timed after the same kinds of configs on both sides."""
+    rng = random.Random(seed)
+    groups = ([c for c in configs if not c.get("last")], [c for c in configs if c.get("last")])
+    for group in groups:
+        if seed is not None:
+            rng.shuffle(group)
+    return groups[0] + groups[1]
 
 
 def failure_reason(exc: BaseException) -> str:
