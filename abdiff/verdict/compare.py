@@ -336,7 +336,7 @@ def iterations_notes(plan: IterationPlan | None) -> list[str]:
     return [f"timed iterations per round from round {plan.from_round + 1} on, as the rounds "
             "before showed cheapest: " + ", ".join(changed)
             + (f"; {kept} kept {suite}" if kept else "")
-            + " (the suite's `adapt_run_times: false` keeps its run_times)"]
+            + " (a suite's `adapt_run_times: false` pins its run_times)"]
 
 
 def config_result(config_a: ConfigRuns, config_b: ConfigRuns,
