@@ -384,16 +384,9 @@ def mark_stale(repo: str, pr: int, token: str, head_sha: str, run_url: str,
 
 
 def upsert_comment(
-    repo: str,
-    pr: int,
-    body: str,
-    token: str,
-    api_url: str = DEFAULT_API_URL,
-    dry_run: bool = False,
-    *,
-    sleep: Callable[[float], None] = time.sleep,
-    max_wait: float = 120.0,
-    author: str | None = None,
+    repo: str, pr: int, body: str, token: str, api_url: str = DEFAULT_API_URL,
+    dry_run: bool = False, *, sleep: Callable[[float], None] = time.sleep,
+    max_wait: float = 120.0, author: str | None = None,
 ) -> CommentOutcome:
     """Create the abdiff comment on a PR, or update the one abdiff made before.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -77,26 +77,18 @@ class SideFolders:
     """One side's kept folders (see the module's docstring)."""
 
     root: Path
+    home: Path = field(init=False)
+    tmp: Path = field(init=False)
+    caches: Path = field(init=False)  # one folder per tool cache variable (TOOL_CACHES)
+    build: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("home", "tmp", "caches", "build"):
+            object.__setattr__(self, name, self.root / name)
 
     @classmethod
     def of(cls, cache_dir: Path, sha: str, kernel_env: dict[str, str]) -> SideFolders:
         return cls(Path(cache_dir) / "sides" / side_key(sha, kernel_env))
-
-    @property
-    def home(self) -> Path:
-        return self.root / "home"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def caches(self) -> Path:
-        return self.root / "caches"
-
-    @property
-    def build(self) -> Path:
-        return self.root / "build"
 
     def environment(self) -> dict[str, str]:
         """What a worker of this side gets: HOME, TMPDIR and every tool cache variable."""
@@ -117,7 +109,6 @@ class SideFolders:
     def to_json(self) -> dict[str, object]:
         """What a run file records: where its side's caches were."""
         return {"root": str(self.root), "variables": sorted(self.environment())}
-
 
 
 @dataclass(frozen=True)
