@@ -41,11 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="only this repository's checkouts (default: all repositories)")
     clean.add_argument("--runs", action="store_true",
                        help="remove measured rounds (runs/ in the cache), not checkouts")
+    clean.add_argument("--older-than", type=float, metavar="DAYS",
+                       help="with --runs: only run folders not written for DAYS days")
     clean.add_argument("--caches", action="store_true",
                        help="remove every side's kept tool caches, HOME and temporary folder "
                        "(sides/ in the cache: compiled kernels, autotuner picks), not checkouts")
-    clean.add_argument("--older-than", type=float, metavar="DAYS",
-                       help="with --runs: only run folders not written for DAYS days")
     parser.set_defaults(run=run)
     clean.set_defaults(run=run)
 
