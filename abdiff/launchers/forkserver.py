@@ -258,8 +258,10 @@ class ForkServer:
         it, unless the server failed (its stderr is there)."""
         if self.server is not None:
             pipe(self.server.proc.stdin, self.server.proc.pid).close()
-            with contextlib.suppress(subprocess.TimeoutExpired):  # then close() kills it
-                self.server.proc.wait(timeout=10)
+            # one that forked nothing has nothing to finish (bad input found while it was
+            # still importing torch: waiting for that cost 1.5 s): close() kills it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.server.proc.wait(timeout=10 if self.taken else 0)
             self.server.close()
             self.server = None
         if self.own_folder and not self.failure:
