@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 if diff.looks_like_range(argv[0]):
                     argv = ["diff", *argv]
             if argv:
-                check_command(argv[0], NAMES)
+                check_command(argv[0], list(NAMES))
             parser = build_parser(argv[0] if argv else None)
             args = parser.parse_args(argv)
             if not getattr(args, "command", None):

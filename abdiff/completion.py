@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from abdiff.commands import NAMES
@@ -79,9 +80,9 @@ def baseline_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> li
 
 
 # argparse dest -> completer, in every (sub)parser
-COMPLETERS: dict[str, Callable[..., Iterable[str]]] = {
+COMPLETERS: MappingProxyType[str, Callable[..., Iterable[str]]] = MappingProxyType({
     "configs": suite_names, "range": ranges, "config": config_ids, "expect": expect_pairs,
-}
+})
 
 
 def _attach(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-NAMES = ["diff", "run", "compare", "baseline", "bisect", "demo", "suites", "comment", "cache",
-         "doctor", "check-kernels", "history"]
+NAMES = ("diff", "run", "compare", "baseline", "bisect", "demo", "suites", "comment", "cache",
+         "doctor", "check-kernels", "history")
 
 
 def commands(first_word: str | None = None) -> list[ModuleType]:

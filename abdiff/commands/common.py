@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 
 from abdiff.errors import InputError, did_you_mean
 from abdiff.host.exposure import refuse_secrets
@@ -26,7 +27,7 @@ from abdiff.store.records import Result
 from abdiff.verdict import stats
 from abdiff.verdict.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
 
-MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MEMORY_UNITS = MappingProxyType({"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40})
 
 
 def positive_int(text: str) -> int:

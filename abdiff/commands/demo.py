@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from types import MappingProxyType
 
 from abdiff.cli import main as cli_main
 from abdiff.commands.common import positive_int
@@ -23,10 +24,10 @@ from abdiff.run.schedule import Plan
 
 DEMO_BRANCHES = ("main", "pr-v1", "pr")
 
-STORY = {
+STORY = MappingProxyType({
     "pr-v1": (1, "hasattr(update_spec_dec_param) also reaches TRTLLM: unintended changes"),
     "pr": (0, "hasattr(kv_lens_cuda_2d) confines the fix to DSA: nothing unintended"),
-}
+})
 
 
 def is_demo_repo(path: Path) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from abdiff.errors import InfrastructureError, InputError
@@ -176,13 +177,13 @@ def _hook_reports(args: argparse.Namespace, repo_root: Path | None, target: Targ
 
 
 # what doctor's exit status means, on its last line
-DOCTOR_EXITS = {
+DOCTOR_EXITS = MappingProxyType({
     0: "ready: this machine can run it and every hook the probe uses is present",
     1: "a hook the probe uses is missing in a checkout (listed above); abdiff cannot read "
        "that side's facts",
     3: "this machine lacks what it needs (MISSING or PROBLEM above); install it, or measure "
        "elsewhere",
-}
+})
 
 
 def _say(text: str = "") -> None:

@@ -30,6 +30,7 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from abdiff.errors import InfrastructureError, InputError
@@ -45,11 +46,11 @@ RUNNER_PATH = "tinyllm/tools/layer_wise_benchmarks/runner.py"
 ANNOUNCE_MARKER = "# @abdiff-demo: announcement"
 
 # Branch -> the attribute the announcement's hasattr() guard tests (None: no announcement).
-ANNOUNCEMENT_GUARDS: dict[str, str | None] = {
+ANNOUNCEMENT_GUARDS: MappingProxyType[str, str | None] = MappingProxyType({
     "main": None,
     "pr-v1": "update_spec_dec_param",
     "pr": "kv_lens_cuda_2d",
-}
+})
 
 _ANNOUNCEMENT = """\
 if (
@@ -70,7 +71,7 @@ if (
 _FIX_TITLE = "[None][fix] Announce MTP shapes to attention metadata in layer-wise benchmarks"
 
 # Branch -> (commit message, author/committer date in git's raw "<unix seconds> <tz>" form).
-_COMMITS: dict[str, tuple[str, str]] = {
+_COMMITS: MappingProxyType[str, tuple[str, str]] = MappingProxyType({
     "main": (
         "Add layer-wise attention benchmark harness\n\n"
         "TRTLLM and DSA attention backends with a layer-wise runner and run.py.\n",
@@ -91,9 +92,9 @@ _COMMITS: dict[str, tuple[str, str]] = {
         "so other backends keep max_total_draft_tokens=None.\n",
         "1762351200 +0000",  # 2025-11-05 14:00 UTC
     ),
-}
+})
 
-_IDENTITY = {"name": "abdiff demo", "email": "demo@abdiff.invalid"}
+_IDENTITY = MappingProxyType({"name": "abdiff demo", "email": "demo@abdiff.invalid"})
 
 README_PATH = "README.md"
 CONFIG_PATH = "examples/layer_wise_benchmarks/config_gen.yaml"

@@ -13,14 +13,15 @@ missing, the CPU) nothing is read and nothing is claimed.
 from __future__ import annotations
 
 import statistics
+from types import MappingProxyType
 from typing import Any
 
 from abdiff.store.records import RunFile
 
 # NVML's clocks-event (throttle) reason bits that slow a GPU under load. Idle (0x1),
 # application-clock setting (0x2), sync boost (0x10) and display (0x100) are no slowdown.
-SLOWDOWN_REASONS = {0x4: "sw power cap", 0x8: "hw slowdown", 0x20: "sw thermal",
-                    0x40: "hw thermal", 0x80: "power brake"}
+SLOWDOWN_REASONS = MappingProxyType({0x4: "sw power cap", 0x8: "hw slowdown", 0x20: "sw thermal",
+                                     0x40: "hw thermal", 0x80: "power brake"})
 CLOCK_DIFFERENCE = 0.01  # A and B's median SM clocks this far apart get a note
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import signal
+from types import MappingProxyType
 
 MPIRUN_LINE = re.compile(r"noticed that process rank (\d+) with PID \S+ on node \S+ "
                          r"exited on signal (\d+)")
@@ -38,7 +39,8 @@ def _name(number: int) -> str:
 
 
 # srun names a signal by its description ("Aborted", "Segmentation fault").
-_BY_DESCRIPTION = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
+_BY_DESCRIPTION = MappingProxyType({signal.strsignal(s): s.name for s in signal.Signals
+                                    if signal.strsignal(s)})
 
 
 def _torchrun_root_cause(lines: list[str]) -> tuple[int, str] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from abdiff.reports.printable import printable
@@ -242,11 +243,11 @@ def passed(result: Result) -> bool:
 
 
 # what each exit status of a compared run means, on its last line
-EXIT_MEANINGS = {
+EXIT_MEANINGS = MappingProxyType({
     0: "nothing changed outside the expected scope",
     1: "a change outside the expected scope, in the UNINTENDED rows",
     3: "nothing measured: abdiff could not check anything",
-}
+})
 
 
 def time_line(result: Result) -> str | None:

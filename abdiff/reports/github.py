@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from email.message import Message
+from types import MappingProxyType
 from typing import Any
 
 from abdiff import __version__
@@ -43,12 +44,12 @@ _SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _URL_SAFE_RE = re.compile(r"[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")  # no space, (), [], <>, quotes
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 _NEXT_RE = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
-_HINTS = {
+_HINTS = MappingProxyType({
     401: "check the token (GITHUB_TOKEN)",
     403: "the token lacks permission: it needs pull-requests: write",
     404: "no such repository or pull request, or the token cannot see it",
     422: "GitHub rejected the comment body",
-}
+})
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ the facts or the kernels changed from the point before.
 from __future__ import annotations
 
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 from jinja2 import Environment
@@ -18,7 +19,7 @@ from abdiff.store.history import History, Point, Snapshot
 
 _PAGE = Environment(autoescape=True).from_string(
     resources.files("abdiff.reports").joinpath("history.html.j2").read_text(encoding="utf-8"))
-KIND_COLOURS = {"baseline": "#00838f", "run": "#1565c0"}
+KIND_COLOURS = MappingProxyType({"baseline": "#00838f", "run": "#1565c0"})
 CHANGE_COLOUR = "#c62828"
 PLOT_HEIGHT, PLOT_TOP, PLOT_BOTTOM = 220, 12, 190  # px: the y axis (time) runs top to bottom
 KERNELS_SHOWN = 6

@@ -19,15 +19,16 @@ import functools
 import math
 import statistics
 from importlib import resources
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from abdiff.reports import common
 from abdiff.store.records import ConfigResult, LatencyResult, Result
 
 # Direction colours (forest plot, legend) and side colours (strip plots).
-DIRECTION_COLOURS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#607d8b",
-                     "inconclusive": "#ef6c00"}
-SIDE_COLOURS = {"A": "#1565c0", "B": "#8e24aa"}
+DIRECTION_COLOURS = MappingProxyType({"slower": "#c62828", "faster": "#2e7d32",
+                                      "unchanged": "#607d8b", "inconclusive": "#ef6c00"})
+SIDE_COLOURS = MappingProxyType({"A": "#1565c0", "B": "#8e24aa"})
 OPEN_VERDICTS = ("still-failing", "unintended", "expected")  # cards shown unfolded
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from types import MappingProxyType
 
 from abdiff.errors import InputError
 from abdiff.reports import common
@@ -32,8 +33,8 @@ ZWJ = "\u200d"
 _AUTOLINK_RE = re.compile(r"(?i)(?<![a-z0-9])([a-z][a-z0-9+.-]*(?=://)|mailto(?=:)|www(?=\.)"
                           r"|gh(?=-\d))")
 _SHORTCODE_RE = re.compile(r"(?<![\w:]):(?=[\w+-]+:)")
-_BACKSLASH = set("\\`*_[]|~$!")
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_BACKSLASH = frozenset("\\`*_[]|~$!")
+_ENTITIES = MappingProxyType({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def escape(text: object, limit: int = common.TEXT_LIMIT) -> str:

@@ -20,6 +20,7 @@ import re
 import shutil
 import sys
 import textwrap
+from types import MappingProxyType
 from typing import TextIO
 
 from abdiff.reports import common
@@ -37,9 +38,9 @@ MIN_COLS = (12, 16, 10, 16, 16, 12, 16)
 SHRINK = (0, 0, 3, 2, 1, 1, 2)  # the config id never wraps: grep finds it
 OPTIONAL = (3, 4, 5)  # facts, kernels, times: left out when no config has any
 SEP = "  "
-_COLOURS = {"unintended": "1;31", "still-failing": "1;35", "inconclusive": "33",
-            "small-change": "34",
-            "expected": "36", "unchanged": "32"}
+_COLOURS = MappingProxyType({"unintended": "1;31", "still-failing": "1;35", "inconclusive": "33",
+                             "small-change": "34",
+                             "expected": "36", "unchanged": "32"})
 
 
 def terminal_width() -> int:

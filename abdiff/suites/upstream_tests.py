@@ -35,8 +35,8 @@ TEST_FILE = "tests/unittest/tools/test_layer_wise_benchmarks.py"
 BENCH_DIR = "examples/layer_wise_benchmarks"
 MODELS_ROOT_ENV = "LLM_MODELS_ROOT"
 WORLD_SIZE = 4
-BLACKWELL = [100, 103]
-RUN_TYPES = {"CTX", "GEN"}
+BLACKWELL = (100, 103)
+RUN_TYPES = frozenset({"CTX", "GEN"})
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def load_upstream_tests(repo_root: Path | None) -> tuple[Suite, str]:
     suite = Suite(name=NAME, source=str(path),
                   description="the configs upstream's test_layer_wise_benchmarks.py guards",
                   configs=configs, expect={}, facts=list(FACTS), warmup_times=3, run_times=20,
-                  target_options={"sm": BLACKWELL} if blackwell else {}, tp=1)
+                  target_options={"sm": list(BLACKWELL)} if blackwell else {}, tp=1)
     note = (f"{path}: {len(found.cases)} upstream tests as {len(configs)} configs (world size "
             f"{WORLD_SIZE}); left out: {', '.join(found.left_out) or 'nothing'}")
     return suite, note

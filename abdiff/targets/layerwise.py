@@ -5,6 +5,7 @@ shape keys a config is made of. The suites, both targets and the probe read thes
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, get_args
 
 from abdiff.store.validate import Len, Min
@@ -34,8 +35,8 @@ class Matrix:
 
 
 MATRIX_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Matrix))
-ID_PREFIX = {"batch_size": "bs", "seq_len_q": "q", "seq_len_kv_cache": "kv",
-             "balance_ratio": "br"}
+ID_PREFIX = MappingProxyType({"batch_size": "bs", "seq_len_q": "q", "seq_len_kv_cache": "kv",
+                              "balance_ratio": "br"})
 
 
 def config_id(params: dict[str, Any]) -> str:

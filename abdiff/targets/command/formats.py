@@ -27,11 +27,12 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 Format = Literal["gbench", "nvbench"]
 # Google Benchmark's time units, in microseconds
-TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+TIME_UNIT_US = MappingProxyType({"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6})
 # context keys that change from one process to the next: not the machine's fingerprint
 VOLATILE_CONTEXT = ("date", "load_avg", "executable")
 NVBENCH_MEAN = "nv/cold/time/gpu/mean"

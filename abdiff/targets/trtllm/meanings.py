@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 ATTENTION = "tensorrt_llm/_torch/attention_backend"
 DSA_FILES = (f"{ATTENTION}/sparse/dsa.py", f"{ATTENTION}/sparse/dsa/metadata.py")
@@ -46,10 +47,10 @@ KV_LENS_2D = FactMeanings("kv_lens_cuda_2d", DSA_FILES, (
     Meaning("max_draft_tokens", "columns = 1 + max_draft_tokens: the draft length announced "
                                 "for this pack"),
 ))
-FACTS: dict[str, FactMeanings] = {
+FACTS: MappingProxyType[str, FactMeanings] = MappingProxyType({
     "attn_metadata.kv_lens_cuda_2d": KV_LENS_2D,
     "attn_metadata.kv_lens_cuda_2d.shape": KV_LENS_2D,
-}
+})
 
 
 def _assigned_names(tree: ast.AST, attribute: str) -> set[str] | None:
@@ -85,7 +86,7 @@ def meaning_at(checkout: Path, entry: FactMeanings) -> str | None:
 
 def fact_meanings(checkout: Path, facts: list[str] | None = None) -> dict[str, str]:
     """fact -> its meaning at this checkout, for the facts whose meaning is known to vary."""
-    wanted = FACTS if facts is None else {f: FACTS[f] for f in facts if f in FACTS}
+    wanted = dict(FACTS) if facts is None else {f: FACTS[f] for f in facts if f in FACTS}
     out = {}
     for fact, entry in wanted.items():
         meaning = meaning_at(checkout, entry)

@@ -38,6 +38,7 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from abdiff.errors import InfrastructureError
@@ -107,8 +108,8 @@ def _name_column(conn: sqlite3.Connection) -> str:
 
 
 # CUPTI_ActivityMemcpyKind, the values nsys stores in CUPTI_ACTIVITY_KIND_MEMCPY.copyKind
-COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-              8: "DtoD", 9: "HtoH", 10: "PtoP"}
+COPY_KINDS = MappingProxyType({1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+                               7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"})
 
 
 def copy_name(kind: str, size: int) -> str:

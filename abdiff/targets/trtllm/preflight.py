@@ -23,12 +23,13 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from abdiff.suites import Suite, builtin_suites, load_suite
 from abdiff.targets.base import Finding
 
-SM_NAMES = {90: "Hopper (H100, H200)", 100: "Blackwell (B200, GB200)",
-            103: "Blackwell Ultra (B300, GB300)", 120: "Blackwell (RTX PRO 6000)"}
+SM_NAMES = MappingProxyType({90: "Hopper (H100, H200)", 100: "Blackwell (B200, GB200)",
+                             103: "Blackwell Ultra (B300, GB300)", 120: "Blackwell (RTX PRO 6000)"})
 # the non-secret Hugging Face locations every rank gets (tokens stay behind --pass-env)
 HF_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 

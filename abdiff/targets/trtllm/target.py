@@ -44,9 +44,11 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 import yaml
@@ -82,26 +84,26 @@ TRTLLM_HOOKS: tuple[Hook, ...] = (
 )
 
 # Used only where the checkout's run.py cannot be read (the checkout's own wins).
-FALLBACK_CONFIG: dict[str, Any] = {
+FALLBACK_CONFIG: MappingProxyType[str, Any] = MappingProxyType({
     "model": "nvidia/DeepSeek-R1-0528-FP4-v2",
     "layer_indices": [5],
     "tokens_per_block": 32,
     "enable_attention_dp": True,
     "moe_backend": "CUTLASS",
     "balance_method": "Balanced",
-}
-DEFAULTS: dict[str, Any] = {"load_format": "DUMMY"}
-BACKEND_DEFAULTS: dict[str, dict[str, Any]] = {
+})
+DEFAULTS: MappingProxyType[str, Any] = MappingProxyType({"load_format": "DUMMY"})
+BACKEND_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     # upstream's README: DeepSeek-V3.2 needs 64-token blocks and DeepGEMM MoE
-    "DSA": {"model": "deepseek-ai/DeepSeek-V3.2-Exp", "tokens_per_block": 64,
-            "moe_backend": "DEEPGEMM", "moe_backend_for_prefill": "DEEPGEMM"},
-    "TRTLLM": {},
-}
+    "DSA": MappingProxyType({"model": "deepseek-ai/DeepSeek-V3.2-Exp", "tokens_per_block": 64,
+                             "moe_backend": "DEEPGEMM", "moe_backend_for_prefill": "DEEPGEMM"}),
+    "TRTLLM": MappingProxyType({}),
+})
 # options abdiff itself sets per worker; --target-arg must not fight them
 RESERVED_ARGS = ("--run-type", "--batch-size", "--seq-len-q", "--seq-len-kv-cache",
                  "--batch-size-list", "--seq-len-q-list", "--seq-len-kv-cache-list",
                  "--warmup-times", "--run-times")
-OPTION_KEYS = {
+OPTION_KEYS = MappingProxyType({
     "model": "model for every backend (overrides `models`)",
     "models": "backend -> model, e.g. {DSA: deepseek-ai/DeepSeek-V3.2-Exp, TRTLLM: ...}",
     "options": "run.py options for every config, e.g. {moe_backend: DEEPGEMM}",
@@ -110,7 +112,7 @@ OPTION_KEYS = {
     "nsys": "true: run every rank under `nsys profile` and take kernels from its report",
     "python": "the ranks' Python interpreter (default: $ABDIFF_TRTLLM_PYTHON, else abdiff's)",
     "sm": "compute capabilities the models run on, e.g. [90] (Hopper) or [100, 103] (Blackwell)",
-}
+})
 PYTHON_ENV = "ABDIFF_TRTLLM_PYTHON"  # e.g. `python3` when ranks run in a Slurm container
 
 

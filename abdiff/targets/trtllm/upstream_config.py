@@ -30,8 +30,8 @@ from abdiff.errors import InputError
 SHAPES = ("batch_size", "seq_len_q", "seq_len_kv_cache")
 COUNTS = ("warmup_times", "run_times")
 DSA_MODEL = re.compile(r"V3\.2|V3_2|V4", re.IGNORECASE)
-FACTS = ["attn_metadata.max_draft_tokens", "attn_metadata.max_total_draft_tokens",
-         "attn_metadata.is_spec_decoding_enabled", "attn_metadata.kv_lens_cuda_2d.shape"]
+FACTS = ("attn_metadata.max_draft_tokens", "attn_metadata.max_total_draft_tokens",
+         "attn_metadata.is_spec_decoding_enabled", "attn_metadata.kv_lens_cuda_2d.shape")
 
 
 def is_upstream_config(data: Any) -> bool:
@@ -48,7 +48,7 @@ def translate(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
     """(suite data, a one-line note saying what was translated and which keys were ignored)."""
     ignored: list[str] = []
     options: dict[str, Any] = {}
-    suite: dict[str, Any] = {"facts": FACTS}
+    suite: dict[str, Any] = {"facts": list(FACTS)}
     model = data.get("model")
     backend = "DSA" if isinstance(model, str) and DSA_MODEL.search(model) else "TRTLLM"
     matrix: dict[str, Any] = {"run_type": _as_list(data["run_type"]), "backend": [backend]}
