@@ -467,3 +467,65 @@ def test_a_forged_exit_of_a_running_worker_stops_the_run(tmp_path: Path) -> None
     while process_running(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process_running(worker)
+
+
+BURNER = """
+import os, threading, time
+started = []
+def burn():  # the other side's worker is timed while this side's own is not running
+    end = time.time() + 60
+    while time.time() < end:
+        pass
+def start():
+    if not started:
+        started.append(True)
+        threading.Thread(target=burn, daemon=True).start()
+os.register_at_fork(after_in_parent=start)  # after the server's check at its first fork
+"""
+BUSY = """
+import time
+end = time.perf_counter() + 0.6
+while time.perf_counter() < end:
+    pass
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held", [True, False])
+def test_a_sides_server_is_stopped_while_the_other_sides_worker_runs(
+        tmp_path: Path, held: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Side b's preimported code starts a thread in its fork server after the first fork
+    (which the server's check at that fork cannot see) and burns the CPU while side a's
+    worker is timed. Stopped meanwhile, b's server gets no CPU time; the control, without
+    the stop, shows the attack: the thread burns through a's worker."""
+    if not held:
+        monkeypatch.setattr(ForkServer, "hold", lambda self, running: None)
+    folders = {}
+    for name, package in (("a", ""), ("b", BURNER)):
+        folders[name] = tmp_path / name
+        (folders[name] / "pkg").mkdir(parents=True)
+        (folders[name] / "pkg" / "__init__.py").write_text(package)
+        (folders[name] / "busy.py").write_text(BUSY)
+    pool = ForkServers(tmp_path / "servers")
+    try:
+        pool.prepare([folders["a"], folders["b"]], ENV, ("pkg",))
+        spec = LaunchSpec([sys.executable, "-m", "busy"], folders["b"], ENV)
+        assert run(pool, spec, tmp_path / "b0").returncode == 0  # the thread starts
+        pool.sweep()
+        server = pool.by_checkout[folders["b"]].server
+        assert server is not None
+        before = cpu_seconds(server.proc.pid)
+        spec = LaunchSpec([sys.executable, "-m", "busy"], folders["a"], ENV)
+        assert run(pool, spec, tmp_path / "a1").returncode == 0
+        burned = cpu_seconds(server.proc.pid) - before
+    finally:
+        pool.close()
+    if held:
+        assert burned < 0.05
+    else:
+        assert burned > 0.2

@@ -156,3 +156,9 @@ def test_a_round_costs_its_share_of_what_the_workers_spent_besides_timing() -> N
                       capture_s=0.4, exit_s=0.6)] * 2
     assert shared_cost(times, config_rounds=8) == pytest.approx(2 * 4.0 / 8)
     assert shared_cost(times, config_rounds=0) is None
+
+
+def test_numbers_the_workers_recorded_that_are_not_finite_keep_the_suites_count() -> None:
+    split = VarianceSplit(within=1e-4, between=1e-4, rounds=10)
+    for cost in (RoundCost(math.inf, 1e-3), RoundCost(0.2, math.nan), RoundCost(-1e9, 1e-3)):
+        assert iterations_per_round(split, cost, 20) == 20

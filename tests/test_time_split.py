@@ -3,13 +3,14 @@ result and its one line."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 from fake_target import FakeLauncher, fake_measurement
 
 from abdiff.reports import common, table
-from abdiff.run.protocol import KernelProfile, RecordWriter
+from abdiff.run.protocol import KernelProfile, RecordWriter, read_round_log
 from abdiff.run.schedule import Plan
 from abdiff.run.time_split import time_split, worker_time
 from abdiff.store.records import RoundRecord, SideTime, parse_result
@@ -38,6 +39,14 @@ def test_a_workers_life_is_split_by_its_events(tmp_path: Path) -> None:
     assert abs(spent.total_s - 3.5) < 1e-9
     # a worker that wrote nothing spent its whole life starting
     assert worker_time(tmp_path / "none.jsonl", 1.0, 3.0) == SideTime(workers=1, start_s=2.0)
+    # NaN and infinities are not JSON: a worker's infinite stamp or warm-up is no number
+    events[2]["record"]["warmup"]["seconds"] = float("inf")
+    events[3]["t"] = float("inf")
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    forged = worker_time(path, handed=10.0, ended=13.5)
+    assert all(math.isfinite(v) for v in (forged.setup_s, forged.warmup_s, forged.capture_s,
+                                          forged.exit_s, forged.total_s))
+    assert read_round_log(path).malformed  # the done line is refused, not parsed
 
 
 def test_a_measured_run_carries_its_split_into_the_result_and_the_report(

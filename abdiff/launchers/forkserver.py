@@ -30,7 +30,7 @@ from typing import Any
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
-from abdiff.launchers.pool import StartedProcess, python_module_job
+from abdiff.launchers.pool import StartedProcess, python_module_job, signal_group
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
@@ -318,6 +318,14 @@ class ForkServer:
             return None
         return message
 
+    def hold(self, running: bool) -> None:
+        """Let the server's process group run (SIGCONT) or stop it (SIGSTOP). A side's
+        preimported code runs in its server and can start a thread there after the check
+        at its first fork (os.register_at_fork): stopped, it cannot burn the CPU or GPU
+        while the other side's worker is timed."""
+        if self.server is not None and self.server.proc.poll() is None:
+            signal_group(self.server.proc.pid, signal.SIGCONT if running else signal.SIGSTOP)
+
     def _fail(self, why: str) -> None:
         """Keep the first reason; the run goes on with cold starts."""
         if not self.failure:  # `why` may hold the server's words: the side's code wrote them
@@ -394,14 +402,23 @@ class ForkServers:
 
     def take(self, spec: LaunchSpec, stdout: Path,
              stderr: Path) -> StartedProcess[ForkedProcess] | None:
-        return self.server_of(spec.cwd).take(spec, stdout, stderr)
+        """`spec` forked from its checkout's server, every other server stopped while it
+        runs (`ForkServer.hold`); None: start it cold."""
+        server = self.server_of(spec.cwd)
+        for other in self.servers:
+            other.hold(other is server)
+        return server.take(spec, stdout, stderr)
 
     def sweep(self) -> None:
+        """Each server ends what its last worker left; then all are stopped until a job."""
         for server in self.servers:
+            server.hold(True)
             server.sweep()
+            server.hold(False)
 
     def close(self) -> None:
         for server in self.servers:
+            server.hold(True)
             server.close()
         self.waiting, self.by_checkout = [], {}
         if self.own_folder and not self.failure:

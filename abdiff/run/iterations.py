@@ -106,11 +106,13 @@ def iterations_per_round(split: VarianceSplit, cost: RoundCost, run_times: int) 
                   if cost.iteration_s > 0 else math.inf)
     low = min(FLOOR, run_times)
     high = int(min(CEILING_FACTOR * run_times, max(run_times, affordable)))
+    numbers = (cost.process_s, cost.iteration_s, split.within, split.between)
+    if not all(math.isfinite(v) and v >= 0 for v in numbers):
+        return run_times  # what the workers recorded cannot be planned from
     if split.between <= 0 or cost.iteration_s <= 0:
         return high
     best = math.sqrt(cost.process_s * split.within / (cost.iteration_s * split.between))
     return int(min(high, max(low, round(best))))
-
 
 
 def shared_cost(times: Sequence[SideTime], config_rounds: int) -> float | None:
@@ -140,8 +142,9 @@ def plan_iterations(runs: Sequence[RunFile], shared_s: float, run_times: int,
                                 for n in numbers])
         if split is None:
             continue
-        warmup = [float(r.warmup.get("seconds", 0.0)) for r in rounds
-                  if isinstance(r.warmup.get("seconds"), int | float)]
+        warmup = [float(r.warmup["seconds"]) for r in rounds
+                  if isinstance(r.warmup.get("seconds"), int | float)
+                  and math.isfinite(r.warmup["seconds"]) and r.warmup["seconds"] >= 0]
         cost = RoundCost(shared_s + (float(np.median(warmup)) if warmup else 0.0),
                          float(np.median([v for r in rounds for v in r.latency_us])) / 1e6)
         planned[config.id] = ConfigIterations(

@@ -129,6 +129,17 @@ class RoundJob:
         return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+def _not_a_number(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not a number JSON has", name, 0)
+
+
+def load_event(line: str) -> Any:
+    """One line of a worker's record log. NaN and infinities are refused (not JSON): a
+    worker writes the log, and an infinite warm-up or time stamp would reach the plan of
+    timed iterations and the time split as numbers."""
+    return json.loads(line, parse_constant=_not_a_number)
+
+
 class RecordWriter:
     """Appends the worker's events to the record log, one fsynced JSON line each."""
 
@@ -211,7 +222,7 @@ def read_round_log(path: Path) -> RoundLog:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            event = load_event(line)
         except json.JSONDecodeError:
             if number == len(lines):
                 continue  # torn final write

@@ -8,9 +8,9 @@ worker its job and when it saw the worker end.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from abdiff.run.protocol import load_event
 from abdiff.store.files import read_worker_file
 from abdiff.store.records import SideTime, TimeSplit
 
@@ -22,7 +22,7 @@ def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
     events = []
     for line in read_worker_file(record_path).splitlines():
         try:
-            event = json.loads(line)
+            event = load_event(line)
         except ValueError:
             continue  # a torn last line
         if isinstance(event, dict) and isinstance(event.get("t"), int | float):
