@@ -19,6 +19,14 @@ def test_line_numbers_addresses_and_ids_do_not_make_a_different_failure() -> Non
     b = ("RuntimeError: CUDA error at 0x7f99aa000000 in worker pid 51007, file "
          "/cache/checkouts/2db9adaeea01/x.py line 40")
     assert failure_signature("failed", a) == failure_signature("failed", b)
+    # a measured rate in the line, its decimals as many as its repr has (a CI run's A/A of
+    # the command target read 'failure-changed' for these two, an unintended change)
+    rate = ("fact bytes_per_second varies between the repetitions of one process ({}, ...): "
+            "not a constant; compare it as a metric (target.metrics) instead")
+    assert failure_signature("failed", rate.format("130629245143.15572")) == \
+        failure_signature("failed", rate.format("129735268186.413"))
+    assert failure_signature("failed", "expected 1.5, got 2.5") != \
+        failure_signature("failed", "expected 1.5, got 3.5")  # small values stay
 
 
 def test_status_signal_type_and_message_each_make_a_different_failure() -> None:

@@ -70,7 +70,7 @@ _INCIDENTAL = (
     (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "<id>"),
     (re.compile(r"(\.\w+):\d+(:\d+)?\b"), r"\1:N"),
     (re.compile(r"\bline \d+\b"), "line N"),
-    (re.compile(r"\b\d{4,}\b"), "N"),
+    (re.compile(r"\b\d{4,}(\.\d+)?(e[-+]?\d+)?\b"), "N"),  # a measured value, decimals too
 )
 
 
