@@ -943,3 +943,22 @@ def test_spreads_and_levels_over_100_percent_are_no_latency_statement() -> None:
     assert undecided(0.098, 0.041) == [
         "10 rounds resolve +-9.8%; over 100 would be needed: a quieter machine",
         "A's processes sit on two levels 4.1% apart (6 and 4 rounds)"]
+
+
+def test_compare_at_80_columns_fits_them_in_characters_and_bytes(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The H200 A/A's rows at COLUMNS=80: a latency line holding `≥` (three bytes) was 79
+    characters and 81 bytes; each line now fits 80 counted either way."""
+    from pathlib import Path
+
+    from abdiff.cli import main
+    data = Path(__file__).parent / "data" / "h200"
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["compare", str(data / "graph-pr..pr-a.json"), str(data / "graph-pr..pr-b.json")])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("≥" in line for line in lines)
+    assert max(len(line.encode()) for line in lines) <= 80
+    for width in range(30, 90):
+        wrapped = table_report.wrap(["latency 1.000x (inconclusive); detects ≥ 0.7%; 5 pairs "
+                                     "have too few sign patterns; Δ -593 µs"], width)
+        assert max(len(line.encode()) for line in wrapped) <= width

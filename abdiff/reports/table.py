@@ -86,13 +86,28 @@ class _NameWrapper(textwrap.TextWrapper):
     wordsep_re = re.compile(r"(\s+|(?<=[./_])(?=[^\s./_0-9]))")  # not inside 1.370
 
 
+# Stands in, while wrapping, for the bytes beyond the first of a character outside ASCII.
+_WIDE = "\x00"
+
+
 def wrap(lines: list[str], width: int, indent: str = "") -> list[str]:
     """Sentences wrapped to `width` at spaces only (`DG_HOST_ASSERT(` stays whole); a word
-    longer than the line, and only such a word, is broken where it must be."""
-    wrapper = textwrap.TextWrapper(width, subsequent_indent=indent, break_on_hyphens=False)
+    longer than the line, and only such a word, is broken where it must be. A character
+    counts as its UTF-8 bytes (`≥` three), so a line fits `width` however it is counted:
+    characters, terminal cells (two for East Asian ones) or bytes."""
+    return _wrapped(textwrap.TextWrapper(width, subsequent_indent=indent,
+                                         break_on_hyphens=False), lines)
+
+
+def _wrapped(wrapper: textwrap.TextWrapper, lines: list[str], by_bytes: bool = True
+             ) -> list[str]:
+    """`lines` wrapped by `wrapper`, each character counted as its UTF-8 bytes (`wrap`), or
+    as one where the lines are cells of columns padded in characters (`grid`)."""
     out: list[str] = []
     for line in lines:
-        out += wrapper.wrap(line) or [""]
+        if by_bytes and not line.isascii():
+            line = "".join(c + _WIDE * (len(c.encode()) - 1) for c in line.replace(_WIDE, ""))
+        out += [part.replace(_WIDE, "") for part in wrapper.wrap(line)] or [""]
     return out
 
 
@@ -148,12 +163,9 @@ def grid(headers: list[str], rows: list[list[str]], width: int, lead: int = 1) -
     return "\n".join(lines)
 
 
-def _wrap_cell(lines: list[str], width: int, indent: str = "") -> list[str]:
-    wrapper = _NameWrapper(width, subsequent_indent=indent)
-    out: list[str] = []
-    for line in lines:
-        out += wrapper.wrap(line) or [""]
-    return out
+def _wrap_cell(lines: list[str], width: int, indent: str = "", by_bytes: bool = False
+               ) -> list[str]:
+    return _wrapped(_NameWrapper(width, subsequent_indent=indent), lines, by_bytes)
 
 
 def _verdict_word(cfg: ConfigResult) -> str:
@@ -224,7 +236,7 @@ def _narrow(rows: list[tuple[ConfigResult, list[list[str]]]], width: int, colour
         for label, lines in zip(labels, cells[2:], strict=True):
             if label == "kernels":
                 lines = _fit_kernels(lines, width - pad)
-            for n, line in enumerate(_wrap_cell(lines, width - pad, "  ")):
+            for n, line in enumerate(_wrap_cell(lines, width - pad, "  ", by_bytes=True)):
                 out.append(("    " + label if n == 0 else "").ljust(pad) + line)
     return out
 
