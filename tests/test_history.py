@@ -17,7 +17,7 @@ import pytest
 from conftest import git, h200_with_kernels, run_abdiff
 
 from abdiff.demo import build_demo_repo
-from abdiff.run.schedule import write_state
+from abdiff.store.state import write_state
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "data" / "h200"  # extracts of H200 run files (tests/data/README.md)

@@ -44,9 +44,9 @@ from abdiff.demo.builder import RUNNER_PATH
 from abdiff.reports import table
 from abdiff.reports.printable import no_ci_commands, printable
 from abdiff.run.progress import latest_started
-from abdiff.run.schedule import write_state
 from abdiff.store import records
 from abdiff.store.records import load_run_file
+from abdiff.store.state import write_state
 from abdiff.verdict.policy import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]

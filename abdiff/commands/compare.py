@@ -41,14 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_side(path: Path) -> RunFile:
     """A run file, or a folder of upstream run.py outputs (targets/trtllm/upstream_runs.py).
     A run file in a run folder of abdiff's cache (`runs/KEY/a.json`) counts only when its
-    folder's MAC holds: a benchmark could have written it (schedule.authenticated_run_files)."""
+    folder's MAC holds: a benchmark could have written it (store.state.authenticated_run_files)."""
     if Path(path).is_dir():
         from abdiff.targets.trtllm.upstream_runs import import_run_dir
 
         return import_run_dir(path)
     folder = Path(path).absolute().parent
     if folder.parent.name == "runs" and Path(path).name in ("a.json", "b.json"):
-        from abdiff.run.schedule import authenticated_run_files
+        from abdiff.store.state import authenticated_run_files
 
         files = authenticated_run_files(folder)
         if isinstance(files, str) or Path(path).absolute() not in files:

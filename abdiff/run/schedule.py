@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 
 from abdiff.errors import InfrastructureError
-from abdiff.host.exposure import authentic, authenticate, warn_if_root
+from abdiff.host.exposure import warn_if_root
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.warm import pooled
@@ -50,7 +50,6 @@ from abdiff.run.time_split import added
 from abdiff.store.files import (
     lock_exclusively,
     own_folder,
-    read_worker_file,
     remove_path,
     write_atomic,
 )
@@ -65,6 +64,7 @@ from abdiff.store.records import (
     parse_run_file,
 )
 from abdiff.store.sides import SideFolders, WorkerFolders
+from abdiff.store.state import stored_state, write_state
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
@@ -254,74 +254,6 @@ class RunState:
         record.session = self.session
         config.rounds = [r for r in config.rounds if r.round != record.round] + [record]
         config.rounds.sort(key=lambda r: -1 if r.round is None else r.round)
-
-
-def write_state(state_dir: Path, seed: int, complete: bool, files: dict[str, str | None]
-                ) -> None:
-    """state.json: the seed, whether the measurement is complete, the SHA-256 of each run
-    file as abdiff wrote it, and their MAC under the key the benchmark never gets."""
-    state: dict = {"seed": seed, "complete": complete, "files": files}
-    state["mac"] = authenticate(_signed(state_dir, state))
-    write_atomic(state_dir / "state.json", json.dumps(state) + "\n")
-
-
-def _signed(state_dir: Path, state: dict) -> bytes:
-    """What state.json's MAC covers: its fields, and the state folder's name (the key of
-    what was measured), so a valid state cannot be copied to another measurement."""
-    fields = {k: state.get(k) for k in ("seed", "complete", "files")}
-    return json.dumps([state_dir.name, fields], sort_keys=True).encode()
-
-
-@dataclass(frozen=True)
-class StoredState:
-    """A state folder's state.json whose MAC holds, and its run files read once: `files`
-    the text of each whose SHA-256 is the one recorded (as abdiff wrote it), `changed` the
-    names of those that are not."""
-
-    seed: int
-    complete: bool
-    files: dict[str, str]
-    changed: tuple[str, ...]
-
-
-def stored_state(state_dir: Path) -> StoredState | str:
-    """What abdiff stored in a state folder and can prove it wrote (the MAC of state.json
-    under the key the benchmark never gets, the hash of each run file), else why not. Each
-    file is read once, without following links: what is parsed is what was hashed."""
-    text = read_worker_file(state_dir / "state.json")
-    try:
-        state = json.loads(text)
-    except (ValueError, RecursionError):
-        state = None
-    if not isinstance(state, dict):
-        return "no readable state.json" if text else "no state.json"
-    files, seed = state.get("files"), state.get("seed")
-    if not authentic(_signed(state_dir, state), state.get("mac")) or not isinstance(files, dict) \
-            or not isinstance(seed, int):
-        return "its state.json fails authentication (not written by this abdiff, or changed)"
-    found: dict[str, str] = {}
-    changed = []
-    for name in ("a.json", "b.json"):
-        data = read_worker_file(state_dir / name)
-        if files.get(name) is None and not data:
-            continue
-        if files.get(name) == hashlib.sha256(data.encode()).hexdigest():
-            found[name] = data
-        else:
-            changed.append(name)
-    return StoredState(seed, bool(state.get("complete")), found, tuple(changed))
-
-
-def authenticated_run_files(state_dir: Path) -> dict[Path, str] | str:
-    """The run files (a.json, b.json) of a state folder that abdiff wrote, each path with
-    the text that was authenticated (`stored_state`), else why not: what `history` and
-    `compare` read from the cache, as `--resume` does (RunState.open)."""
-    state = stored_state(state_dir)
-    if isinstance(state, str):
-        return state
-    if state.changed:
-        return f"{state.changed[0]} is not the file abdiff wrote (changed since)"
-    return {state_dir / name: text for name, text in state.files.items()}
 
 
 def state_lock_path(state_dir: Path) -> Path:

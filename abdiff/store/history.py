@@ -26,6 +26,7 @@ from abdiff.store.records import (
     load_run_file,
     parse_run_file,
 )
+from abdiff.store.state import authenticated_run_files
 from abdiff.verdict.compare import latency_samples, side_facts, side_kernels, side_status
 from abdiff.verdict.stats import robust_spread
 
@@ -107,8 +108,6 @@ def _sources(baselines: Path, runs: Path, skipped: list[str]
     """The baselines, and the run files of the run folders whose MAC holds, each with the
     text that was authenticated (the others, which a benchmark could have written, go to
     `skipped` with why)."""
-    from abdiff.run.schedule import authenticated_run_files
-
     found: list[tuple[Literal["baseline", "run"], str, Path, str | None]] = [
         ("baseline", f"baseline {p.stem}", p, None) for p in sorted(baselines.glob("*.json"))]
     folders = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()) \

@@ -93,8 +93,9 @@ EARLY_EQUIVALENCE = 0.5
 +-min_effect (a config a little off zero gets the rounds that can show it)."""
 
 FUTILITY_POWER = 0.1
-"""More rounds are futile when they would flag a change of exactly the threshold with less
-than this chance (`futile`)."""
+"""More rounds are futile when, given the rounds so far, they would flag a change of the
+threshold (or the estimated one) and say `unchanged` of none with less than this chance
+(`futile`)."""
 
 DETECTABLE_POWER = 0.8
 """Power at which `detectable` (the smallest change a run flags) is computed."""
@@ -1031,24 +1032,42 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
            alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
     """True when `max_rounds` per side could not plausibly decide.
 
-    Judged at the threshold, or at the estimate where that is larger: the standard error
-    is projected to `max_rounds` (~ 1/sqrt(rounds)) and the last look's threshold q
-    approximated by the normal quantile with Bonferroni over `configs`; more rounds are
-    futile when a change of exactly min_effect would then be flagged with chance below
-    FUTILITY_POWER (and so no interval could fit inside +-min_effect either), and so
-    would a change as large as the one estimated: a config whose every B round sits 15%
-    below every A round is not stopped because a 2% change would go unseen. Stopping
-    never flags, so the rule spends no level. Before half of `max_rounds` nothing is
-    futile (a few rounds' spread says little).
+    Conditional power (stochastic curtailment): given the rounds so far, the chance
+    that the last look would flag, were the change exactly +-min_effect or as large as
+    the one estimated, and the chance that it would say `unchanged`, were there no
+    change, are all below FUTILITY_POWER. The standard error is projected to
+    `max_rounds` (~ 1/sqrt(rounds)), the rounds to come add a normal increment
+    (Brownian motion in the information share), and the last look's threshold q is
+    approximated by the normal quantile with Bonferroni over `configs`. Judged from
+    the estimate so far, not from the power of a run starting afresh: a config whose
+    11 of 15 pairs put it at +1.2% with a 15-round half-width of 3.2% cannot reach the
+    interval a 2% change needs in 4 more pairs, although a run of 15 fresh pairs would
+    flag that change one time in ten. Stopping loses power at the threshold only where
+    the conditional power was below FUTILITY_POWER, so at most that share of the runs
+    that stop; it never flags, so it spends no level. Before half of `max_rounds`
+    nothing is futile (a few rounds' spread says little).
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
-    if result.se is None or 2 * rounds < max_rounds:
+    if (result.se is None or result.se <= 0 or result.ratio is None or result.ratio <= 0
+            or 2 * rounds < max_rounds):
         return False
-    se = result.se * math.sqrt(rounds / max_rounds)
+    share = rounds / max_rounds
+    se_final = result.se * math.sqrt(share)
     q = final_threshold(alpha, configs)
-    effect = math.log1p(min_effect)
-    if result.ratio is not None and result.ratio > 0:
-        effect = max(effect, abs(math.log(result.ratio)))
-    return float(sps.norm.sf(q - effect / se)) < FUTILITY_POWER
+    threshold = math.log1p(min_effect)
+    estimate = math.log(result.ratio)
+    now = math.sqrt(share) * estimate / result.se  # the final z's part already measured
+    spread = math.sqrt(1.0 - share)  # the SD of the part still to come
+
+    def flag_chance(effect: float) -> float:
+        drift = effect / se_final * (1.0 - share)
+        return float(sps.norm.sf((q - now - drift) / spread)
+                     + sps.norm.cdf((-q - now - drift) / spread))
+
+    flag = max(flag_chance(effect) for effect in (threshold, -threshold, estimate))
+    room = threshold / se_final - q  # |final z| below this: the interval fits inside
+    unchanged = 0.0 if room <= 0 else float(sps.norm.cdf((room - now) / spread)
+                                            - sps.norm.cdf((-room - now) / spread))
+    return max(flag, unchanged) < FUTILITY_POWER
