@@ -128,18 +128,48 @@ def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:
 
 
 def test_a_config_the_other_side_cannot_pair_is_timed_last(tmp_path: Path) -> None:
-    """CONFIGS[0] aborts on A: once that is settled, B's workers get it after the configs
-    both sides time, so those run after the same configs on both sides (a worker keeps
-    what it set up); before it is settled, and on A, the order is the suite's."""
+    """CONFIGS[0] aborts on A: once that is settled, a B worker that still runs it (B has
+    fewer rounds of it than FAILURE_REPEATS) gets it after the configs both sides time, so
+    those run after the same configs on both sides (a worker keeps what it set up); before
+    it is settled, and on A, the order is the suite's."""
+    def behaviour(side: str, cid: str, r: int) -> float | str:
+        return "abort" if (side, cid) == ("A", CONFIGS[0].id) else 100.0
+
+    ids = [c.id for c in CONFIGS]
+    seen_last = 0
+    for seed in range(12):
+        launcher = FakeLauncher(behaviour)
+        fake_measurement(tmp_path / f"state{seed}", launcher, Plan(4, 4), seed=seed)
+        a_failures = 0
+        b_runs = 0
+        for side, _, job in launcher.workers:
+            if side == "A":
+                a_failures += job[0] == ids[0]
+                continue
+            if ids[0] in job:
+                b_runs += 1
+                settled = a_failures >= FAILURE_REPEATS
+                assert job == ([*ids[1:], ids[0]] if settled else ids)
+                seen_last += settled
+            else:
+                assert job == ids[1:]
+        assert b_runs == FAILURE_REPEATS  # no more: no pair would come
+    assert seen_last > 0  # some seeds' slots settle A's failure before B's second round
+
+
+def test_a_config_the_other_side_failed_is_not_timed_again_once_its_status_is_known(
+        tmp_path: Path) -> None:
+    """CONFIGS[0] aborts on A in every round: B runs it in FAILURE_REPEATS rounds (its own
+    status, facts and kernels: enough for `aborted -> ok`), then never again; the configs
+    both sides run get every round."""
     def behaviour(side: str, cid: str, r: int) -> float | str:
         return "abort" if (side, cid) == ("A", CONFIGS[0].id) else 100.0
 
     launcher = FakeLauncher(behaviour)
-    fake_measurement(tmp_path / "state", launcher, Plan(4, 4))
-    ids = [c.id for c in CONFIGS]
-    b_workers = {r: job for side, r, job in launcher.workers if side == "B"}
-    assert b_workers[0] == ids  # not settled yet: A had not failed twice
-    assert all(b_workers[r] == [*ids[1:], ids[0]] for r in (2, 3))
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(5, 5))
+    b = {c.id: c.rounds for c in run_state.sides["B"].run.configs}
+    assert [r.status for r in b[CONFIGS[0].id]] == ["ok"] * FAILURE_REPEATS
+    assert all(len(b[c.id]) == 5 for c in CONFIGS[1:])
 
 
 def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:

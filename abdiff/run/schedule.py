@@ -242,6 +242,14 @@ class RunState:
         return config is not None and sum(r.status != "ok" for r in config.rounds) >= \
             FAILURE_REPEATS
 
+    def never_paired(self, side: str, config_id: str) -> bool:
+        """The other side's failure is settled and this side has run the config in
+        FAILURE_REPEATS rounds: its status on both sides is known, and more of its rounds
+        here would be timed for no verdict (no pair will come)."""
+        config = self.sides[side].run.config(config_id)
+        return config is not None and len(config.rounds) >= FAILURE_REPEATS and any(
+            self.settled_failure(other, config_id) for other in self.sides if other != side)
+
     def unpaired(self, side: str, configs: list[Config]) -> frozenset[str]:
         """Which of `configs` the other side's rounds will not pair (settled failures)."""
         others = [other for other in self.sides if other != side]
@@ -359,7 +367,8 @@ class LaneRounds:
             with self.guard():
                 todo = [c for c in self.configs
                         if not self.run_state.has_round(side, c.id, round_index)
-                        and not self.run_state.settled_failure(side, c.id)]
+                        and not self.run_state.settled_failure(side, c.id)
+                        and not self.run_state.never_paired(side, c.id)]
                 if not todo:
                     self.progress.step(len(self.configs), None)
                     continue

@@ -94,8 +94,13 @@ EARLY_EQUIVALENCE = 0.5
 
 FUTILITY_POWER = 0.1
 """More rounds are futile when, given the rounds so far, they would flag a change of the
-threshold (or the estimated one) and say `unchanged` of none with less than this chance
-(`futile`)."""
+threshold (or the estimated one) with less than this chance (`futile`)..."""
+
+FUTILITY_FRESH_POWER = 0.2
+"""... and when a run of that many fresh pairs would flag such a change with less than this
+chance: the statistic can change its form as rounds come in (a two-level config's levels
+found at 15 pairs, its standard error a tenth of the plain one at 11), which the
+projection from the rounds so far cannot see."""
 
 DETECTABLE_POWER = 0.8
 """Power at which `detectable` (the smallest change a run flags) is computed."""
@@ -1032,32 +1037,30 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
            alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
     """True when `max_rounds` per side could not plausibly decide.
 
-    Conditional power (stochastic curtailment): given the rounds so far, the chance
-    that the last look would flag, were the change exactly +-min_effect or as large as
-    the one estimated, and the chance that it would say `unchanged`, were there no
-    change, are all below FUTILITY_POWER. The standard error is projected to
-    `max_rounds` (~ 1/sqrt(rounds)), the rounds to come add a normal increment
-    (Brownian motion in the information share), and the last look's threshold q is
-    approximated by the normal quantile with Bonferroni over `configs`. Judged from
-    the estimate so far, not from the power of a run starting afresh: a config whose
-    11 of 15 pairs put it at +1.2% with a 15-round half-width of 3.2% cannot reach the
-    interval a 2% change needs in 4 more pairs, although a run of 15 fresh pairs would
-    flag that change one time in ten. Stopping loses power at the threshold only where
-    the conditional power was below FUTILITY_POWER, so at most that share of the runs
-    that stop; it never flags, so it spends no level. Before half of `max_rounds`
-    nothing is futile (a few rounds' spread says little).
+    A run of `max_rounds` fresh pairs would flag a change of the threshold, or of the
+    estimate where larger, with chance below FUTILITY_FRESH_POWER (so its interval could
+    not fit inside +-min_effect either), and, given the rounds so far (conditional power,
+    stochastic curtailment), the last look would flag a change of exactly +-min_effect or
+    of the estimate with chance below FUTILITY_POWER. The standard error is projected to
+    `max_rounds` (~ 1/sqrt(rounds)), the rounds to come add a normal increment (Brownian
+    motion in the information share), and the last look's threshold q is approximated by
+    the normal quantile with Bonferroni over `configs`. A config whose 11 of 15 pairs put
+    it at +1.2% with a 15-round half-width of 3.2% cannot reach the interval a 2% change
+    needs in 4 more pairs, although 15 fresh pairs would flag that change one time in
+    nine.
+    Stopping never flags, so it spends no level. Before half of `max_rounds` nothing is
+    futile (a few rounds' spread says little).
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
-    if (result.se is None or result.se <= 0 or result.ratio is None or result.ratio <= 0
-            or 2 * rounds < max_rounds):
+    if result.se is None or result.se <= 0 or 2 * rounds < max_rounds:
         return False
     share = rounds / max_rounds
     se_final = result.se * math.sqrt(share)
     q = final_threshold(alpha, configs)
     threshold = math.log1p(min_effect)
-    estimate = math.log(result.ratio)
+    estimate = math.log(result.ratio) if result.ratio is not None and result.ratio > 0 else 0.0
     now = math.sqrt(share) * estimate / result.se  # the final z's part already measured
     spread = math.sqrt(1.0 - share)  # the SD of the part still to come
 
@@ -1066,8 +1069,8 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
         return float(sps.norm.sf((q - now - drift) / spread)
                      + sps.norm.cdf((-q - now - drift) / spread))
 
-    flag = max(flag_chance(effect) for effect in (threshold, -threshold, estimate))
-    room = threshold / se_final - q  # |final z| below this: the interval fits inside
-    unchanged = 0.0 if room <= 0 else float(sps.norm.cdf((room - now) / spread)
-                                            - sps.norm.cdf((-room - now) / spread))
-    return max(flag, unchanged) < FUTILITY_POWER
+    largest = max(threshold, abs(estimate))
+    if float(sps.norm.sf(q - largest / se_final)) >= FUTILITY_FRESH_POWER:
+        return False
+    return max(flag_chance(effect) for effect in (threshold, -threshold, estimate)) \
+        < FUTILITY_POWER
