@@ -224,8 +224,11 @@ def verify_commit_checkout(git_cwd: Path, folder: Path, sha: str) -> str | None:
     and so does anything inside a submodule's folder (abdiff checks out no submodule).
     """
     expected = _commit_files(git_cwd, sha)
-    if isinstance(expected, str):
-        return expected
+    return expected if isinstance(expected, str) else _differs(folder, sha, expected)
+
+
+def _differs(folder: Path, sha: str, expected: dict[str, tuple[bytes, str]]) -> str | None:
+    """verify_commit_checkout against the commit's files already read (`_commit_files`)."""
     algorithm = _object_ids(sha)[0]
     gitlinks = {path for path, (mode, _) in expected.items() if mode == b"160000"}
     seen = set()
@@ -285,6 +288,7 @@ class CheckoutCache:
         self.key_dir = _checkouts_root(self.cache_dir) / self.key
         self._in_use: int | None = None  # descriptor of the in-use lock, once checked out
         self.created: list[Path] = []
+        self._commit_trees: dict[str, dict[str, tuple[bytes, str]]] = {}  # sha -> _commit_files
 
     # ------------------------------------------------------------------ public
 
@@ -301,7 +305,7 @@ class CheckoutCache:
             self._prepare_key_dir()
             folder = self.key_dir / side.sha
             if self._valid_commit_checkout(folder, side.sha) \
-                    and verify_commit_checkout(self.repo_root, folder, side.sha) is None:
+                    and self._verify(folder, side.sha) is None:
                 return folder
             self._discard(folder)
             exists = run_git(self.repo_root, "cat-file", "-e", f"{side.sha}^{{commit}}",
@@ -316,7 +320,7 @@ class CheckoutCache:
                 self._discard(folder)
                 raise InfrastructureError(f"cannot check out {side.rev} ({side.sha[:12]}) into "
                                           f"{folder}: {git_message(proc.stderr)}")
-            problem = verify_commit_checkout(self.repo_root, folder, side.sha)
+            problem = self._verify(folder, side.sha)
             if problem is not None:
                 self._discard(folder)
                 raise InfrastructureError(
@@ -333,6 +337,18 @@ class CheckoutCache:
             return _clean_key_dir(self.key_dir, self.repo_root)
 
     # ------------------------------------------------------------------ commits
+
+    def _verify(self, folder: Path, sha: str) -> str | None:
+        """verify_commit_checkout, reading the commit's trees once per run: what abdiff
+        hashed itself cannot change under a sha, and a checkout is verified before every
+        round."""
+        files = self._commit_trees.get(sha)
+        if files is None:
+            found = _commit_files(self.repo_root, sha)
+            if isinstance(found, str):
+                return found
+            files = self._commit_trees[sha] = found
+        return _differs(folder, sha, files)
 
     def _valid_commit_checkout(self, folder: Path, sha: str) -> bool:
         """A worktree of this repository at `sha`, restored to exactly the commit.

@@ -55,6 +55,7 @@ from abdiff.worker.measure import (
     resolve_device,
     time_iterations,
     timing_kind,
+    warmup_rule,
 )
 
 
@@ -108,16 +109,17 @@ def create_run_pack(runner_cls: type, params: dict, device: str,
 def run_config(
     run_pack: Callable[[], Any], config_id: str, job: RoundJob, device: str,
     writer: RecordWriter, sensor: GpuSensor | None = None, run_times: int | None = None,
+    clock_up: bool = False,
 ) -> RoundRecord:
     """Read facts from the prepared run pack, warm it up and time its `run_times` iterations
     (None: the job's; with the GPU's clocks read just before and after them, where there is
-    a `sensor`)."""
+    a `sensor`). `clock_up`: a config was timed just before in this process."""
     run_times = job.run_times if run_times is None else run_times
     facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
     writer.facts(config_id, facts)
     # with several ranks every call is a collective: a warm-up by time would let ranks
     # disagree on how many calls they make, and the one that makes more would wait forever
-    rule = COUNT_ONLY_WARMUP if job.ranks > 1 else None
+    rule = COUNT_ONLY_WARMUP if job.ranks > 1 else warmup_rule(device, clock_up)
     timed = time_iterations(run_pack, job.warmup_times, run_times, device, job.cuda_graph,
                             rule, sensor.read if sensor else None)
     return RoundRecord("ok", None, timed.latency_us, facts, round=job.round,
@@ -200,12 +202,14 @@ def main(job_path: str) -> int:
     order = shuffled(job.configs, job.order_seed)
     writer.order(job.order_seed, [config["id"] for config in order])
     timed_packs: dict[str, Callable[[], Any]] = {}  # kept for the capture pass
+    clock_up = False
     for config in order:
         writer.start(config["id"])
         try:
             run_pack = create_run_pack(runner_cls, config["params"], device, tensor_parallel)
             record = run_config(run_pack, config["id"], job, device, writer, sensor,
-                                job.run_times_of(config))
+                                job.run_times_of(config), clock_up)
+            clock_up = True
             if job.profile_kernels:
                 timed_packs[config["id"]] = run_pack
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
