@@ -231,6 +231,10 @@ def test_futility_judges_the_rounds_to_come_from_the_rounds_so_far() -> None:
     two_level = LatencyResult("inconclusive", ratio=1.004, rounds_a=11, rounds_b=11,
                               se=0.0075)
     assert not stats.futile(two_level, 15, configs=12)
+    fresh, conditional = stats.futility_chances(demo, 15, configs=12) or (1.0, 1.0)
+    assert 0.1 < fresh < stats.FUTILITY_FRESH_POWER and conditional < 0.001
+    fresh, conditional = stats.futility_chances(two_level, 15, configs=12) or (0.0, 1.0)
+    assert fresh > stats.FUTILITY_FRESH_POWER and conditional < stats.FUTILITY_POWER
 
 
 def test_futility_does_not_stop_a_change_larger_than_the_threshold_that_max_rounds_can_flag(

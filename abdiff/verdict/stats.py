@@ -1033,6 +1033,35 @@ def needs_more_rounds(result: Measured) -> bool:
     return result.verdict == "inconclusive"
 
 
+def futility_chances(result: Measured, max_rounds: int,
+                     min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
+                     configs: int = 1) -> tuple[float, float] | None:
+    """(fresh, conditional) of `futile`: the chance that `max_rounds` fresh pairs flag a
+    change of the threshold, or of the estimate where larger; and, given the rounds so far,
+    the largest chance that the last look flags a change of +-min_effect or of the
+    estimate. None without a standard error."""
+    if result.se is None or result.se <= 0:
+        return None
+    rounds = min(result.rounds_a, result.rounds_b)
+    share = min(rounds / max_rounds, 1.0)
+    se_final = result.se * math.sqrt(share)
+    q = final_threshold(alpha, configs)
+    threshold = math.log1p(min_effect)
+    estimate = math.log(result.ratio) if result.ratio is not None and result.ratio > 0 else 0.0
+    fresh = float(sps.norm.sf(q - max(threshold, abs(estimate)) / se_final))
+    if share >= 1.0:
+        return fresh, 0.0  # no rounds to come
+    now = math.sqrt(share) * estimate / result.se  # the final z's part already measured
+    spread = math.sqrt(1.0 - share)  # the SD of the part still to come
+
+    def flag_chance(effect: float) -> float:
+        drift = effect / se_final * (1.0 - share)
+        return float(sps.norm.sf((q - now - drift) / spread)
+                     + sps.norm.cdf((-q - now - drift) / spread))
+
+    return fresh, max(flag_chance(effect) for effect in (threshold, -threshold, estimate))
+
+
 def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EFFECT,
            alpha: float = DEFAULT_ALPHA, configs: int = 1) -> bool:
     """True when `max_rounds` per side could not plausibly decide.
@@ -1054,23 +1083,8 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
-    if result.se is None or result.se <= 0 or 2 * rounds < max_rounds:
+    chances = futility_chances(result, max_rounds, min_effect, alpha, configs)
+    if chances is None or 2 * rounds < max_rounds:
         return False
-    share = rounds / max_rounds
-    se_final = result.se * math.sqrt(share)
-    q = final_threshold(alpha, configs)
-    threshold = math.log1p(min_effect)
-    estimate = math.log(result.ratio) if result.ratio is not None and result.ratio > 0 else 0.0
-    now = math.sqrt(share) * estimate / result.se  # the final z's part already measured
-    spread = math.sqrt(1.0 - share)  # the SD of the part still to come
-
-    def flag_chance(effect: float) -> float:
-        drift = effect / se_final * (1.0 - share)
-        return float(sps.norm.sf((q - now - drift) / spread)
-                     + sps.norm.cdf((-q - now - drift) / spread))
-
-    largest = max(threshold, abs(estimate))
-    if float(sps.norm.sf(q - largest / se_final)) >= FUTILITY_FRESH_POWER:
-        return False
-    return max(flag_chance(effect) for effect in (threshold, -threshold, estimate)) \
-        < FUTILITY_POWER
+    fresh, conditional = chances
+    return fresh < FUTILITY_FRESH_POWER and conditional < FUTILITY_POWER
