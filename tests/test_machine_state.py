@@ -17,11 +17,13 @@ from abdiff.reports import common
 from abdiff.verdict.compare import compare_runs
 
 CHECKER = """
-import json, subprocess, sys
+import json, subprocess, sys, time
 from abdiff.host import machine_state
 own = subprocess.Popen([sys.executable, "-c", "while True: pass"])
 try:
-    others = machine_state.other_processes(sample_s=0.5)
+    sample = machine_state.start_sample()  # as abdiff: its own set-up fills the window
+    time.sleep(0.5)
+    others = machine_state.other_processes(sample, sample_s=0.3)
     readings = machine_state.cpu_readings(others)
     print(json.dumps({"own": own.pid, "others": others,
                       "readings": machine_state.to_json(readings),

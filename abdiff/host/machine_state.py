@@ -69,19 +69,35 @@ def _ours(processes: dict[int, tuple[str, int, int]]) -> set[int]:
     return {os.getppid(), *procfs.below([os.getpid()], table)}
 
 
-def other_processes(sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:
+@dataclass(frozen=True)
+class CpuSample:
+    """The first half of sampling other processes' CPU use (`start_sample`): the second
+    half (`other_processes`) may come once the run's own set-up has filled the window."""
+
+    started: float  # time.monotonic()
+    before: dict[int, tuple[str, int, int]]  # _cpu_times()
+
+
+def start_sample() -> CpuSample:
+    return CpuSample(time.monotonic(), _cpu_times())
+
+
+def other_processes(sample: CpuSample | None = None,
+                    sample_s: float = SAMPLE_S) -> list[tuple[int, str, float]]:
     """(pid, name, share of one core) of every process outside abdiff's own tree that used
-    the CPU during `sample_s`, busiest first."""
-    tick = os.sysconf("SC_CLK_TCK")
-    before = _cpu_times()
-    time.sleep(sample_s)
+    the CPU since `sample` started (now, when None), over at least `sample_s`, busiest
+    first."""
+    sample = sample or start_sample()
+    time.sleep(max(0.0, sample_s - (time.monotonic() - sample.started)))
     after = _cpu_times()
+    window = time.monotonic() - sample.started
+    tick = os.sysconf("SC_CLK_TCK")
     ours = _ours(after)
     used = []
     for pid, (name, _, ticks) in after.items():
-        if pid in ours or pid not in before:
+        if pid in ours or pid not in sample.before:
             continue
-        share = (ticks - before[pid][2]) / tick / sample_s
+        share = (ticks - sample.before[pid][2]) / tick / window
         if share > 0:
             used.append((pid, name, share))
     return sorted(used, key=lambda b: -b[2])
@@ -143,9 +159,10 @@ def gpu_readings() -> list[Reading]:
     return readings
 
 
-def read_machine(device: str) -> list[Reading]:
-    """The readings for measuring on `device` ("cpu" or "cuda")."""
-    readings = cpu_readings(other_processes())
+def read_machine(device: str, sample: CpuSample | None = None) -> list[Reading]:
+    """The readings for measuring on `device` ("cpu" or "cuda"); other processes' CPU use
+    since `sample` started (a window of its own, when None)."""
+    readings = cpu_readings(other_processes(sample))
     return readings + gpu_readings() if device == "cuda" else readings
 
 

@@ -24,7 +24,7 @@ from abdiff import __version__
 from abdiff.errors import InfrastructureError, InputError, internal_errors
 from abdiff.host.doctor import preflight
 from abdiff.host.exposure import private_dir
-from abdiff.host.machine_state import read_machine, summary_line
+from abdiff.host.machine_state import CpuSample, read_machine, start_sample, summary_line
 from abdiff.host.machine_state import to_json as machine_json
 from abdiff.host.procfs import age_s
 from abdiff.launchers import make_launcher, sandbox
@@ -95,6 +95,9 @@ class Bench:
     sandbox: str  # what the workers run in, in words (launchers/sandbox.py)
     started: float = field(default_factory=time.monotonic)  # the wall time's start
     devices: list[Device] | None = None  # --devices (None: one, as the launcher has it)
+    # other processes' CPU use, sampled from here to the machine's reading (check_machine):
+    # the set-up between fills the window that a sleep would
+    cpu_sample: CpuSample | None = None
 
     def __enter__(self) -> Bench:
         return self
@@ -129,6 +132,7 @@ def prepare_bench(selection: Selection, execution: Execution, repo_root: Path,
     launchers/runtime.py): use it in a `with`, which releases it; an error here releases
     it before it goes on."""
     started = time.monotonic() - age_s()  # abdiff's own start and imports are its time too
+    cpu_sample = start_sample()
     devices = parse_devices(execution.devices, resolve_device(execution.device) == "cuda") \
         if execution.devices else None
     runtime = Runtime(pass_env=list(execution.pass_env),
@@ -139,7 +143,7 @@ def prepare_bench(selection: Selection, execution: Execution, repo_root: Path,
     except BaseException:
         runtime.close()
         raise
-    return dataclasses.replace(bench, started=started, devices=devices)
+    return dataclasses.replace(bench, started=started, devices=devices, cpu_sample=cpu_sample)
 
 
 def _suite_and_target(selection: Selection, repo_root: Path) -> tuple[Suite, Target]:
@@ -352,7 +356,7 @@ def run_one_side(selection: Selection, execution: Execution, rev: str, kind: str
         where = state_dir(bench, sides, kind)
         with exclusive(where), internal_errors(where):
             run_state = RunState.open(where, sides, execution.resume, execution.seed)
-            check_machine(execution, [sides["A"].run])
+            check_machine(execution, [sides["A"].run], bench.cpu_sample)
             run_plan(run_state, bench.suite.configs, bench.target, bench.launcher,
                     bench.settings, Plan(execution.rounds, execution.rounds), None,
                     execution.quiet, stop_when_nothing_ran(run_state, {"A": sides["A"].run}),
@@ -375,13 +379,14 @@ def refs_note(before: dict[str, str], after: dict[str, str], quiet: bool) -> lis
     return [note]
 
 
-def check_machine(execution: Execution, runs: list[RunFile]) -> None:
+def check_machine(execution: Execution, runs: list[RunFile],
+                  sample: CpuSample | None = None) -> None:
     """Read the machine before the first rounds (machine_state), say it on a terminal (as the
     progress line; off a terminal the notes name a noisy reading) and record it in the run
     files; a run that already holds a reading (resumed) keeps its own."""
     if all("machine" in run.env for run in runs):
         return
-    readings = read_machine(resolve_device(execution.device))
+    readings = read_machine(resolve_device(execution.device), sample)
     if not execution.quiet and sys.stderr.isatty():
         log.info(summary_line(readings))
     for run in runs:
@@ -419,7 +424,7 @@ def run_and_compare(
     max_rounds = max(rounds, execution.max_rounds) if adaptive else rounds
     with exclusive(where), internal_errors(where):
         run_state = RunState.open(where, sides, execution.resume, execution.seed)
-        check_machine(execution, [side.run for side in sides.values()])
+        check_machine(execution, [side.run for side in sides.values()], bench.cpu_sample)
         run_plan(run_state, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
