@@ -99,9 +99,11 @@ if os.fork() == 0:  # a worker that leaves a process behind (double fork, setsid
 os.wait()
 while not (folder / "pid").exists():
     time.sleep(0.01)
+if mode == "reused":  # the leftover got the pid of a process abdiff started, which ended
+    runtime.leftovers.started[int((folder / "pid").read_text())] = 1
 # after a round (Leftovers.end), or when the command ends (Runtime.close, as the command's
 # `with prepare_bench(...)` does)
-killed = runtime.leftovers.end() if mode == "round" else []
+killed = runtime.leftovers.end() if mode in ("round", "reused") else []
 print(json.dumps({"killed": killed, "server_alive": server.proc.poll() is None}))
 server.close()
 runtime.close()
@@ -109,17 +111,19 @@ runtime.close()
 
 
 @linux
-@pytest.mark.parametrize("mode", ["round", "command", "none"])
+@pytest.mark.parametrize("mode", ["round", "reused", "command", "none"])
 def test_a_process_the_benchmark_leaves_behind_ends_with_abdiff(tmp_path: Path,
                                                                 mode: str) -> None:
     """A double-forked, setsid process outlives its worker. abdiff, a child subreaper while
     it measures, kills it after the round (a process it started itself lives on) or when
-    the command ends; without adoption it lives on (the planted leftover is real)."""
+    the command ends; without adoption it lives on (the planted leftover is real). A
+    leftover whose pid was once a process abdiff started (reused) is a leftover all the
+    same."""
     done = subprocess.run([sys.executable, "-c", LEAVER, str(tmp_path), mode],
                           capture_output=True, text=True, check=True, timeout=60)
     seen = json.loads(done.stdout)
     pid = int((tmp_path / "pid").read_text())
-    assert seen["server_alive"] and (pid in seen["killed"]) is (mode == "round")
+    assert seen["server_alive"] and (pid in seen["killed"]) is (mode in ("round", "reused"))
     deadline = time.monotonic() + 5
     while mode != "none" and process_running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

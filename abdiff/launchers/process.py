@@ -218,7 +218,7 @@ def start_process(spec: LaunchSpec, stdout: Path | int, stderr: Path,
                 start_new_session=True,
             )
             if runtime is not None:
-                runtime.leftovers.started.add(proc.pid)
+                runtime.leftovers.record(proc.pid)
     except OSError as exc:
         if home is not None:
             home.cleanup()

@@ -57,10 +57,20 @@ class Leftovers:
     """The processes a benchmark leaves running, ended with the rounds: abdiff adopts them
     (`adopt`), ends them after each round (`end`) and, with every process it started, when
     the command ends (`close`). `started`: the processes abdiff started itself
-    (process.start_process), which are not leftovers while they run."""
+    (process.start_process), which are not leftovers while they run, each pid with its
+    start time: a pid the kernel gives a leftover after abdiff's process of that pid ended
+    is the leftover's."""
 
-    started: set[int] = field(default_factory=set)
+    started: dict[int, int | None] = field(default_factory=dict)  # pid -> its start ticks
     adopted_at: int | None = None  # when adopting began (clock ticks since boot)
+
+    def record(self, pid: int) -> None:
+        """A process abdiff started itself."""
+        self.started[pid] = _start_ticks(pid)
+
+    def ours(self, pid: int) -> bool:
+        """Whether `pid` is a process abdiff started (the same pid and start time)."""
+        return pid in self.started and self.started[pid] == _start_ticks(pid)
 
     def adopt(self) -> None:
         """Make abdiff the parent of every process its benchmark leaves behind.
@@ -88,13 +98,13 @@ class Leftovers:
             return []
         table = procfs.children()
         ours = table.get(os.getpid(), [])
-        adopted = [pid for pid in ours if pid not in self.started]
+        adopted = [pid for pid in ours if not self.ours(pid)]
         # in a sandbox's pid namespace leftovers come to its first process (guard.py), or,
         # made with clone(CLONE_PARENT), to the command (process 2 there, a fork server
         # between its workers): everything in the namespace but those two is a leftover
         # (of the processes abdiff started that are still its children: a pid reused since
         # is another's)
-        inits = [child for pid in ours if pid in self.started for child in table.get(pid, [])
+        inits = [child for pid in ours if self.ours(pid) for child in table.get(pid, [])
                  if procfs.namespace_pid(child) == 1]
         inside = [pid for init in inits for pid in procfs.below(table.get(init, []), table)
                   if procfs.namespace_pid(pid) != 2]
