@@ -28,6 +28,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,8 +87,11 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def build_parser(first_word: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with the subcommand's name, only that subcommand is loaded."""
+def build_parser(first_word: str | None = None,
+                 started: float | None = None) -> argparse.ArgumentParser:
+    """The parser; with the subcommand's name, only that subcommand is loaded. `started`:
+    when the command began (time.monotonic(); now, when None), its `started` default."""
+    started = time.monotonic() if started is None else started
     from abdiff.commands import commands
 
     parser = _Parser(
@@ -96,6 +100,7 @@ def build_parser(first_word: str | None = None) -> argparse.ArgumentParser:
         "Usage: abdiff A..B --configs SUITE, or one of the subcommands below.",
     )
     parser.add_argument("--version", action="version", version=f"abdiff {__version__}")
+    parser.set_defaults(started=started)  # a run's wall time counts its imports (Execution)
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for module in commands(first_word):
         module.register(sub)
@@ -146,6 +151,7 @@ def _error(exc: BaseException) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # the command's wall time: its imports below are its own
     _report_to_stderr()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions: answer, exit
         from abdiff.completion import complete
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                     argv = ["diff", *argv]
             if argv:
                 check_command(argv[0], list(NAMES))
-            parser = build_parser(argv[0] if argv else None)
+            parser = build_parser(argv[0] if argv else None, started)
             args = parser.parse_args(argv)
             if not getattr(args, "command", None):
                 raise InputError("no command: try `abdiff demo`, `abdiff A..B --configs SUITE`, "

@@ -7,6 +7,7 @@ reports) receives these typed objects and never sees argparse.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,8 @@ class Execution:
     seed: int | None = None
     skip_preflight: bool = False
     quiet: bool = False  # no progress lines
+    # when the command began (time.monotonic(), cli.main): its imports are its time too
+    started: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)

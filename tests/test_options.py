@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,15 @@ def test_bad_output_paths_and_rounds_are_refused_before_measuring(tmp_path: Path
         execution_of(parse("--rounds", "5", "--max-rounds", "2"))
     # without --max-rounds the ceiling is the plan's, or --rounds when that is higher
     assert execution_of(parse("--rounds", "20")).max_rounds == 20
+
+
+def test_a_runs_wall_time_starts_when_its_command_began() -> None:
+    """cli.main hands build_parser its start, before the subcommand's imports (scipy, numpy:
+    abdiff's own time, which the time: line shows); a second command in one process (the
+    demo's second story) starts its own."""
+    began = time.monotonic() - 5.0
+    args = build_parser("diff", started=began).parse_args(["diff", "main..pr", "--configs",
+                                                           "mtp"])
+    assert execution_of(args).started == began
+    now = time.monotonic()
+    assert now <= execution_of(parse()).started <= time.monotonic()

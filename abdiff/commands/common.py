@@ -217,7 +217,7 @@ def execution_of(args: argparse.Namespace) -> Execution:
         pass_env=tuple(args.pass_env),
         unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
         resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
-        quiet=args.quiet)
+        quiet=args.quiet, started=args.started)
 
 
 def measuring(args: argparse.Namespace) -> tuple[Selection, Execution]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,17 +31,6 @@ class ProcStat:
     def environ_span(self) -> tuple[int, int]:
         """Where the process's environment block lies in its memory (env_start, env_end)."""
         return int(self.rest[47]), int(self.rest[48])
-
-
-def age_s() -> float:
-    """How long this process has run (its interpreter's start and imports too), from its
-    start in /proc/self/stat and the system's uptime; 0.0 where /proc cannot tell."""
-    stat = read_stat("self")
-    try:
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime - stat.start_ticks / os.sysconf("SC_CLK_TCK")) if stat else 0.0
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def read_stat(pid: int | str) -> ProcStat | None:

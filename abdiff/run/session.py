@@ -26,7 +26,6 @@ from abdiff.host.doctor import preflight
 from abdiff.host.exposure import private_dir
 from abdiff.host.machine_state import CpuSample, read_machine, start_sample, summary_line
 from abdiff.host.machine_state import to_json as machine_json
-from abdiff.host.procfs import age_s
 from abdiff.launchers import make_launcher, sandbox
 from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import kernel_selecting_environment, worker_environment
@@ -131,7 +130,7 @@ def prepare_bench(selection: Selection, execution: Execution, repo_root: Path,
     The bench holds what the command's measurements hold open (the launcher's runtime:
     launchers/runtime.py): use it in a `with`, which releases it; an error here releases
     it before it goes on."""
-    started = time.monotonic() - age_s()  # abdiff's own start and imports are its time too
+    started = execution.started
     cpu_sample = start_sample()
     devices = parse_devices(execution.devices, resolve_device(execution.device) == "cuda") \
         if execution.devices else None
