@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from abdiff.errors import InfrastructureError, InputError
+from abdiff.repo import checkouts as checkouts_module
 from abdiff.repo.checkouts import (
     CheckoutCache,
     clean_cache,
@@ -528,3 +529,39 @@ def test_verify_commit_checkout_names_what_differs(repo: tuple[Path, str, str], 
                 "removed": "bench/value.py is missing"}.get(change,
                                                            "bench/value.py differs from the commit")
     assert verify_commit_checkout(root, folder, c2) == expected
+
+
+@pytest.mark.parametrize("tamper", ["none", "edit", "planted", "relinked"])
+def test_a_run_checks_its_checkout_again_before_each_round(
+        repo: tuple[Path, str, str], cache_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, tamper: str) -> None:
+    """Within one run (one CheckoutCache) a checkout is hashed against the commit again
+    before each round: untouched (read-only in the sandbox) it is used without a git
+    process; whatever a worker changed (a file, a planted .pyc, the git link) sends it
+    through git's full check, which restores or rebuilds it."""
+    root, c1, _ = repo
+    cache = CheckoutCache(root, cache_dir)
+    folder = cache.checkout(SideSpec("main~1", c1))
+    if tamper == "edit":
+        (folder / "bench" / "value.py").write_text("VALUE = 9\n")
+    elif tamper == "planted":
+        (folder / "bench" / "__pycache__").mkdir()
+        (folder / "bench" / "__pycache__" / "value.cpython-311.pyc").write_bytes(b"planted")
+    elif tamper == "relinked":
+        other, _, _ = make_repo(tmp_path / "other")
+        git(other, "worktree", "add", "-q", "--detach", str(tmp_path / "decoy"), "main~1")
+        (folder / ".git").write_text((tmp_path / "decoy" / ".git").read_text())
+    calls: list[tuple[str, ...]] = []
+    real = checkouts_module.run_git
+
+    def counted(cwd: Path, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        return real(cwd, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checkouts_module, "run_git", counted)
+    assert cache.checkout(SideSpec("main~1", c1)) == folder
+    assert (calls == []) is (tamper == "none")
+    assert (folder / "bench" / "value.py").read_text() == "VALUE = 1\n"
+    assert not (folder / "bench" / "__pycache__").exists()
+    monkeypatch.undo()
+    assert checkout_is_valid(folder, c1)

@@ -227,6 +227,16 @@ def verify_commit_checkout(git_cwd: Path, folder: Path, sha: str) -> str | None:
     return expected if isinstance(expected, str) else _differs(folder, sha, expected)
 
 
+def _git_link(folder: Path) -> str | None:
+    """What a worktree's `.git` file says (where its git dir is); None for anything else."""
+    link = folder / ".git"
+    try:
+        return link.read_text(encoding="utf-8") if not link.is_symlink() and link.is_file() \
+            else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _differs(folder: Path, sha: str, expected: dict[str, tuple[bytes, str]]) -> str | None:
     """verify_commit_checkout against the commit's files already read (`_commit_files`)."""
     algorithm = _object_ids(sha)[0]
@@ -289,6 +299,7 @@ class CheckoutCache:
         self._in_use: int | None = None  # descriptor of the in-use lock, once checked out
         self.created: list[Path] = []
         self._commit_trees: dict[str, dict[str, tuple[bytes, str]]] = {}  # sha -> _commit_files
+        self._links: dict[str, str | None] = {}  # sha -> its checkout's .git, checked in full
 
     # ------------------------------------------------------------------ public
 
@@ -304,8 +315,11 @@ class CheckoutCache:
         with self._locked():
             self._prepare_key_dir()
             folder = self.key_dir / side.sha
+            if self._untouched(folder, side.sha):
+                return folder
             if self._valid_commit_checkout(folder, side.sha) \
                     and self._verify(folder, side.sha) is None:
+                self._links[side.sha] = _git_link(folder)
                 return folder
             self._discard(folder)
             exists = run_git(self.repo_root, "cat-file", "-e", f"{side.sha}^{{commit}}",
@@ -328,6 +342,7 @@ class CheckoutCache:
                     f"({problem}); objects in {self.common_dir} were rewritten (`git fsck`), "
                     "or its .gitattributes convert line endings (eol=crlf)")
             write_atomic(self._marker(folder), side.sha + "\n")
+            self._links[side.sha] = _git_link(folder)
             self.created.append(folder)
             return folder
 
@@ -337,6 +352,14 @@ class CheckoutCache:
             return _clean_key_dir(self.key_dir, self.repo_root)
 
     # ------------------------------------------------------------------ commits
+
+    def _untouched(self, folder: Path, sha: str) -> bool:
+        """Checked in full earlier in this run (git's view too) and still exactly the
+        commit's files, hashed here, with the same git link: a checkout no worker changed
+        (the sandbox keeps it read-only) is used again without a git process."""
+        link = self._links.get(sha)
+        return link is not None and self._marker_ok(folder, sha) \
+            and _git_link(folder) == link and self._verify(folder, sha) is None
 
     def _verify(self, folder: Path, sha: str) -> str | None:
         """verify_commit_checkout, reading the commit's trees once per run: what abdiff
