@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
 from abdiff.verdict.compare import compare_runs
-from abdiff.verdict.stats import futile, needs_more_rounds
+from abdiff.verdict.stats import futile, load_scipy, needs_more_rounds
 from abdiff.worker.measure import resolve_device, timing_kind
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,13 @@ class Bench:
     # other processes' CPU use, sampled from here to the machine's reading (check_machine):
     # the set-up between fills the window that a sleep would
     cpu_sample: CpuSample | None = None
+    loading: threading.Thread | None = None  # scipy's import, beside the servers' torch
+
+    def statistics_loaded(self) -> None:
+        """Wait for scipy's import: before the first round, so that it never runs beside a
+        timed worker."""
+        if self.loading is not None:
+            self.loading.join()
 
     def __enter__(self) -> Bench:
         return self
@@ -198,12 +206,15 @@ def _bench(selection: Selection, execution: Execution, repo_root: Path, checkout
     if not execution.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()), target.worker_env(),
               checkouts)
+    # and abdiff's statistics load scipy meanwhile (Bench.statistics_loaded)
+    loading = threading.Thread(target=load_scipy, name="abdiff-load-scipy", daemon=True)
+    loading.start()
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
     suite = with_configs(suite, configs) if configs else suite
     return Bench(suite, target, launcher, round_settings(selection, execution, suite, target,
                                                          start_mode),
-                 cache, cache_dir, runtime.sandbox.words)
+                 cache, cache_dir, runtime.sandbox.words, loading=loading)
 
 
 def round_settings(selection: Selection, execution: Execution, suite: Suite, target: Target,
@@ -356,6 +367,7 @@ def run_one_side(selection: Selection, execution: Execution, rev: str, kind: str
         with exclusive(where), internal_errors(where):
             run_state = RunState.open(where, sides, execution.resume, execution.seed)
             check_machine(execution, [sides["A"].run], bench.cpu_sample)
+            bench.statistics_loaded()
             run_plan(run_state, bench.suite.configs, bench.target, bench.launcher,
                     bench.settings, Plan(execution.rounds, execution.rounds), None,
                     execution.quiet, stop_when_nothing_ran(run_state, {"A": sides["A"].run}),
@@ -424,6 +436,7 @@ def run_and_compare(
     with exclusive(where), internal_errors(where):
         run_state = RunState.open(where, sides, execution.resume, execution.seed)
         check_machine(execution, [side.run for side in sides.values()], bench.cpu_sample)
+        bench.statistics_loaded()
         run_plan(run_state, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),

@@ -51,14 +51,34 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal, Protocol
 
 import numpy as np
-from scipy import special
-from scipy import stats as sps
 
 from abdiff.store.records import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, LatencyVerdict
 from abdiff.verdict.sequential import Looks, spent
+
+
+def _scipy_stats() -> ModuleType:
+    """scipy.stats, imported at its first use: a command's start does not wait for it
+    (session.py loads it while the fork servers import torch: `load_scipy`)."""
+    from scipy import stats
+
+    return stats
+
+
+def _scipy_special() -> ModuleType:
+    from scipy import special
+
+    return special
+
+
+def load_scipy() -> None:
+    """Import what the statistics need, ahead of their first use."""
+    _scipy_stats()
+    _scipy_special()
+
 
 MIN_ROUNDS = 3
 """Fewer pairs than this: no verdict (the variance of a difference needs some rounds)."""
@@ -201,8 +221,8 @@ def trigamma_inverse(y: np.ndarray) -> np.ndarray:
     y = np.asarray(y, dtype=float)
     x = 0.5 + 1 / y
     for _ in range(50):
-        tri = special.polygamma(1, x)
-        step = tri * (1 - tri / y) / special.polygamma(2, x)
+        tri = _scipy_special().polygamma(1, x)
+        step = tri * (1 - tri / y) / _scipy_special().polygamma(2, x)
         x = x + step
         if np.all(-step / x < 1e-8):
             break
@@ -217,14 +237,14 @@ def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.nda
     No excess: d0 = inf and s0^2 = the mean variance.
     """
     v = np.maximum(variance, 1e-300)
-    e = np.log(v) - special.digamma(df / 2) + np.log(df / 2)
-    excess = e.var(axis=-1, ddof=1) - special.polygamma(1, df / 2).mean(axis=-1)
+    e = np.log(v) - _scipy_special().digamma(df / 2) + np.log(df / 2)
+    excess = e.var(axis=-1, ddof=1) - _scipy_special().polygamma(1, df / 2).mean(axis=-1)
     positive = excess > 0
     d0 = np.full(excess.shape, np.inf)
     if positive.any():
         d0[positive] = 2 * trigamma_inverse(excess[positive])
     with np.errstate(over="ignore", invalid="ignore"):
-        s0 = np.exp(e.mean(axis=-1) + special.digamma(d0 / 2) - np.log(d0 / 2))
+        s0 = np.exp(e.mean(axis=-1) + _scipy_special().digamma(d0 / 2) - np.log(d0 / 2))
     s0 = np.where(positive, s0, v.mean(axis=-1))
     return d0, s0
 
@@ -494,8 +514,8 @@ def drift_parts(drift: Drift, level: float, configs: int) -> tuple[float, float]
     each at half the level: the shared offset is one draw for every config, its variance
     estimated from k sessions (t with k - 1 df, no Bonferroni); a config's own offsets are
     one a config (the pooled df, Bonferroni). Returns (shared, own) half-widths."""
-    shared = float(sps.t.ppf(1 - level / 4, max(drift.sessions - 1, 1)))
-    own = float(sps.t.ppf(1 - level / (4 * max(configs, 1)), max(drift.df, 1.0)))
+    shared = float(_scipy_stats().t.ppf(1 - level / 4, max(drift.sessions - 1, 1)))
+    own = float(_scipy_stats().t.ppf(1 - level / (4 * max(configs, 1)), max(drift.df, 1.0)))
     return shared * math.sqrt(drift.shared), own * math.sqrt(drift.own)
 
 
@@ -615,8 +635,8 @@ def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | N
     df_one = float(df[0].min())
     if drift is not None:
         family = len(a)
-        q_half = float(sps.t.isf(budget / (4 * family), df_one))
-        q_full = float(sps.t.isf(budget / (2 * family), df_one))
+        q_half = float(_scipy_stats().t.isf(budget / (4 * family), df_one))
+        q_full = float(_scipy_stats().t.isf(budget / (2 * family), df_one))
         se = np.array([[drift_half_width(drift, budget, family, q_half * x)
                         for x in se[0]]]) / q_full
         mean_se = np.array([drift_half_width(drift, budget, family, q_half * x)
@@ -651,9 +671,9 @@ def _look_threshold(t: np.ndarray, look: LookStatistics, paired: bool, alpha: fl
                                         for i in range(family)]
         return q, p_values, exceeded | (peak >= q)
     if paired:
-        return float(sps.t.isf(alpha, look.df)), [None] * family, exceeded
-    q = float(sps.t.isf(budget / (2 * family), look.df))
-    return q, [min(1.0, 2 * float(sps.t.sf(t[0, i], look.df)) * family)
+        return float(_scipy_stats().t.isf(alpha, look.df)), [None] * family, exceeded
+    q = float(_scipy_stats().t.isf(budget / (2 * family), look.df))
+    return q, [min(1.0, 2 * float(_scipy_stats().t.sf(t[0, i], look.df)) * family)
                for i in range(family)], exceeded
 
 
@@ -773,7 +793,7 @@ def final_threshold(alpha: float, configs: int) -> float:
     """The last look's |t| threshold, approximated: the normal quantile with Bonferroni over
     `configs` (the sign-flip max-T's is a little smaller). Early looks and few pairs have
     far larger ones, which more rounds bring down to this."""
-    return float(sps.norm.isf(alpha / (2 * max(configs, 1))))
+    return float(_scipy_stats().norm.isf(alpha / (2 * max(configs, 1))))
 
 
 def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
@@ -782,7 +802,7 @@ def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
     possible: MIN_UNCHANGED_ROUNDS): the standard error
     shrinks as 1/sqrt(rounds), and the threshold becomes the final one (with 3 pairs the
     t quantile is huge, and projecting it advised hundreds of thousands of rounds)."""
-    z = sps.norm.ppf(DETECTABLE_POWER)
+    z = _scipy_stats().norm.ppf(DETECTABLE_POWER)
     q = final_threshold(alpha, configs)
     needed = rounds * (se * (q + z) / math.log1p(min_effect)) ** 2
     return max(rounds + 1, math.ceil(needed), MIN_UNCHANGED_ROUNDS)
@@ -945,7 +965,7 @@ def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: 
     half, mean_half = q * s.se, q * s.mean_se
     low, high = s.location - half, s.location + half
     mean_low, mean_high = s.mean - mean_half, s.mean + mean_half
-    z = float(sps.norm.ppf(DETECTABLE_POWER))
+    z = float(_scipy_stats().norm.ppf(DETECTABLE_POWER))
     detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
     drift_half = (drift_half_width(rule.drift, look.level, rule.configs) if rule.drift
                   else None)
@@ -1048,7 +1068,7 @@ def futility_chances(result: Measured, max_rounds: int,
     q = final_threshold(alpha, configs)
     threshold = math.log1p(min_effect)
     estimate = math.log(result.ratio) if result.ratio is not None and result.ratio > 0 else 0.0
-    fresh = float(sps.norm.sf(q - max(threshold, abs(estimate)) / se_final))
+    fresh = float(_scipy_stats().norm.sf(q - max(threshold, abs(estimate)) / se_final))
     if share >= 1.0:
         return fresh, 0.0  # no rounds to come
     now = math.sqrt(share) * estimate / result.se  # the final z's part already measured
@@ -1056,8 +1076,8 @@ def futility_chances(result: Measured, max_rounds: int,
 
     def flag_chance(effect: float) -> float:
         drift = effect / se_final * (1.0 - share)
-        return float(sps.norm.sf((q - now - drift) / spread)
-                     + sps.norm.cdf((-q - now - drift) / spread))
+        return float(_scipy_stats().norm.sf((q - now - drift) / spread)
+                     + _scipy_stats().norm.cdf((-q - now - drift) / spread))
 
     return fresh, max(flag_chance(effect) for effect in (threshold, -threshold, estimate))
 
