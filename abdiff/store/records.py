@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -125,7 +125,7 @@ class RunFile:
         return next((c for c in self.configs if c.id == config_id), None)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = plain(self)
         return {"schema": data.pop("schema"), **data}
 
 
@@ -273,8 +273,21 @@ class Result:
     schema: Literal["abdiff.result/1", "abdiff.result/2"] = RESULT_SCHEMA
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = plain(self)
         return {"schema": data.pop("schema"), **data}
+
+
+def plain(value: Any) -> Any:
+    """dataclasses.asdict without its deep copy of every number and string (a run file's
+    rounds hold thousands; abdiff writes them after every round): dataclasses become
+    dicts, lists and tuples new lists and tuples, dicts new dicts; the rest is shared."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list | tuple):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def _json_safe(value: Any) -> Any:
