@@ -124,7 +124,9 @@ class WarmupRule:
 GPU_WARMUP = WarmupRule(tolerance=0.01, agreeing=3, batch_s=0.01, cap_s=0.3)
 # CPU: a longer warm-up did not lower the 2-core machine's round-to-round
 # variation (docs/performance.md), so the CPU rule only checks that the first
-# calls' allocations are done: two batches within 5%, capped short.
+# calls' allocations are done: two batches within 10% (the 2-core machine's calls vary
+# more than 5%, which took a config 3 to 23 calls to agree, one in ten to the cap), capped
+# short.
 CPU_WARMUP = WarmupRule(tolerance=0.10, agreeing=2, batch_s=0.005, cap_s=0.05)
 
 
