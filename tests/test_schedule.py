@@ -11,6 +11,7 @@ import sys
 import time
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -111,11 +112,16 @@ def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
     assert all(ids == [CONFIGS[0].id] for _, r, ids in launcher.workers if r >= 2)
 
 
-def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:
+def aborting_on_a(config_id: str) -> Callable[[str, str, int], float | str]:
+    """The fake worker's behaviour: `config_id` aborts on side A in every round."""
     def behaviour(side: str, cid: str, r: int) -> float | str:
-        return "abort" if (side, cid) == ("A", CONFIGS[1].id) else 100.0
+        return "abort" if (side, cid) == ("A", config_id) else 100.0
 
-    launcher = FakeLauncher(behaviour)
+    return behaviour
+
+
+def test_a_failing_config_is_repeated_then_settled(tmp_path: Path) -> None:
+    launcher = FakeLauncher(aborting_on_a(CONFIGS[1].id))
     run_state = fake_measurement(tmp_path / "state", launcher, Plan(4, 4))
     a = {c.id: c.rounds for c in run_state.sides["A"].run.configs}
     assert [r.status for r in a[CONFIGS[1].id]] == ["aborted"] * FAILURE_REPEATS
@@ -132,13 +138,10 @@ def test_a_config_the_other_side_cannot_pair_is_timed_last(tmp_path: Path) -> No
     fewer rounds of it than FAILURE_REPEATS) gets it after the configs both sides time, so
     those run after the same configs on both sides (a worker keeps what it set up); before
     it is settled, and on A, the order is the suite's."""
-    def behaviour(side: str, cid: str, r: int) -> float | str:
-        return "abort" if (side, cid) == ("A", CONFIGS[0].id) else 100.0
-
     ids = [c.id for c in CONFIGS]
     seen_last = 0
     for seed in range(12):
-        launcher = FakeLauncher(behaviour)
+        launcher = FakeLauncher(aborting_on_a(CONFIGS[0].id))
         fake_measurement(tmp_path / f"state{seed}", launcher, Plan(4, 4), seed=seed)
         a_failures = 0
         b_runs = 0
@@ -162,10 +165,7 @@ def test_a_config_the_other_side_failed_is_not_timed_again_once_its_status_is_kn
     """CONFIGS[0] aborts on A in every round: B runs it in FAILURE_REPEATS rounds (its own
     status, facts and kernels: enough for `aborted -> ok`), then never again; the configs
     both sides run get every round."""
-    def behaviour(side: str, cid: str, r: int) -> float | str:
-        return "abort" if (side, cid) == ("A", CONFIGS[0].id) else 100.0
-
-    launcher = FakeLauncher(behaviour)
+    launcher = FakeLauncher(aborting_on_a(CONFIGS[0].id))
     run_state = fake_measurement(tmp_path / "state", launcher, Plan(5, 5))
     b = {c.id: c.rounds for c in run_state.sides["B"].run.configs}
     assert [r.status for r in b[CONFIGS[0].id]] == ["ok"] * FAILURE_REPEATS

@@ -68,7 +68,7 @@ class Leftovers:
         """A process abdiff started itself."""
         self.started[pid] = _start_ticks(pid)
 
-    def ours(self, pid: int) -> bool:
+    def started_here(self, pid: int) -> bool:
         """Whether `pid` is a process abdiff started (the same pid and start time)."""
         return pid in self.started and self.started[pid] == _start_ticks(pid)
 
@@ -98,13 +98,13 @@ class Leftovers:
             return []
         table = procfs.children()
         ours = table.get(os.getpid(), [])
-        adopted = [pid for pid in ours if not self.ours(pid)]
+        adopted = [pid for pid in ours if not self.started_here(pid)]
         # in a sandbox's pid namespace leftovers come to its first process (guard.py), or,
         # made with clone(CLONE_PARENT), to the command (process 2 there, a fork server
         # between its workers): everything in the namespace but those two is a leftover
         # (of the processes abdiff started that are still its children: a pid reused since
         # is another's)
-        inits = [child for pid in ours if self.ours(pid) for child in table.get(pid, [])
+        inits = [child for pid in ours if self.started_here(pid) for child in table.get(pid, [])
                  if procfs.namespace_pid(child) == 1]
         inside = [pid for init in inits for pid in procfs.below(table.get(init, []), table)
                   if procfs.namespace_pid(pid) != 2]
