@@ -666,8 +666,9 @@ def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> 
 def test_the_result_is_valid_against_its_documented_schema() -> None:
     """docs/schemas/result.json describes what --json writes, and docs/reports.md has a
     changelog row for the version written."""
-    jsonschema = pytest.importorskip("jsonschema")
     from pathlib import Path
+
+    import jsonschema  # a test dependency ('.[test]'): the check never skips
 
     from abdiff.store.records import RESULT_SCHEMA
 
