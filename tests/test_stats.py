@@ -200,11 +200,32 @@ def test_futility_stops_only_what_max_rounds_cannot_decide() -> None:
     assert stats.futile(noisy, 15, configs=12)
     early = LatencyResult("inconclusive", ratio=1.0, ci=[0.8, 1.25], rounds_a=5, rounds_b=5,
                           se=0.05)
-    assert not stats.futile(early, 15, configs=12)  # 5 of 15 rounds: too early to tell
+    assert stats.futile(early, 15, configs=12)  # hopeless at the first look already
     close = LatencyResult("inconclusive", ratio=1.01, ci=[0.99, 1.03], rounds_a=5, rounds_b=5,
                           se=0.004)
     assert not stats.futile(close, 15, configs=12)
     assert stats.futile(close, 5, configs=12)  # the budget is spent
+
+
+def test_futility_at_the_first_look_stops_only_a_hopeless_config_inside_the_threshold(
+) -> None:
+    """The demo's TRTLLM bs32-q4 at the look at 5 of 15 (2-core VM): 1.006x with se 3.8%:
+    15 fresh pairs would flag a 2% change one time in a hundred, the last look from here
+    one in a thousand: it stops. DSA bs8-q1 of another run, 0.977x with se 3.7%, is as
+    hopeless but its estimate lies beyond the threshold (a change that a few rounds, an
+    odd process, blur): it goes on, as does TRTLLM bs8-q1 at 0.992x with se 1.9%, whose
+    fresh chance (7%) is below the late limit but not the early one."""
+    hopeless = LatencyResult("inconclusive", ratio=1.0058, rounds_a=5, rounds_b=5, se=0.0383)
+    assert stats.futile(hopeless, 15, configs=8)
+    beyond = LatencyResult("inconclusive", ratio=0.977, rounds_a=5, rounds_b=5, se=0.0365)
+    assert not stats.futile(beyond, 15, configs=8)
+    fresh, conditional = stats.futility_chances(beyond, 15, configs=8) or (1.0, 1.0)
+    assert fresh < stats.FUTILITY_EARLY_FRESH_POWER and conditional < stats.FUTILITY_EARLY_POWER
+    middling = LatencyResult("inconclusive", ratio=0.9921, rounds_a=5, rounds_b=5, se=0.0193)
+    fresh, _ = stats.futility_chances(middling, 15, configs=8) or (0.0, 0.0)
+    assert stats.FUTILITY_EARLY_FRESH_POWER < fresh < stats.FUTILITY_FRESH_POWER
+    assert not stats.futile(middling, 15, configs=8)
+    assert stats.futile(replace(middling, rounds_a=11, rounds_b=11, se=0.0138), 15, configs=8)
 
 
 def test_futility_is_judged_at_the_threshold_not_at_the_estimate() -> None:

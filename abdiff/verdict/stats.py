@@ -60,15 +60,11 @@ from abdiff.store.records import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, LatencyVerdi
 from abdiff.verdict.sequential import Looks, spent
 
 
-def _scipy_stats() -> ModuleType:
-    """scipy.stats, imported at its first use: a command's start does not wait for it
-    (session.py loads it while the fork servers import torch: `load_scipy`)."""
-    from scipy import stats
-
-    return stats
-
-
-def _scipy_special() -> ModuleType:
+def _special() -> ModuleType:
+    """scipy.special, imported at its first use: a command's start does not wait for it
+    (session.py loads it while the fork servers import torch: `load_scipy`). The t and
+    normal functions below are the ones scipy.stats calls, without importing scipy.stats
+    (most of scipy's import time)."""
     from scipy import special
 
     return special
@@ -76,8 +72,28 @@ def _scipy_special() -> ModuleType:
 
 def load_scipy() -> None:
     """Import what the statistics need, ahead of their first use."""
-    _scipy_stats()
-    _scipy_special()
+    _special()
+
+
+def _t_quantile(p: float, df: float) -> float:
+    return float(_special().stdtrit(df, p))
+
+
+def _t_above(x: float, df: float) -> float:
+    """P(T > x), T Student's t with `df` degrees of freedom."""
+    return float(_special().stdtr(df, -x))
+
+
+def _normal_quantile(p: float) -> float:
+    return float(_special().ndtri(p))
+
+
+def _normal_below(x: float) -> float:
+    return float(_special().ndtr(x))
+
+
+def _normal_above(x: float) -> float:
+    return float(_special().ndtr(-x))
 
 
 MIN_ROUNDS = 3
@@ -121,6 +137,14 @@ FUTILITY_FRESH_POWER = 0.2
 chance: the statistic can change its form as rounds come in (a two-level config's levels
 found at 15 pairs, its standard error a tenth of the plain one at 11), which the
 projection from the rounds so far cannot see."""
+
+FUTILITY_EARLY_POWER = 0.02
+FUTILITY_EARLY_FRESH_POWER = 0.05
+"""The same two chances before half of the plan's rounds (the first look), where only a
+config whose estimate lies inside +-min_effect may stop: a few rounds' spread says little
+(a two-level config's levels not found yet, an odd process not yet taken off). With the
+late limits the first look lost an h200-like +2% run in eight; with these it loses none
+(docs/statistics.md)."""
 
 DETECTABLE_POWER = 0.8
 """Power at which `detectable` (the smallest change a run flags) is computed."""
@@ -221,8 +245,8 @@ def trigamma_inverse(y: np.ndarray) -> np.ndarray:
     y = np.asarray(y, dtype=float)
     x = 0.5 + 1 / y
     for _ in range(50):
-        tri = _scipy_special().polygamma(1, x)
-        step = tri * (1 - tri / y) / _scipy_special().polygamma(2, x)
+        tri = _special().polygamma(1, x)
+        step = tri * (1 - tri / y) / _special().polygamma(2, x)
         x = x + step
         if np.all(-step / x < 1e-8):
             break
@@ -237,14 +261,14 @@ def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.nda
     No excess: d0 = inf and s0^2 = the mean variance.
     """
     v = np.maximum(variance, 1e-300)
-    e = np.log(v) - _scipy_special().digamma(df / 2) + np.log(df / 2)
-    excess = e.var(axis=-1, ddof=1) - _scipy_special().polygamma(1, df / 2).mean(axis=-1)
+    e = np.log(v) - _special().digamma(df / 2) + np.log(df / 2)
+    excess = e.var(axis=-1, ddof=1) - _special().polygamma(1, df / 2).mean(axis=-1)
     positive = excess > 0
     d0 = np.full(excess.shape, np.inf)
     if positive.any():
         d0[positive] = 2 * trigamma_inverse(excess[positive])
     with np.errstate(over="ignore", invalid="ignore"):
-        s0 = np.exp(e.mean(axis=-1) + _scipy_special().digamma(d0 / 2) - np.log(d0 / 2))
+        s0 = np.exp(e.mean(axis=-1) + _special().digamma(d0 / 2) - np.log(d0 / 2))
     s0 = np.where(positive, s0, v.mean(axis=-1))
     return d0, s0
 
@@ -514,8 +538,8 @@ def drift_parts(drift: Drift, level: float, configs: int) -> tuple[float, float]
     each at half the level: the shared offset is one draw for every config, its variance
     estimated from k sessions (t with k - 1 df, no Bonferroni); a config's own offsets are
     one a config (the pooled df, Bonferroni). Returns (shared, own) half-widths."""
-    shared = float(_scipy_stats().t.ppf(1 - level / 4, max(drift.sessions - 1, 1)))
-    own = float(_scipy_stats().t.ppf(1 - level / (4 * max(configs, 1)), max(drift.df, 1.0)))
+    shared = _t_quantile(1 - level / 4, max(drift.sessions - 1, 1))
+    own = _t_quantile(1 - level / (4 * max(configs, 1)), max(drift.df, 1.0))
     return shared * math.sqrt(drift.shared), own * math.sqrt(drift.own)
 
 
@@ -635,8 +659,8 @@ def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | N
     df_one = float(df[0].min())
     if drift is not None:
         family = len(a)
-        q_half = float(_scipy_stats().t.isf(budget / (4 * family), df_one))
-        q_full = float(_scipy_stats().t.isf(budget / (2 * family), df_one))
+        q_half = -_t_quantile(budget / (4 * family), df_one)
+        q_full = -_t_quantile(budget / (2 * family), df_one)
         se = np.array([[drift_half_width(drift, budget, family, q_half * x)
                         for x in se[0]]]) / q_full
         mean_se = np.array([drift_half_width(drift, budget, family, q_half * x)
@@ -671,9 +695,9 @@ def _look_threshold(t: np.ndarray, look: LookStatistics, paired: bool, alpha: fl
                                         for i in range(family)]
         return q, p_values, exceeded | (peak >= q)
     if paired:
-        return float(_scipy_stats().t.isf(alpha, look.df)), [None] * family, exceeded
-    q = float(_scipy_stats().t.isf(budget / (2 * family), look.df))
-    return q, [min(1.0, 2 * float(_scipy_stats().t.sf(t[0, i], look.df)) * family)
+        return -_t_quantile(alpha, look.df), [None] * family, exceeded
+    q = -_t_quantile(budget / (2 * family), look.df)
+    return q, [min(1.0, 2 * _t_above(float(t[0, i]), look.df) * family)
                for i in range(family)], exceeded
 
 
@@ -793,7 +817,7 @@ def final_threshold(alpha: float, configs: int) -> float:
     """The last look's |t| threshold, approximated: the normal quantile with Bonferroni over
     `configs` (the sign-flip max-T's is a little smaller). Early looks and few pairs have
     far larger ones, which more rounds bring down to this."""
-    return float(_scipy_stats().norm.isf(alpha / (2 * max(configs, 1))))
+    return -_normal_quantile(alpha / (2 * max(configs, 1)))
 
 
 def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
@@ -802,7 +826,7 @@ def rounds_to_resolve(se: float, rounds: int, min_effect: float, alpha: float,
     possible: MIN_UNCHANGED_ROUNDS): the standard error
     shrinks as 1/sqrt(rounds), and the threshold becomes the final one (with 3 pairs the
     t quantile is huge, and projecting it advised hundreds of thousands of rounds)."""
-    z = _scipy_stats().norm.ppf(DETECTABLE_POWER)
+    z = _normal_quantile(DETECTABLE_POWER)
     q = final_threshold(alpha, configs)
     needed = rounds * (se * (q + z) / math.log1p(min_effect)) ** 2
     return max(rounds + 1, math.ceil(needed), MIN_UNCHANGED_ROUNDS)
@@ -965,7 +989,7 @@ def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: 
     half, mean_half = q * s.se, q * s.mean_se
     low, high = s.location - half, s.location + half
     mean_low, mean_high = s.mean - mean_half, s.mean + mean_half
-    z = float(_scipy_stats().norm.ppf(DETECTABLE_POWER))
+    z = _normal_quantile(DETECTABLE_POWER)
     detectable = math.expm1((q + z) * s.se) if math.isfinite(q) else math.inf
     drift_half = (drift_half_width(rule.drift, look.level, rule.configs) if rule.drift
                   else None)
@@ -1068,7 +1092,7 @@ def futility_chances(result: Measured, max_rounds: int,
     q = final_threshold(alpha, configs)
     threshold = math.log1p(min_effect)
     estimate = math.log(result.ratio) if result.ratio is not None and result.ratio > 0 else 0.0
-    fresh = float(_scipy_stats().norm.sf(q - max(threshold, abs(estimate)) / se_final))
+    fresh = _normal_above(q - max(threshold, abs(estimate)) / se_final)
     if share >= 1.0:
         return fresh, 0.0  # no rounds to come
     now = math.sqrt(share) * estimate / result.se  # the final z's part already measured
@@ -1076,8 +1100,8 @@ def futility_chances(result: Measured, max_rounds: int,
 
     def flag_chance(effect: float) -> float:
         drift = effect / se_final * (1.0 - share)
-        return float(_scipy_stats().norm.sf((q - now - drift) / spread)
-                     + _scipy_stats().norm.cdf((-q - now - drift) / spread))
+        return (_normal_above((q - now - drift) / spread)
+                + _normal_below((-q - now - drift) / spread))
 
     return fresh, max(flag_chance(effect) for effect in (threshold, -threshold, estimate))
 
@@ -1097,14 +1121,20 @@ def futile(result: Measured, max_rounds: int, min_effect: float = DEFAULT_MIN_EF
     it at +1.2% with a 15-round half-width of 3.2% cannot reach the interval a 2% change
     needs in 4 more pairs, although 15 fresh pairs would flag that change one time in
     nine.
-    Stopping never flags, so it spends no level. Before half of `max_rounds` nothing is
-    futile (a few rounds' spread says little).
+    Stopping never flags, so it spends no level. Before half of `max_rounds` (the first
+    look) the limits are FUTILITY_EARLY_*, and a config only stops there with its estimate
+    inside +-min_effect.
     """
     rounds = min(result.rounds_a, result.rounds_b)
     if rounds >= max_rounds:
         return True
     chances = futility_chances(result, max_rounds, min_effect, alpha, configs)
-    if chances is None or 2 * rounds < max_rounds:
+    if chances is None:
         return False
     fresh, conditional = chances
+    if 2 * rounds < max_rounds:
+        inside = (result.ratio is not None and result.ratio > 0
+                  and abs(math.log(result.ratio)) < math.log1p(min_effect))
+        return (inside and fresh < FUTILITY_EARLY_FRESH_POWER
+                and conditional < FUTILITY_EARLY_POWER)
     return fresh < FUTILITY_FRESH_POWER and conditional < FUTILITY_POWER
