@@ -279,13 +279,13 @@ def test_round_summary_and_variation() -> None:
 
 
 
-def test_with_few_pairs_nothing_is_flagged_even_what_two_levels_fake() -> None:
-    """3-5 pairs: the sign patterns cannot resolve 1%, and a Student t there flags a config
+def test_with_3_or_4_pairs_nothing_is_flagged_even_what_two_levels_fake() -> None:
+    """3-4 pairs: the sign patterns cannot resolve 1%, and a Student t there flags a config
     whose processes sit on two levels whenever every pair lands A low, B high (2 * 4**-n of
     runs: 3% at 3 pairs). Nothing is flagged; the intervals serve `unchanged` only, and
-    `unchanged` needs 11 pairs."""
+    `unchanged` needs 11 pairs. At 5 pairs the plan's last look flags (the next test)."""
     rng = np.random.default_rng(5)
-    for pairs in (3, 4, 5):
+    for pairs in (3, 4):
         configs = [stats.ConfigRounds({r: float(100 * np.exp(rng.normal(0, 0.003)))
                                        for r in range(pairs)},
                                       {r: float(104 * np.exp(rng.normal(0, 0.003)))
@@ -294,6 +294,40 @@ def test_with_few_pairs_nothing_is_flagged_even_what_two_levels_fake() -> None:
         assert {r.verdict for r in results} == {"inconclusive"}
         assert all(not r.flags and r.p is None and r.ci[0] > 1 for r in results)
         assert results[0].threshold == pytest.approx(sps.t.isf(0.01, pairs - 1))
+
+
+def _five_pairs_with_an_odd_process(shift: float, seed: int = 7) -> list[stats.ConfigRounds]:
+    """12 configs, 5 pairs, 0.5% noise; config 3's B `shift` slower; pair 2's B process 25%
+    slow in every config."""
+    rng = np.random.default_rng(seed)
+    configs = []
+    for c in range(12):
+        a = 100 * np.exp(rng.normal(0, 0.005, 5))
+        b = 100 * np.exp(rng.normal(0, 0.005, 5)) * (1 + shift * (c == 3))
+        b[2] *= 1.25
+        configs.append(stats.ConfigRounds(dict(enumerate(map(float, a))),
+                                          dict(enumerate(map(float, b)))))
+    return configs
+
+
+def test_a_plan_of_five_rounds_flags_by_student_t_what_an_odd_process_cannot_fake() -> None:
+    """A plan of 5 rounds per side (its last look; 32 sign patterns cannot resolve 1%) flags
+    by Student's t with Bonferroni: +5% in one config, with one B process 25% slow in every
+    config, is `slower` and nothing else is; its interval excludes 1 and its p is reported.
+    The same 5 pairs as the first look of a 15-round plan flag nothing: that look spends
+    nothing, the later ones spend the level by the sign patterns."""
+    results = stats.latency_verdicts(_five_pairs_with_an_odd_process(0.05))
+    assert [r.verdict for r in results].count("slower") == 1
+    assert results[3].verdict == "slower" and results[3].flags
+    assert results[3].ci is not None and results[3].ci[0] > 1
+    assert results[3].p is not None and results[3].p <= 0.01
+    assert results[3].statistic == "huber"
+    assert all(r.verdict == "inconclusive" and r.ci is not None and r.ci[0] <= 1 <= r.ci[1]
+               for i, r in enumerate(results) if i != 3)
+    first_look = stats.latency_verdicts(_five_pairs_with_an_odd_process(0.05),
+                                        looks=Looks(5, 15))
+    assert {r.verdict for r in first_look} == {"inconclusive"}
+    assert not any(r.flags for r in first_look)
 
 
 def test_ties_of_a_coarse_timer_cannot_collapse_the_scale() -> None:
