@@ -10,7 +10,7 @@ import pytest
 from scipy import special
 from scipy import stats as sps
 
-from abdiff.reports.latency_words import below_threshold_note, latency_result
+from abdiff.reports.latency_words import below_threshold_note, latency_result, method_text
 from abdiff.store.records import LatencyResult
 from abdiff.verdict import stats
 from abdiff.verdict.sequential import Looks
@@ -328,6 +328,46 @@ def test_a_plan_of_five_rounds_flags_by_student_t_what_an_odd_process_cannot_fak
                                         looks=Looks(5, 15))
     assert {r.verdict for r in first_look} == {"inconclusive"}
     assert not any(r.flags for r in first_look)
+
+
+def test_six_pairs_flag_only_where_the_mean_of_the_pairs_agrees() -> None:
+    """A config whose processes sit on two levels 10% apart, alike on both sides, with B
+    1.5% above: the pairs cancel the levels, so the Huber location's t is large, but the
+    sides' own spread floors the mean's SD and the mean's t stays small. The plan's last
+    look (6 pairs) does not flag it: p above the level, the interval widened to reach 1.
+    A 5% change in a quiet config of the same suite is flagged, and its row names the test."""
+    rng = np.random.default_rng(1)
+    levels = np.array([0.1, 0, 0, 0.1, 0, 0])
+    log_a, log_b = rng.normal(0, 0.002, (11, 6)), rng.normal(0, 0.002, (11, 6))
+    log_a[0] += levels
+    log_b[0] += levels + 0.015
+    log_b[3] += 0.05
+    configs = [stats.ConfigRounds(dict(enumerate(np.exp(log_a[c] + 4.6).tolist())),
+                                  dict(enumerate(np.exp(log_b[c] + 4.6).tolist())))
+               for c in range(11)]
+    results = stats.latency_verdicts(configs)
+    vetoed = results[0]
+    assert vetoed.verdict == "inconclusive" and vetoed.p is not None and vetoed.p > 0.01
+    assert vetoed.ci is not None and vetoed.ci[0] <= 1 < vetoed.ci[1]
+    assert results[3].verdict == "slower" and results[3].p is not None
+    assert results[3].p <= results[3].level
+    assert "too few for the sign flips: Student's t with Bonferroni over 11 configs" in \
+        method_text(results[3], 0.01)
+
+
+def test_a_round_missing_in_the_middle_leaves_the_config_judged() -> None:
+    """A fixed plan of 12 rounds where one of A's rounds of one config is lost (its worker
+    crashed): the config's 11 pairs are still judged at the look, and its 3% change flagged
+    like the others'."""
+    rng = np.random.default_rng(0)
+    configs = [stats.ConfigRounds(dict(enumerate(100 * np.exp(rng.normal(0, 0.003, 12)))),
+                                  dict(enumerate(103 * np.exp(rng.normal(0, 0.003, 12)))))
+               for _ in range(5)]
+    configs[1] = stats.ConfigRounds({k: v for k, v in configs[1].a.items() if k != 2},
+                                    configs[1].b)
+    results = stats.latency_verdicts(configs)
+    assert [r.verdict for r in results] == ["slower"] * 5
+    assert results[1].rounds_a == 11 and results[1].threshold is not None
 
 
 def test_ties_of_a_coarse_timer_cannot_collapse_the_scale() -> None:

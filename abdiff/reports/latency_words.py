@@ -30,8 +30,12 @@ def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
     }[s.statistic or "huber"]
     if not s.paired:
         test = f"Welch t, Bonferroni over {s.family} configs (df {s.df:.1f})"
-    elif s.flags:
+    elif s.flags and s.permutation:
         test = f"sign-flip max-T over {s.family} configs"
+    elif s.flags:
+        test = (f"{s.look_rounds} pairs are too few for the sign flips: Student's t with "
+                f"Bonferroni over {s.family} configs at {stats.FEW_PAIRS_LEVEL:.0%} of the "
+                f"level, where the mean of the pairs agrees (df {s.df:.1f})")
     else:
         test = (f"{s.look_rounds} pairs cannot flag at level {s.level:.2g} (too few sign "
                 f"patterns): intervals at Student's t, df {s.df:g}, for `unchanged` only")

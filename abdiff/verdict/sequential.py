@@ -11,8 +11,8 @@ has spent less. stats.family_statistics sets the thresholds of all looks jointly
 same sign patterns, so what is spent is the chance of a false flag at any look. A
 look whose sign patterns cannot resolve its level (5 pairs: 32 patterns) flags
 nothing and spends nothing; the next look may spend what it left. The plan's last look
-spends the rest whatever its pairs: with too few for the patterns (a plan of 5 to 7
-rounds), by Student's t with Bonferroni (stats._few_pairs_look).
+spends the rest: with too few pairs for the patterns (at 1%, a plan of 5 to 7 rounds;
+not below 5), by Student's t with Bonferroni (stats._few_pairs_look).
 
 A run without an extension (`--max-rounds` equal to `--rounds`, a baseline's B
 side, `abdiff run`) has one look and spends all of alpha there.

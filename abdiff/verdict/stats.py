@@ -601,9 +601,10 @@ class Look:
     level: float  # the cumulative level spent up to this look (alpha at the last)
     threshold: float  # q: the intervals are location +- q se; |t| >= q flags where `flags`
     df: float  # the t quantile's df where q is one (no permutation); else the smallest
-    flags: bool  # the sign patterns resolve the look's level (else it only decides unchanged)
+    flags: bool  # the look can flag (else it only decides unchanged)
     family: int  # configs in the look's max (or Bonferroni)
     paired: bool
+    permutation: bool = True  # it flags by the sign patterns (else `_few_pairs_look`)
 
 
 @dataclass(frozen=True)
@@ -644,7 +645,8 @@ class LookStatistics:
     flags: bool
     df: float
     permutation: bool = True  # flags by the sign patterns (else `_few_pairs_look`)
-    threshold: float | None = None  # a `_few_pairs_look`'s q
+    threshold: float | None = None  # a `_few_pairs_look`'s q, its p per config
+    p_values: tuple[float, ...] = ()
 
 
 def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: float,
@@ -680,7 +682,8 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
     nothing; both variances moderated over the family, each t at its smallest df. The
     levelled statistic is not used: with 5 pairs, two odd pairs look like levels. Where
     the mean vetoes the Huber, its standard error is widened until the interval reaches
-    1: the interval excludes 1 exactly when the config is flagged."""
+    1: the interval excludes 1 exactly when the config is flagged. A config's p is the
+    larger of the two tests' (flagged: p <= the level)."""
     d = b - a
     raw = d - odd_process_offsets(d, np.ones((1, d.shape[1])))[0][None]
     location, se, df = _huber_t(raw, tie_floor(d))
@@ -689,19 +692,24 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
     mean_variance, mean_df = moderate(mean_se ** 2 * n, np.maximum(n - 1, 1))
     mean_se = np.sqrt(mean_variance / n)
     family = len(d)
-    level = FEW_PAIRS_LEVEL * budget / (2 * family)
-    q_huber = -_t_quantile(level, float(df.min()))
-    q_mean = -_t_quantile(level, float(np.min(mean_df)))
+    share = FEW_PAIRS_LEVEL / (2 * family)
+    df_huber, df_mean = float(df.min()), float(np.min(mean_df))
+    q_huber, q_mean = -_t_quantile(share * budget, df_huber), -_t_quantile(share * budget,
+                                                                            df_mean)
     with np.errstate(divide="ignore", invalid="ignore"):
         t_huber = np.where(se > 0, np.abs(location) / se, np.inf)
         agreeing = np.where(np.sign(mean) == np.sign(location), np.abs(mean), 0.0)
-        t_mean = np.where(mean_se > 0, agreeing / mean_se, np.inf) * q_huber / q_mean
-        vetoed = (t_huber >= q_huber) & (t_mean < q_huber)
-        se = np.where(vetoed, np.abs(location) / np.nextafter(q_huber, 0.0), se)
+        t_mean = np.where(mean_se > 0, agreeing / mean_se, np.inf)
+    # each config's p is the larger of the two tests' (Bonferroni at the look's share)
+    p_values = tuple(min(1.0, max(_t_above(float(h), df_huber), _t_above(float(m), df_mean))
+                         / share) for h, m in zip(t_huber, t_mean, strict=True))
+    vetoed = (t_huber >= q_huber) & np.array([p > budget for p in p_values])
+    se = np.where(vetoed, np.abs(location) * (1 + 1e-9) / q_huber, se)
     rows = np.zeros((patterns, family), bool)
+    # the mean's interval at its own quantile: mean +- q_huber * (q_mean / q_huber) se
     return LookStatistics(np.broadcast_to(location, rows.shape), np.broadcast_to(se, rows.shape),
-                          rows, mean, mean_se, True, float(df.min()), permutation=False,
-                          threshold=q_huber)
+                          rows, mean, mean_se * q_mean / q_huber, True, df_huber,
+                          permutation=False, threshold=q_huber, p_values=p_values)
 
 
 def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | None
@@ -751,9 +759,8 @@ def _look_threshold(t: np.ndarray, look: LookStatistics, paired: bool, alpha: fl
         return q, p_values, exceeded | (peak >= q)
     if paired and not look.flags:
         return -_t_quantile(alpha, look.df), [None] * family, exceeded
-    if look.threshold is not None:  # a few pairs' last look: its own q, at its share
-        return look.threshold, [min(1.0, 2 * _t_above(float(t[0, i]), look.df) * family
-                                    / FEW_PAIRS_LEVEL) for i in range(family)], exceeded
+    if look.threshold is not None:  # a few pairs' last look: its own q and p
+        return look.threshold, list(look.p_values), exceeded
     q = -_t_quantile(budget / (2 * family), look.df)
     return q, [min(1.0, 2 * _t_above(float(t[0, i]), look.df) * family)
                for i in range(family)], exceeded
@@ -764,6 +771,13 @@ def _round_counts(matrix_a: np.ndarray, matrix_b: np.ndarray, paired: bool) -> n
     if paired:
         return np.isfinite(matrix_b - matrix_a).sum(axis=-1)
     return np.minimum(np.isfinite(matrix_a).sum(axis=-1), np.isfinite(matrix_b).sum(axis=-1))
+
+
+def _pairs_reached(matrix_a: np.ndarray, matrix_b: np.ndarray) -> np.ndarray:
+    """Per config, 1 + the index of its last pair (0 without one)."""
+    finite = np.isfinite(matrix_b - matrix_a)
+    return np.where(finite.any(axis=-1), finite.shape[-1] - np.argmax(finite[:, ::-1], axis=-1),
+                    0)
 
 
 def _look_rounds(matrix_a: np.ndarray, matrix_b: np.ndarray, judged: list[int],
@@ -807,12 +821,16 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
     flagged: set[int] = set()
     found: list[Look] = []
     tested: dict[int, Tested] = {}
+    # a config is measured at a look when it has a pair past the look before: one that
+    # stopped there has none; a round missing in between (a crash) does not stop it
+    reached = _pairs_reached(matrix_a, matrix_b) if paired else counts
     for n, (rounds, budget) in enumerate(zip(rounds_at, cumulative, strict=True)):
+        before = rounds_at[n - 1] if n else 0
         # Every config not flagged before is in the look's max, those stopped earlier with
         # the rounds they have: which configs went on depends on the data, and a max over
         # only those would be one over configs chosen for their large |t|.
         family = [c for c in judged if c not in flagged]
-        measured_here = {c for c in family if not paired or counts[c] >= rounds}
+        measured_here = {c for c in family if not paired or reached[c] > before}
         if not measured_here:
             continue
         look = (_paired_look(matrix_a[family, :rounds], matrix_b[family, :rounds], patterns,
@@ -823,11 +841,14 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
             t = np.where(look.se > 0, np.abs(look.location) / look.se,
                          np.where(look.location != 0, np.inf, 0.0))
         q, p_values, exceeded = _look_threshold(t, look, paired, alpha, budget, exceeded)
-        found.append(Look(rounds, budget, q, look.df, look.flags, len(family), paired))
+        found.append(Look(rounds, budget, q, look.df, look.flags, len(family), paired,
+                          look.permutation))
         for i, c in enumerate(family):
             if c not in measured_here:  # stopped at an earlier look: its verdict is from there
                 continue
-            hit = look.flags and bool(t[0, i] >= q)
+            p_value = p_values[i]
+            hit = look.flags and (bool(t[0, i] >= q) if look.permutation
+                                  else p_value is not None and p_value <= budget)
             tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
                                float(look.mean[i]), float(look.mean_se[i]), p_values[i],
                                len(found) - 1, bool(look.levelled[0, i]), hit)
@@ -935,7 +956,8 @@ class LatencyStatistics:
     looks: int = 0  # looks the run reached
     look_rounds: int | None = None
     family: int = 0  # configs in the deciding look's max
-    flags: bool = False  # the deciding look could flag (its sign patterns resolve its level)
+    flags: bool = False  # the deciding look could flag
+    permutation: bool = True  # ... by the sign patterns (else by `_few_pairs_look`)
     paired: bool = True
     threshold_side: ThresholdSide | None = None  # slower/faster: the interval against +-min_effect
     rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
@@ -1065,6 +1087,7 @@ def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: 
         p=s.p, level=look.level, se=s.se, detectable=_number(detectable),
         statistic=statistic, threshold=q, df=look.df, look=s.look,
         look_rounds=look.rounds, family=look.family, flags=look.flags,
+        permutation=look.permutation,
         threshold_side=side, rounds_needed=needed,
         resolves=math.expm1(max(half, mean_half)) if finite else None,
         drift=math.expm1(drift_half) if drift_half is not None else None, paired=paired,
