@@ -167,14 +167,16 @@ def test_the_plan_times_later_rounds_as_it_chose_on_both_sides(demo: Path,
                                                                tmp_path: Path) -> None:
     """An A/A run extended past its first look: from there every round of a config times
     the count the plan chose from the first rounds (both sides alike), the rounds before
-    the suite's 20, and the result keeps the count with the split it came from."""
+    the suite's 20, and the result keeps the count with the split it came from. The
+    threshold (50%) is one that 10 rounds would see, so that no config is futile at the
+    first look, and fewer than 11 cannot decide `unchanged`: every config runs 10."""
     suite = tmp_path / "s.yaml"
     suite.write_text("warmup_times: 1\nrun_times: 20\nmatrix:\n  run_type: [GEN]\n"
                      "  backend: [TRTLLM]\n  batch_size: [1, 4]\n  seq_len_q: [1]\n"
                      "  seq_len_kv_cache: [64]\n", encoding="utf-8")
     done = run_abdiff("pr..pr", "--configs", suite, "--repo", demo, "--cache-dir",
                       tmp_path / "cache", "--rounds", 4, "--max-rounds", 10,
-                      "--json", tmp_path / "result.json")
+                      "--min-effect", "50%", "--json", tmp_path / "result.json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "result.json").read_text())
     runs = [load_run_file(p) for p in sorted((tmp_path / "cache" / "runs").glob("*/[ab].json"))]
