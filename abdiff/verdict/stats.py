@@ -674,12 +674,12 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
                     ) -> LookStatistics:
     """The plan's last look where the sign patterns cannot resolve its level (FEW_PAIRS to 7
     pairs at 1%): a plan of so few rounds could otherwise never flag a change. Student's t
-    with Bonferroni over the family at FEW_PAIRS_LEVEL of the level, on two statistics that
-    must both reach it: the Huber
-    location of the pairs with odd processes off, which one slow process cannot move,
-    and the mean of the pairs (`paired_means`: its SD floored by the sides' own where
-    they sit on two levels), which a few pairs' coinciding levels cannot shrink to
-    nothing; both variances moderated over the family, each t at its smallest df. The
+    with Bonferroni over the family at FEW_PAIRS_LEVEL of the level, on two statistics
+    that must both reach it: the Huber location of the pairs with odd processes off,
+    which one slow process cannot move, and the mean of the pairs (`paired_means`: its SD
+    floored by the sides' own where they sit on two levels), which a few pairs'
+    coinciding levels cannot shrink to nothing; both variances moderated over the
+    family, each t at its smallest df. The
     levelled statistic is not used: with 5 pairs, two odd pairs look like levels. Where
     the mean vetoes the Huber, its standard error is widened until the interval reaches
     1: the interval excludes 1 exactly when the config is flagged. A config's p is the
