@@ -358,6 +358,28 @@ def test_the_plan_changes_counts_after_the_first_look_alike_for_both_sides(
     assert saved == [plan, plan]
 
 
+def test_the_plan_is_made_after_four_pairs_so_the_first_looks_last_round_times_it(
+        tmp_path: Path) -> None:
+    """The default first look at 5 rounds: the plan needs 4 pairs, so it is made after
+    round 4 of each side and round 5 already times its counts, on both sides; a run
+    without an extension plans nothing."""
+    settings = dataclasses.replace(SETTINGS, run_times=20)
+    run_state = fake_measurement(tmp_path / "state", FakeLauncher(process_speed),
+                                 Plan(5, 11, 6), undecided=lambda: {c.id for c in CONFIGS},
+                                 settings=settings)
+    plan = run_state.iterations
+    assert plan is not None and plan.from_round == 4
+    assert all(c.rounds == 8 for c in plan.configs.values())  # 4 pairs, both sides
+    for config in CONFIGS:
+        for side in "AB":
+            counts = {r.round: len(r.latency_us)
+                      for r in run_state.sides[side].run.config(config.id).rounds}
+            assert counts == {r: 20 if r < 4 else FLOOR for r in range(11)}
+    fixed = fake_measurement(tmp_path / "fixed", FakeLauncher(process_speed), Plan(5, 5),
+                             undecided=lambda: {c.id for c in CONFIGS}, settings=settings)
+    assert fixed.iterations is None
+
+
 def test_the_plan_is_off_when_the_suite_pins_run_times(tmp_path: Path) -> None:
     settings = dataclasses.replace(SETTINGS, run_times=20, adapt_run_times=False)
     run_state = fake_measurement(tmp_path / "state", FakeLauncher(process_speed),

@@ -11,7 +11,8 @@ is least at n* = sqrt(process_s * within / (iteration_s * between)) (Cochran, Sa
 Techniques, 10.6): few iterations where processes differ more than iterations do (the
 2-core CPU), many where they do not (GPU graph replays).
 
-The plan is made once, at the first look, from the rounds of both sides: the
+The plan is made once, from the first MIN_PLAN_PAIRS rounds of both sides (before the
+first look's last round, where the run has an extension; else at the first look): the
 iterations of every round, and the |B - A| of each pair's round medians, so it is the same
 whichever round of any pair is A (under "no change" the signs of the pairs stay equally
 likely given the plan: the sign-flip test stays exact), and it holds from the next round

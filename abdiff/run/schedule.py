@@ -43,7 +43,7 @@ from abdiff.launchers.base import Launcher
 from abdiff.launchers.pool import WorkerPool
 from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
-from abdiff.run.iterations import plan_iterations, shared_cost
+from abdiff.run.iterations import MIN_PLAN_PAIRS, plan_iterations, shared_cost
 from abdiff.run.progress import Progress
 from abdiff.run.rounds import RoundOutput, RoundSettings, order_seed, run_round
 from abdiff.run.time_split import added
@@ -205,7 +205,7 @@ class RunState:
 
     def plan_iterations(self, settings: RoundSettings, one_count: bool, from_round: int
                         ) -> None:
-        """At the first look: each config's timed iterations per round from `from_round`
+        """Once the pairs allow: each config's timed iterations per round from `from_round`
         on, from every side's rounds pooled and what this session's workers spent
         (run/iterations.py); kept in every side's run file. A plan there already (a
         resumed run) stays: its later rounds were timed with it."""
@@ -575,8 +575,16 @@ def run_plan(
                 lane.launcher = launcher.for_lane()  # a warm pool of its own (pooled)
             pools = start_pools(stack, run_state, lanes, target, settings)
             rounds = PlanRounds(run_state, target, settings, progress, lanes)
+            # the timed iterations are planned as soon as the pairs allow (the rounds of
+            # the first look after them time the plan's counts), where there is an extension
+            planned_from = (MIN_PLAN_PAIRS if undecided is not None and settings.adapt_run_times
+                            and MIN_PLAN_PAIRS < plan.rounds < plan.max_rounds else plan.rounds)
             # a schedule starts with both sides' round 0: the first-round check after it
-            rounds.run(slots, configs, after_first_round)
+            rounds.run([s for s in slots if s[1] < planned_from], configs, after_first_round)
+            if planned_from < plan.rounds:
+                run_state.plan_iterations(settings, target.iteration_counts == "job",
+                                          planned_from)
+                rounds.run([s for s in slots if s[1] >= planned_from], configs)
             if undecided is not None:
                 rounds.run_adaptive(configs, plan, undecided, rng)
             count_warm_starts(run_state, pools)
