@@ -575,16 +575,18 @@ def run_plan(
                 lane.launcher = launcher.for_lane()  # a warm pool of its own (pooled)
             pools = start_pools(stack, run_state, lanes, target, settings)
             rounds = PlanRounds(run_state, target, settings, progress, lanes)
-            # the timed iterations are planned as soon as the pairs allow (the rounds of
-            # the first look after them time the plan's counts), where there is an extension
-            planned_from = (MIN_PLAN_PAIRS if undecided is not None and settings.adapt_run_times
-                            and MIN_PLAN_PAIRS < plan.rounds < plan.max_rounds else plan.rounds)
+            # where there is an extension, the timed iterations are planned as soon as the
+            # pairs allow (the first look's rounds after them time the plan's counts)
+            planning = (undecided is not None and settings.adapt_run_times
+                        and plan.rounds < plan.max_rounds)
+            planned_from = min(MIN_PLAN_PAIRS, plan.rounds) if planning else plan.rounds
             # a schedule starts with both sides' round 0: the first-round check after it
             rounds.run([s for s in slots if s[1] < planned_from], configs, after_first_round)
-            if planned_from < plan.rounds:
+            if planning:
                 run_state.plan_iterations(settings, target.iteration_counts == "job",
                                           planned_from)
-                rounds.run([s for s in slots if s[1] >= planned_from], configs)
+            if rest := [s for s in slots if s[1] >= planned_from]:
+                rounds.run(rest, configs)
             if undecided is not None:
                 rounds.run_adaptive(configs, plan, undecided, rng)
             count_warm_starts(run_state, pools)
@@ -660,12 +662,10 @@ class PlanRounds:
 
     def run_adaptive(self, configs: list[Config], plan: Plan,
                      undecided: Callable[[], set[str]], rng: random.Random) -> None:
-        """After the first rounds: the timed iterations planned, then blocks of `plan.step`
-        rounds for the configs still `undecided`, up to `plan.max_rounds`."""
-        run_state, settings = self.run_state, self.settings
+        """After the first rounds: blocks of `plan.step` rounds for the configs still
+        `undecided`, up to `plan.max_rounds`."""
+        run_state = self.run_state
         done = plan.rounds
-        if done < plan.max_rounds and settings.adapt_run_times:
-            run_state.plan_iterations(settings, self.target.iteration_counts == "job", done)
         while done < plan.max_rounds:
             ids = undecided()
             if not ids:
