@@ -296,15 +296,17 @@ def test_with_3_or_4_pairs_nothing_is_flagged_even_what_two_levels_fake() -> Non
         assert results[0].threshold == pytest.approx(sps.t.isf(0.01, pairs - 1))
 
 
-def _five_pairs_with_an_odd_process(shift: float, seed: int = 7) -> list[stats.ConfigRounds]:
-    """12 configs, 5 pairs, 0.5% noise; config 3's B `shift` slower; pair 2's B process 25%
-    slow in every config."""
+def _five_pairs_with_an_odd_process(shift: float, seed: int = 7, slow_b: tuple[int, ...] = (2,),
+                                    slow_a: tuple[int, ...] = ()) -> list[stats.ConfigRounds]:
+    """12 configs, 5 pairs, 0.5% noise; config 3's B `shift` slower; the B processes of the
+    pairs `slow_b` and the A processes of `slow_a` 25% slow in every config."""
     rng = np.random.default_rng(seed)
     configs = []
     for c in range(12):
         a = 100 * np.exp(rng.normal(0, 0.005, 5))
         b = 100 * np.exp(rng.normal(0, 0.005, 5)) * (1 + shift * (c == 3))
-        b[2] *= 1.25
+        b[list(slow_b)] *= 1.25
+        a[list(slow_a)] *= 1.25
         configs.append(stats.ConfigRounds(dict(enumerate(map(float, a))),
                                           dict(enumerate(map(float, b)))))
     return configs
@@ -328,6 +330,26 @@ def test_a_plan_of_five_rounds_flags_by_student_t_what_an_odd_process_cannot_fak
                                         looks=Looks(5, 15))
     assert {r.verdict for r in first_look} == {"inconclusive"}
     assert not any(r.flags for r in first_look)
+
+
+def test_a_plan_of_five_rounds_takes_two_odd_processes_off_but_not_three() -> None:
+    """Two of five pairs with an odd process (one slow on each side) are taken off at the
+    plan's last look, so the +5% config is still `slower` and nothing else is flagged; the
+    permutation looks take off one of five at most. Three slow B processes of five are
+    how B ran, not two odd pairs at no shift: nothing is taken off and nothing flagged."""
+    two = _five_pairs_with_an_odd_process(0.05, slow_b=(1,), slow_a=(3,))
+    results = stats.latency_verdicts(two)
+    assert [r.verdict for r in results].count("slower") == 1
+    assert results[3].verdict == "slower" and results[3].p is not None
+    assert results[3].p <= 0.01
+    d = np.log([[c.b[r] / c.a[r] for r in range(5)] for c in two])
+    ones = np.ones((1, 5))
+    assert np.count_nonzero(stats.odd_process_offsets(d, ones, stats.FEW_PAIRS_ODD_SHARE)) == 2
+    assert np.count_nonzero(stats.odd_process_offsets(d, ones)) == 0
+    three = _five_pairs_with_an_odd_process(0.0, slow_b=(0, 2, 4))
+    d = np.log([[c.b[r] / c.a[r] for r in range(5)] for c in three])
+    assert np.count_nonzero(stats.odd_process_offsets(d, ones, stats.FEW_PAIRS_ODD_SHARE)) == 0
+    assert {r.verdict for r in stats.latency_verdicts(three)} == {"inconclusive"}
 
 
 def test_six_pairs_flag_only_where_the_mean_of_the_pairs_agrees() -> None:

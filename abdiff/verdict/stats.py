@@ -116,6 +116,12 @@ HUBER_K = 1.345
 """Huber's tuning constant (95% efficiency at the normal): differences farther than
 1.345 robust scales from the location count as if they were that far."""
 
+FEW_PAIRS_ODD_SHARE = 0.4
+"""The share of its pairs a `_few_pairs_look` may take odd processes off (2 of 5; else
+ODD_PROCESS_SHARE), while the pairs' median is within ODD_PROCESS of no shift: with 5
+pairs two odd processes are one suite in six of 8%-odd GPU rounds, and left in they
+made every such run inconclusive (docs/statistics.md)."""
+
 EXACT_FLIPS_UP_TO = 13
 """Up to this many pairs every sign pattern (2**13 = 8192) is used; beyond, a subgroup of
 that size (`sign_patterns`)."""
@@ -328,7 +334,8 @@ def tie_floor(d: np.ndarray) -> np.ndarray:
     return floors
 
 
-def odd_process_offsets(d: np.ndarray, signs: np.ndarray) -> np.ndarray:
+def odd_process_offsets(d: np.ndarray, signs: np.ndarray,
+                        share: float = ODD_PROCESS_SHARE) -> np.ndarray:
     """(patterns, pairs): under each sign pattern, the shift of a pair shared by all its
     configs where it stands out from the run's other pairs, 0 elsewhere.
 
@@ -336,7 +343,9 @@ def odd_process_offsets(d: np.ndarray, signs: np.ndarray) -> np.ndarray:
     moves every config's difference of its pair alike; the median over the configs
     (OFFSET_CONFIGS or more) measures it. Only a pair beyond ODD_PROCESS and
     ODD_PROCESS_SPREADS spreads of the pairs' medians, while such pairs are at most
-    ODD_PROCESS_SHARE of them, is taken off. The median over configs of a flipped pair is
+    ODD_PROCESS_SHARE of them, is taken off; up to `share` of them where the median pair
+    itself is within ODD_PROCESS of no shift (three slow processes of five must not make
+    the two others look odd). The median over configs of a flipped pair is
     the flipped median, so each pattern's offsets are those of its own data.
     """
     known = np.isfinite(d).sum(axis=0) >= OFFSET_CONFIGS
@@ -347,10 +356,13 @@ def odd_process_offsets(d: np.ndarray, signs: np.ndarray) -> np.ndarray:
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column
         shared = np.nanmedian(d, axis=0)[known]
     flipped = signs[:, known] * shared[None]
-    deviation = flipped - np.median(flipped, axis=1, keepdims=True)
+    centre = np.median(flipped, axis=1, keepdims=True)
+    deviation = flipped - centre
     spread = 1.4826 * np.median(np.abs(deviation), axis=1, keepdims=True)
     odd = np.abs(deviation) > np.maximum(ODD_PROCESS_SPREADS * spread, ODD_PROCESS)
-    few = odd.sum(axis=1, keepdims=True) <= ODD_PROCESS_SHARE * known.sum()
+    count = odd.sum(axis=1, keepdims=True)
+    few = ((count <= ODD_PROCESS_SHARE * known.sum())
+           | ((count <= share * known.sum()) & (np.abs(centre) <= ODD_PROCESS)))
     out[:, known] = np.where(odd & few, deviation, 0.0)
     return out
 
@@ -476,7 +488,8 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     return PairedStatistics(loc, se, df, levelled)
 
 
-def paired_means(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def paired_means(log_a: np.ndarray, log_b: np.ndarray, share: float = ODD_PROCESS_SHARE
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(mean, standard error) of each config's paired differences with odd processes taken
     off: the location a user who averages rounds means.
 
@@ -487,7 +500,7 @@ def paired_means(log_a: np.ndarray, log_b: np.ndarray) -> tuple[np.ndarray, np.n
     the same levels, d is near 0 while B may sit on the high level far more often.
     """
     d = log_b - log_a
-    x = d - odd_process_offsets(d, np.ones((1, d.shape[1])))[0][None]
+    x = d - odd_process_offsets(d, np.ones((1, d.shape[1])), share)[0][None]
     mask = np.isfinite(x)
     n = mask.sum(axis=-1).astype(float)
     mean = np.where(mask, x, 0.0).sum(axis=-1) / np.maximum(n, 1)
@@ -685,9 +698,9 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
     1: the interval excludes 1 exactly when the config is flagged. A config's p is the
     larger of the two tests' (flagged: p <= the level)."""
     d = b - a
-    raw = d - odd_process_offsets(d, np.ones((1, d.shape[1])))[0][None]
+    raw = d - odd_process_offsets(d, np.ones((1, d.shape[1])), FEW_PAIRS_ODD_SHARE)[0][None]
     location, se, df = _huber_t(raw, tie_floor(d))
-    mean, mean_se = paired_means(a, b)
+    mean, mean_se = paired_means(a, b, FEW_PAIRS_ODD_SHARE)
     n = np.maximum(np.isfinite(d).sum(axis=-1), 1).astype(float)
     mean_variance, mean_df = moderate(mean_se ** 2 * n, np.maximum(n - 1, 1))
     mean_se = np.sqrt(mean_variance / n)
