@@ -117,10 +117,10 @@ HUBER_K = 1.345
 1.345 robust scales from the location count as if they were that far."""
 
 FEW_PAIRS_ODD_SHARE = 0.4
-"""The share of its pairs a `_few_pairs_look` may take odd processes off (2 of 5; else
-ODD_PROCESS_SHARE), while the pairs' median is within ODD_PROCESS of no shift: with 5
-pairs two odd processes are one suite in six of 8%-odd GPU rounds, and left in they
-made every such run inconclusive (docs/statistics.md)."""
+"""The share of its pairs a `_few_pairs_look` may take odd processes off (2 of 5; the
+sign-flip looks ODD_PROCESS_SHARE), and only while the median pair is within ODD_PROCESS
+of no shift: where 8% of processes run slow, about one suite of 5 pairs in six has two,
+and left in they made every such run inconclusive (docs/statistics.md)."""
 
 EXACT_FLIPS_UP_TO = 13
 """Up to this many pairs every sign pattern (2**13 = 8192) is used; beyond, a subgroup of
