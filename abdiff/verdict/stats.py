@@ -488,10 +488,11 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     return PairedStatistics(loc, se, df, levelled)
 
 
-def paired_means(log_a: np.ndarray, log_b: np.ndarray, share: float = ODD_PROCESS_SHARE
+def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(mean, standard error) of each config's paired differences with odd processes taken
-    off: the location a user who averages rounds means.
+    off (`odd`, each pair's shared shift, where the caller found them already): the
+    location a user who averages rounds means.
 
     Its SD has two floors. Ties (`tie_floor`) cannot make it 0. And where either side's
     rounds sit on two levels, the pairs do not couple the levels (each process lands on
@@ -500,7 +501,9 @@ def paired_means(log_a: np.ndarray, log_b: np.ndarray, share: float = ODD_PROCES
     the same levels, d is near 0 while B may sit on the high level far more often.
     """
     d = log_b - log_a
-    x = d - odd_process_offsets(d, np.ones((1, d.shape[1])), share)[0][None]
+    if odd is None:
+        odd = odd_process_offsets(d, np.ones((1, d.shape[1])))[0]
+    x = d - odd[None]
     mask = np.isfinite(x)
     n = mask.sum(axis=-1).astype(float)
     mean = np.where(mask, x, 0.0).sum(axis=-1) / np.maximum(n, 1)
@@ -698,9 +701,9 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
     1: the interval excludes 1 exactly when the config is flagged. A config's p is the
     larger of the two tests' (flagged: p <= the level)."""
     d = b - a
-    raw = d - odd_process_offsets(d, np.ones((1, d.shape[1])), FEW_PAIRS_ODD_SHARE)[0][None]
-    location, se, df = _huber_t(raw, tie_floor(d))
-    mean, mean_se = paired_means(a, b, FEW_PAIRS_ODD_SHARE)
+    odd = odd_process_offsets(d, np.ones((1, d.shape[1])), FEW_PAIRS_ODD_SHARE)[0]
+    location, se, df = _huber_t(d - odd[None], tie_floor(d))
+    mean, mean_se = paired_means(a, b, odd)
     n = np.maximum(np.isfinite(d).sum(axis=-1), 1).astype(float)
     mean_variance, mean_df = moderate(mean_se ** 2 * n, np.maximum(n - 1, 1))
     mean_se = np.sqrt(mean_variance / n)
@@ -863,7 +866,7 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
             hit = look.flags and (bool(t[0, i] >= q) if look.permutation
                                   else p_value is not None and p_value <= budget)
             tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
-                               float(look.mean[i]), float(look.mean_se[i]), p_values[i],
+                               float(look.mean[i]), float(look.mean_se[i]), p_value,
                                len(found) - 1, bool(look.levelled[0, i]), hit)
             if hit:
                 flagged.add(c)
