@@ -57,6 +57,9 @@ class FakeLauncher(Launcher):
     # a CPU set makes the benchmark (cpus -> factor; 1 when not named)
     pinned: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     slower_on: dict[tuple[int, ...], float] = field(default_factory=dict)
+    # a GPU worker's kernel round: names from the timed graphs, times only when the job
+    # asks for them (RoundJob.kernel_times)
+    graph_named: bool = False
     name: ClassVar[str] = "in-process"
 
     @classmethod
@@ -98,7 +101,9 @@ class FakeLauncher(Launcher):
                     if self.behaviour(side, config["id"], job.round) == "abort-in-capture":
                         stderr.write_text("Fatal Python error: Aborted\n")
                         return ProcessOutcome(SIGABRT_EXIT, False, stderr)
-                    writer.kernels(config["id"], KernelProfile({"kernel": 1}, {"kernel": 2.5}))
+                    timed = job.kernel_times or not self.graph_named
+                    writer.kernels(config["id"], KernelProfile({"kernel": 1},
+                                                               {"kernel": 2.5} if timed else {}))
         finally:
             writer.close()
         return ProcessOutcome(0, False, stderr)
@@ -112,11 +117,12 @@ def fake_measurement(state_dir: Path, launcher: FakeLauncher, plan: Plan, *,
                      undecided: Callable[[], dict[str, bool]] | None = None, resume: bool = False,
                      seed: int | None = 7, configs: list[Config] = CONFIGS,
                      devices: list[Device] | None = None,
-                     settings: RoundSettings = SETTINGS) -> RunState:
+                     settings: RoundSettings = SETTINGS,
+                     wanting_times: Callable[[], set[str]] | None = None) -> RunState:
     """Both sides (checkouts named A and B) measured with the fake target."""
     sides = {name: SideRun(state_dir.parent / name,
                            empty_run(name.lower(), name * 40, "fake", "s", configs, {}))
              for name in "AB"}
     run_state = RunState.open(state_dir, sides, resume, seed)
     return run_plan(run_state, configs, FakeTarget(), launcher, settings, plan, undecided,
-                   quiet=True, devices=devices)
+                   quiet=True, devices=devices, wanting_times=wanting_times)

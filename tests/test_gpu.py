@@ -27,6 +27,8 @@ print(json.dumps({
     "events": time_iterations(pack, 3, 10, "cuda", cuda_graph=False).latency_us,
     "graph": time_iterations(pack, 3, 10, "cuda").latency_us,  # graph replay: the default
     "warmup": time_iterations(pack, 3, 10, "cuda").warmup_json(),
+    # a kernel round's names: the timed graph's nodes (graph_kernels.py)
+    "graph_named": time_iterations(pack, 3, 10, "cuda", name_kernels=True).kernels.counts,
 }))
 """
 
@@ -65,6 +67,8 @@ def test_trtllm_kernel_selection_changes_on_pr_v1(demo: Path) -> None:
         assert set(result["kernel_us"]) == set(result["kernels"])
         assert all(0 < us < 5e4 for us in result["kernel_us"].values()), result["kernel_us"]
     assert set(main["kernels"]) != set(pr_v1["kernels"])
+    for result in (main, pr_v1):  # the graph's nodes name what the profiler names
+        assert result["graph_named"] == result["kernels"]
     assert any("softmax" in k.lower() for k in main["kernels"])
     assert any("sdpa" in k.lower() or "flash" in k.lower() for k in pr_v1["kernels"])
     for result in (main, pr_v1):

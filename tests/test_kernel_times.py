@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from abdiff.store.records import KernelDelta, RoundRecord, load_run_file
-from abdiff.verdict.kernel_times import kernel_deltas, kernel_family, root_cause, side_kernel_us
+from abdiff.verdict.kernel_times import (
+    kernel_deltas,
+    kernel_family,
+    lacks_times,
+    root_cause,
+    side_kernel_us,
+)
 from abdiff.worker.measure import profile_kernels
 
 H200 = Path(__file__).parent / "data" / "h200"
@@ -79,3 +85,11 @@ def test_recorded_h200_planted_slowdown_is_named() -> None:
     other = "GEN-TRTLLM-bs8-q1-kv2049"
     for delta in root_cause(run_a.config(other).rounds, run_b.config(other).rounds):
         assert abs(delta.delta_us) < 1.0, delta
+
+
+def test_a_side_that_named_its_kernels_from_graphs_lacks_their_times() -> None:
+    named = [RoundRecord("ok", latency_us=[1.0], kernels={"gemm": 1}), RoundRecord("ok", [1.0])]
+    assert lacks_times(named)
+    assert not lacks_times(rounds({"gemm": 40.0}) + named)  # times captured: root_cause has them
+    assert not lacks_times([RoundRecord("ok", [1.0])])  # no kernel round: nothing to time
+    assert not lacks_times([RoundRecord("failed", "boom", kernels={"gemm": 1})])

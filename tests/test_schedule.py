@@ -92,6 +92,43 @@ def test_every_config_gets_every_round_on_both_sides(tmp_path: Path) -> None:
     assert Looks.from_json(saved.looks).rounds() == (3,)
 
 
+def test_kernel_times_are_captured_after_the_rounds_for_the_configs_that_want_them(
+        tmp_path: Path) -> None:
+    # a GPU kernel round names kernels from its graphs (no times); once the rounds are in,
+    # one worker a side that times nothing captures the wanted config's kernel times into
+    # that config's kernel-round record, and nothing of the others
+    launcher = FakeLauncher(lambda side, cid, r: 100.0, graph_named=True)
+    asked: list[int] = []
+
+    def wanting() -> set[str]:
+        asked.append(1)
+        return {CONFIGS[1].id}
+
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(2, 2),
+                                 wanting_times=wanting)
+    assert asked == [1]
+    assert launcher.workers[-2:] == [("A", 0, []), ("B", 0, [])]  # capture only
+    assert run_state.processes == 6
+    for side in "AB":
+        job = json.loads((tmp_path / "state" / "logs" / side / "kernel-times" / "worker0"
+                          / "job.json").read_text())
+        assert [c["id"] for c in job["capture_only"]] == [CONFIGS[1].id]
+        assert job["kernel_times"] and job["profile_kernels"]
+        saved = load_run_file(tmp_path / "state" / f"{side.lower()}.json")
+        times = {c.id: [r.kernel_us for r in c.rounds] for c in saved.configs}
+        assert times == {CONFIGS[0].id: [{}, {}], CONFIGS[1].id: [{"kernel": 2.5}, {}],
+                         CONFIGS[2].id: [{}, {}]}
+        assert [c.rounds[0].kernels for c in saved.configs] == [{"kernel": 1}] * 3
+
+
+def test_no_capture_of_kernel_times_when_no_config_wants_them(tmp_path: Path) -> None:
+    launcher = FakeLauncher(lambda side, cid, r: 100.0, graph_named=True)
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(2, 2),
+                                 wanting_times=set)
+    assert len(launcher.workers) == run_state.processes == 4
+    assert not (tmp_path / "state" / "logs" / "A" / "kernel-times").exists()
+
+
 def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
     """The first config is undecided once, then nothing; asked again after the block."""
     asked = []

@@ -103,6 +103,9 @@ class RoundJob:
     cuda_graph: bool = True  # time graph replays where the device has them (CUDA); False: eager
     cpu_threads: int = 1  # torch intra-op threads on the CPU (see docs/performance.md)
     profile_kernels: bool = True
+    # with profile_kernels: every kernel's time too (torch.profiler, CUPTI's start in this
+    # process); False: where graph replays are timed, names and counts from the graph's nodes
+    kernel_times: bool = True
     # Seed of the order the worker times `configs` in (None: as given); recorded in the run file.
     order_seed: int | None = None
     # Configs timed by an earlier worker of this round that died before its capture pass:

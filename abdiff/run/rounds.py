@@ -8,6 +8,7 @@ so an abort costs one process start, never another config's data.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
@@ -19,7 +20,13 @@ from abdiff.launchers.base import Launcher
 from abdiff.launchers.process import ProcessOutcome, last_meaningful_line
 from abdiff.run.devices import Device
 from abdiff.run.iterations import run_times_of
-from abdiff.run.protocol import STDERR_MARK, RoundLog, rank_stderr_path, read_round_log
+from abdiff.run.protocol import (
+    STDERR_MARK,
+    KernelProfile,
+    RoundLog,
+    rank_stderr_path,
+    read_round_log,
+)
 from abdiff.run.ranks import merge_rank_logs, read_rank_logs
 from abdiff.run.time_split import added, worker_time
 from abdiff.store.files import own_folder, read_worker_file, remove_path
@@ -34,6 +41,8 @@ from abdiff.targets.base import RoundJob, Target
 # outvoted the first (two rounds that disagree have no majority). Workers capture
 # them in a pass after every config was timed, never before a timed iteration.
 KERNEL_ROUNDS = 1
+# the folder of a side's capture of kernel times after its rounds (capture_kernel_times)
+KERNEL_TIMES = "kernel-times"
 
 
 @dataclass
@@ -202,6 +211,25 @@ def run_round(
     return RoundWorkers(work).run()
 
 
+def capture_kernel_times(target: Target, launcher: Launcher, checkout: Path,
+                         configs: list[Config], settings: RoundSettings, work_dir: Path,
+                         device: Device | None = None, side: SideFolders | None = None,
+                         ) -> tuple[dict[str, KernelProfile], RoundOutput]:
+    """The kernels of `configs` with every kernel's time, from one worker that times
+    nothing: for configs whose kernel round named its kernels from the timed graphs (no
+    times there) and whose latency or kernels changed, so that the report can say which
+    kernels account for it. CUPTI's start is paid here, once a side, and only in a run
+    that found a change."""
+    work_dir = own_folder(Path(work_dir).absolute())
+    work = RoundWork(target, launcher, checkout, configs, settings, 0, work_dir,
+                     lambda cid, record: None, lambda worker: None, device, side, None,
+                     frozenset())
+    workers = RoundWorkers(work)
+    captured = workers.capture_times()
+    return ({cid: profile for cid, profile in captured.items() if profile.us},
+            RoundOutput({}, workers.processes, [], workers.spent))
+
+
 @dataclass(frozen=True)
 class RoundWork:
     """What one round of one side runs, where and how (run_round's arguments)."""
@@ -281,6 +309,7 @@ class RoundWorkers:
             cuda_graph=settings.cuda_graph,
             cpu_threads=settings.cpu_threads,
             profile_kernels=work.profile,
+            kernel_times=False,  # names from the timed graphs; times for a changed config only
             order_seed=work.seed(self.processes),
             capture_only=[{"id": c.id, "params": c.params} for c in self.uncaptured],
             target_options=settings.target_options,
@@ -308,7 +337,8 @@ class RoundWorkers:
                                         work.round_index).items():
                 work.on_record(cid, record)
             for config in self.uncaptured:  # timed by an earlier worker: kept without kernels
-                work.on_record(config.id, self.records[config.id])
+                if config.id in self.records:  # (capture_times has timed none of them)
+                    work.on_record(config.id, self.records[config.id])
             raise
         self.processes += 1
         self.spent = added(self.spent, worker_time(record_path, handed_at, time.time()))
@@ -316,6 +346,20 @@ class RoundWorkers:
             raise InfrastructureError(_could_not_start(outcome, settings, work.round_index,
                                                        attempt, launcher))
         return outcome
+
+    def capture_times(self) -> dict[str, KernelProfile]:
+        """One worker that times nothing and captures every config's kernels with their
+        times (torch.profiler); what it captured, by config."""
+        attempt = self.work.work_dir / "worker0"
+        remove_path(attempt)
+        attempt.mkdir()
+        record_path = attempt / "records.jsonl"
+        self.remaining, self.uncaptured = [], list(self.work.configs)
+        job = dataclasses.replace(self.job(record_path), profile_kernels=True, kernel_times=True)
+        job_path = attempt / "job.json"
+        job.write(job_path)
+        self.start(job, job_path, attempt)
+        return read_launch(record_path, job.ranks).kernels
 
     def take(self, log: RoundLog) -> None:
         """Keep what a worker's log holds: its env, its order, its records and kernels."""

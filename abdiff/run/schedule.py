@@ -45,7 +45,14 @@ from abdiff.launchers.warm import pooled
 from abdiff.run.devices import Device
 from abdiff.run.iterations import MIN_PLAN_PAIRS, plan_iterations, shared_cost
 from abdiff.run.progress import Progress
-from abdiff.run.rounds import RoundOutput, RoundSettings, order_seed, run_round
+from abdiff.run.rounds import (
+    KERNEL_TIMES,
+    RoundOutput,
+    RoundSettings,
+    capture_kernel_times,
+    order_seed,
+    run_round,
+)
 from abdiff.run.time_split import added
 from abdiff.store.files import (
     lock_exclusively,
@@ -222,9 +229,11 @@ class RunState:
             side.run.iterations = plan
         self.save(complete=False)
 
-    def round_dir(self, side: str, round_index: int) -> Path:
-        """Where a side's round keeps its workers' job, record log, stdout and stderr."""
-        return self.side_rounds(side) / f"r{round_index}"
+    def round_dir(self, side: str, round_index: int | str) -> Path:
+        """Where a side's round (or KERNEL_TIMES, its capture of kernel times) keeps its
+        workers' job, record log, stdout and stderr."""
+        return self.side_rounds(side) / (f"r{round_index}" if isinstance(round_index, int)
+                                         else round_index)
 
     def side_rounds(self, side: str) -> Path:
         """The folder of a side's round folders: what that side's fork server may write
@@ -377,7 +386,25 @@ class LaneRounds:
             output = self.run_round(side, round_index, todo, work_dir)
             self.take(side, round_index, output, started)
 
-    def prepare(self, side: str, round_index: int) -> Path:
+    def capture_times(self, side: str, configs: list[Config]) -> None:
+        """Kernel times of `configs` on one side (rounds.capture_kernel_times), put into
+        the records of the side's kernel round, saved."""
+        started = time.monotonic()
+        work_dir = self.prepare(side, KERNEL_TIMES)
+        side_run, lane = self.run_state.sides[side], self.lane
+        try:
+            profiles, output = capture_kernel_times(self.target, lane.launcher,
+                                                    side_run.checkout, configs, self.settings,
+                                                    work_dir, lane.device, side_run.folders)
+        finally:
+            self.after_round()
+        for config in side_run.run.configs:
+            named = [r for r in config.rounds if r.kernels and not r.kernel_us]
+            if config.id in profiles and named:
+                named[0].kernel_us = profiles[config.id].us
+        self.take(side, KERNEL_TIMES, output, started)
+
+    def prepare(self, side: str, round_index: int | str) -> Path:
         """The round's folder made empty, its checkout refreshed (alone on the machine) and
         its side's folders made: the folder its workers get."""
         side_run = self.run_state.sides[side]
@@ -440,7 +467,8 @@ class LaneRounds:
         if self.spread is None:
             launcher.end_leftovers()
 
-    def take(self, side: str, round_index: int, output: RoundOutput, started: float) -> None:
+    def take(self, side: str, round_index: int | str, output: RoundOutput, started: float
+             ) -> None:
         """A finished round's orders, processes, time and env into the measurement, saved."""
         run_state, launcher = self.run_state, self.lane.launcher
         side_run = run_state.sides[side]
@@ -543,6 +571,7 @@ def run_plan(
     quiet: bool = False,
     after_first_round: Callable[[], None] | None = None,
     devices: list[Device] | None = None,
+    wanting_times: Callable[[], set[str]] | None = None,
 ) -> RunState:
     """The first `plan.rounds` per side for all configs, then adaptive blocks.
 
@@ -553,7 +582,9 @@ def run_plan(
     One-sided measurements (`abdiff run`, a baseline refresh, B against a stored
     baseline) use the same schedule, keeping the slots of the sides present.
     With several `devices` (--devices), the ABBA blocks run on all of them at once
-    (run_spread), each device with its own launcher and warm pool.
+    (run_spread), each device with its own launcher and warm pool. `wanting_times` names,
+    once the rounds are in, the configs whose kernel times are still to be captured
+    (rounds.capture_kernel_times): one worker per side captures them.
     """
     warn_if_root()
     rng = random.Random(run_state.seed)
@@ -589,6 +620,8 @@ def run_plan(
                 rounds.run(rest, configs)
             if undecided is not None:
                 rounds.run_adaptive(configs, plan, undecided, rng)
+            if wanting_times is not None and (wanted := wanting_times()):
+                rounds.capture_times([c for c in configs if c.id in wanted])
             count_warm_starts(run_state, pools)
     finally:
         progress.close()
@@ -659,6 +692,16 @@ class PlanRounds:
         if check is not None:
             check()
         lane.run(slots[len(first):])
+
+    def capture_times(self, configs: list[Config]) -> None:
+        """Kernel times of `configs`, each side on the first lane (LaneRounds.capture_times)."""
+        sides = len(self.run_state.sides)
+        self.progress.plan(f"kernel times of {len(configs)} changed "
+                           f"config{'s' * (len(configs) > 1)}", sides, sides * len(configs), 0)
+        lane = LaneRounds(self.run_state, configs, self.target, self.settings, self.progress,
+                          self.lanes[0])
+        for side in self.run_state.sides:
+            lane.capture_times(side, configs)
 
     def run_adaptive(self, configs: list[Config], plan: Plan,
                      undecided: Callable[[], set[str]], rng: random.Random) -> None:

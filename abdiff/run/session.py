@@ -74,7 +74,8 @@ from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
-from abdiff.verdict.compare import compare_runs
+from abdiff.verdict.compare import compare_runs, shows_change
+from abdiff.verdict.kernel_times import lacks_times
 from abdiff.verdict.stats import futile, load_scipy, needs_more_rounds
 from abdiff.worker.measure import resolve_device, timing_kind
 
@@ -419,6 +420,26 @@ def undecided_configs(run_a: RunFile, run_b: RunFile, expect: dict, statistics: 
     return undecided
 
 
+def wanting_kernel_times(run_a: RunFile, run_b: RunFile, expect: dict,
+                         statistics: Statistics) -> Callable[[], set[str]]:
+    """Which configs, once measured, changed (kernels or latency: what the report names the
+    kernels behind) while a side named their kernels without times."""
+
+    def wanting() -> set[str]:
+        result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha)
+        runs = {"A": run_a, "B": run_b}
+        wanted = set()
+        for config in result.configs:
+            if not shows_change(config.kernels_added, config.kernels_removed, config.latency):
+                continue
+            sides = [run.config(config.id) for run in runs.values()]
+            if any(side is not None and lacks_times(side.rounds) for side in sides):
+                wanted.add(config.id)
+        return wanted
+
+    return wanting
+
+
 def run_and_compare(
     execution: Execution, statistics: Statistics, bench: Bench, sides: dict[str, SideRun],
     run_a: RunFile, expect: dict, notes: list[str], adaptive: bool = True,
@@ -441,7 +462,8 @@ def run_and_compare(
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
                 execution.quiet,
-                stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b}), bench.devices)
+                stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b}), bench.devices,
+                wanting_kernel_times(run_a, run_b, expect, statistics))
         if check_measured is not None:
             notes = notes + check_measured()
         allowed = allowance() if allowance is not None else None

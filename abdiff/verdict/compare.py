@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -339,13 +340,19 @@ def iterations_notes(plan: IterationPlan | None) -> list[str]:
             + " (a suite's `adapt_run_times: false` pins its run_times)"]
 
 
+def shows_change(added: Mapping[str, int], removed: Mapping[str, int],
+                 latency: LatencyResult) -> bool:
+    """Kernels or latency changed: what the kernels behind it are named for (kernel_times)."""
+    return bool(added or removed) or latency.verdict in ("slower", "faster")
+
+
 def config_result(config_a: ConfigRuns, config_b: ConfigRuns,
                   latency: LatencyResult) -> ConfigResult:
     """One config both sides measured: status, facts, kernels and latency side by side."""
     status_a, error_a = side_status(config_a.rounds)
     status_b, error_b = side_status(config_b.rounds)
     added, removed = kernels_diff(side_kernels(config_a.rounds), side_kernels(config_b.rounds))
-    changed = added or removed or latency.verdict in ("slower", "faster")  # deltas: any
+    changed = shows_change(added, removed, latency)
     return ConfigResult(
         id=config_a.id,
         params=config_b.params or config_a.params,

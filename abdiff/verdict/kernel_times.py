@@ -39,6 +39,12 @@ def side_kernel_us(rounds: list[RoundRecord],
     return {name: statistics.median(times.get(name, 0.0) for times in timed) for name in names}
 
 
+def lacks_times(rounds: list[RoundRecord]) -> bool:
+    """Whether a side named its kernels without their times (from its timed graphs: the
+    worker's graph_kernels): `root_cause` needs a capture of their times."""
+    return any(r.kernels for r in rounds if r.status == "ok") and side_kernel_us(rounds) is None
+
+
 def _renamed(name_a: str, name_b: str) -> str:
     """`softmax<float> -> <BFloat16>`: B's name from where it starts to differ in brackets."""
     cut = 0

@@ -198,6 +198,8 @@ class Timed:
     warmup: Warmup
     timing: str  # "graph replay" or "eager"
     clocks: dict[str, Any] = field(default_factory=dict)  # {"start", "end"} sensor readings
+    # with `name_kernels`: what the timed graph launches (graph_kernels.py); None: not named
+    kernels: KernelProfile | None = None
 
     def warmup_json(self) -> dict[str, Any]:
         return {**asdict(self.warmup), "seconds": round(self.warmup.seconds, 4)}
@@ -211,6 +213,7 @@ def timing_kind(device: str, cuda_graph: bool) -> str:
 def time_iterations(
     fn: Callable[[], Any], warmup: int, runs: int, device: str, cuda_graph: bool = True,
     rule: WarmupRule | None = None, sensor: Callable[[], dict[str, Any]] | None = None,
+    name_kernels: bool = False,
 ) -> Timed:
     """Per-iteration latency in microseconds after the warm-up (`warm_up`).
 
@@ -220,7 +223,8 @@ def time_iterations(
     are timed, as upstream's run.py does with use_cuda_graph: eager steps of a few
     hundred microseconds time the host's kernel launches instead of the GPU.
     `sensor` (CUDA) is read just before the first timed call and after the last one
-    has finished (abdiff/host/clocks.py): `Timed.clocks`.
+    has finished (abdiff/host/clocks.py): `Timed.clocks`. `name_kernels` (graph replays):
+    the graph's kernels, read from its nodes after the timed replays (`Timed.kernels`).
     """
     rule = rule or warmup_rule(device)
     if device != "cuda":
@@ -234,6 +238,7 @@ def time_iterations(
     import torch
 
     step = fn
+    graph = None
     if cuda_graph:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -241,9 +246,12 @@ def time_iterations(
             for _ in range(max(warmup, 1)):
                 fn()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
+        # kept, not only instantiated, where its nodes are to be named after the timing
+        graph = torch.cuda.CUDAGraph(keep_graph=name_kernels)
         with torch.cuda.graph(graph):
             fn()
+        if name_kernels:
+            graph.instantiate()
         step = graph.replay
     warmed = warm_up(step, warmup, rule, torch.cuda.synchronize)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -256,8 +264,13 @@ def time_iterations(
     torch.cuda.synchronize()
     if sensor:
         clocks["end"] = sensor()
+    kernels = None
+    if graph is not None and name_kernels:
+        from abdiff.worker.graph_kernels import graph_kernel_profile
+
+        kernels = graph_kernel_profile(graph.raw_cuda_graph())
     return Timed([start.elapsed_time(end) * 1000.0 for start, end in events], warmed,
-                 timing_kind(device, cuda_graph), clocks)
+                 timing_kind(device, cuda_graph), clocks, kernels)
 
 
 def profile_kernels(fn: Callable[[], Any], device: str) -> KernelProfile:

@@ -36,6 +36,7 @@ from abdiff.errors import exception_line
 from abdiff.host.clocks import GpuSensor
 from abdiff.launchers.guard import arm_parent_death
 from abdiff.run.protocol import (
+    KernelProfile,
     RecordWriter,
     RoundJob,
     rank_from_env,
@@ -110,10 +111,11 @@ def run_config(
     run_pack: Callable[[], Any], config_id: str, job: RoundJob, device: str,
     writer: RecordWriter, sensor: GpuSensor | None = None, run_times: int | None = None,
     clock_up: bool = False,
-) -> RoundRecord:
+) -> tuple[RoundRecord, KernelProfile | None]:
     """Read facts from the prepared run pack, warm it up and time its `run_times` iterations
     (None: the job's; with the GPU's clocks read just before and after them, where there is
-    a `sensor`). `clock_up`: a config was timed just before in this process."""
+    a `sensor`). `clock_up`: a config was timed just before in this process. With the
+    record, the timed graph's kernels where the job names kernels from graphs (else None)."""
     run_times = job.run_times if run_times is None else run_times
     facts = read_facts({"attn_metadata": find_attn_metadata(run_pack)}, job.facts)
     writer.facts(config_id, facts)
@@ -121,9 +123,10 @@ def run_config(
     # disagree on how many calls they make, and the one that makes more would wait forever
     rule = COUNT_ONLY_WARMUP if job.ranks > 1 else warmup_rule(device, clock_up)
     timed = time_iterations(run_pack, job.warmup_times, run_times, device, job.cuda_graph,
-                            rule, sensor.read if sensor else None)
+                            rule, sensor.read if sensor else None,
+                            name_kernels=job.profile_kernels and not job.kernel_times)
     return RoundRecord("ok", None, timed.latency_us, facts, round=job.round,
-                       warmup=timed.warmup_json(), clocks=timed.clocks)
+                       warmup=timed.warmup_json(), clocks=timed.clocks), timed.kernels
 
 
 def shuffled(configs: list[dict], seed: int | None) -> list[dict]:
@@ -154,15 +157,20 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def capture_pass(
-    runner_cls: type, timed_packs: dict[str, Callable[[], Any]], capture_only: list[dict],
-    device: str, writer: RecordWriter, tensor_parallel: dict[str, Any],
+    runner_cls: type, timed_packs: dict[str, Callable[[], Any] | KernelProfile],
+    capture_only: list[dict], device: str, writer: RecordWriter, tensor_parallel: dict[str, Any],
 ) -> None:
-    """Kernels of every config timed here, then of those an earlier worker timed but could not
-    capture (it died first); a failed capture leaves that config without kernels."""
-    packs: list[tuple[str, Callable[[], Any] | None]] = list(timed_packs.items())
+    """Kernels of every config timed here (named from its timed graph already, or captured
+    now), then of those an earlier worker timed but could not capture (it died first, or it
+    named them from a graph and their times are wanted); a failed capture leaves that config
+    without kernels."""
+    packs: list[tuple[str, Callable[[], Any] | KernelProfile | None]] = list(timed_packs.items())
     packs += [(config["id"], None) for config in capture_only]
     params = {config["id"]: config["params"] for config in capture_only}
     for config_id, run_pack in packs:
+        if isinstance(run_pack, KernelProfile):
+            writer.kernels(config_id, run_pack)
+            continue
         try:
             if run_pack is None:
                 run_pack = create_run_pack(runner_cls, params[config_id], device, tensor_parallel)
@@ -201,17 +209,18 @@ def main(job_path: str) -> int:
     runner_cls = _import_runner(Path.cwd())
     order = shuffled(job.configs, job.order_seed)
     writer.order(job.order_seed, [config["id"] for config in order])
-    timed_packs: dict[str, Callable[[], Any]] = {}  # kept for the capture pass
+    # kept for the capture pass: a run pack to capture, or the kernels its graph named
+    timed_packs: dict[str, Callable[[], Any] | KernelProfile] = {}
     clock_up = False
     for config in order:
         writer.start(config["id"])
         try:
             run_pack = create_run_pack(runner_cls, config["params"], device, tensor_parallel)
-            record = run_config(run_pack, config["id"], job, device, writer, sensor,
-                                job.run_times_of(config), clock_up)
+            record, named = run_config(run_pack, config["id"], job, device, writer, sensor,
+                                       job.run_times_of(config), clock_up)
             clock_up = True
             if job.profile_kernels:
-                timed_packs[config["id"]] = run_pack
+                timed_packs[config["id"]] = run_pack if named is None else named
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
             traceback.print_exc()
             record = RoundRecord("failed", failure_reason(exc),
