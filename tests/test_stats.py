@@ -346,10 +346,20 @@ def test_a_plan_of_five_rounds_takes_two_odd_processes_off_but_not_three() -> No
     ones = np.ones((1, 5))
     assert np.count_nonzero(stats.odd_process_offsets(d, ones, stats.FEW_PAIRS_ODD_SHARE)) == 2
     assert np.count_nonzero(stats.odd_process_offsets(d, ones)) == 0
+    # each config's result says which pairs were taken off, and by how much (B/A, about
+    # 1.25 and 1/1.25 less config 3's +5%: the shift is the median over the configs)
+    for result in results:
+        assert [number for number, _ in result.odd_pairs] == [1, 3]
+        assert result.odd_pairs[0][1] == pytest.approx(1.25, rel=0.01)
+        assert result.odd_pairs[1][1] == pytest.approx(1 / 1.25, rel=0.01)
+    assert ("2 processes ran apart in every config (B 25.3% slower in round 2, A 25.1% slower "
+            "in round 4): those pairs taken off before testing") in \
+        str(latency_result(results[0], 0.02, 0.01).note)
     three = _five_pairs_with_an_odd_process(0.0, slow_b=(0, 2, 4))
     d = np.log([[c.b[r] / c.a[r] for r in range(5)] for c in three])
     assert np.count_nonzero(stats.odd_process_offsets(d, ones, stats.FEW_PAIRS_ODD_SHARE)) == 0
     assert {r.verdict for r in stats.latency_verdicts(three)} == {"inconclusive"}
+    assert all(not r.odd_pairs for r in stats.latency_verdicts(three))
 
 
 def test_six_pairs_flag_only_where_the_mean_of_the_pairs_agrees() -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from abdiff.store.records import MOST_ROUNDS_ADVISED, LatencyResult
+from abdiff.store.records import MOST_ROUNDS_ADVISED, LatencyResult, OddPair
 from abdiff.verdict import stats
 
 
@@ -62,6 +62,17 @@ def levels_text(side: str, levels: stats.Levels) -> str:
             "rounds)")
 
 
+def odd_pairs_text(odd_pairs: tuple[tuple[int, float], ...]) -> str:
+    """"round 4's pair (B 24.0% slower in every config) taken off": what the statistics
+    took off the pairs in which one process ran apart from the rest (round numbers from 1,
+    as the progress line counts them)."""
+    parts = [f"{'B' if ratio > 1 else 'A'} {abs(ratio - 1) if ratio > 1 else 1 / ratio - 1:.1%} "
+             f"slower in round {number + 1}" for number, ratio in odd_pairs]
+    return (f"{'one process' if len(parts) == 1 else f'{len(parts)} processes'} ran apart "
+            f"in every config ({', '.join(parts)}): "
+            f"{'that pair' if len(parts) == 1 else 'those pairs'} taken off before testing")
+
+
 def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
     """The row's notes: threshold side, what would decide, the mean, the levels."""
     notes = []
@@ -96,6 +107,8 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
         if robust_inside and not mean_inside:
             notes.append(f"mean of the rounds {s.mean_ratio:.3f}x [{s.mean_ci[0]:.3f}, "
                          f"{s.mean_ci[1]:.3f}]: some rounds moved more than most")
+    if s.odd_pairs:
+        notes.append(odd_pairs_text(s.odd_pairs))
     for side, levels in (("A", s.levels_a), ("B", s.levels_b)):
         if levels:
             notes.append(levels_text(side, levels))
@@ -126,4 +139,5 @@ def latency_result(s: stats.LatencyStatistics, min_effect: float, alpha: float
         mean_ratio=s.mean_ratio,
         mean_ci=list(s.mean_ci) if s.mean_ci else None,
         threshold_side=s.threshold_side,
+        odd_pairs=[OddPair(number, ratio) for number, ratio in s.odd_pairs],
     )

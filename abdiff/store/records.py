@@ -139,6 +139,15 @@ MOST_ROUNDS_ADVISED = 100  # beyond this many rounds per side: advise a quieter 
 
 
 @dataclass
+class OddPair:
+    """A pair whose shift, shared by every config (one worker process ran apart), the
+    statistics took off: its round number (from 0) and the B/A ratio of that shift."""
+
+    round: Count
+    ratio: Annotated[float, Min(0)]
+
+
+@dataclass
 class LatencyResult:
     """Latency comparison of one config; ratio and interval are B/A."""
 
@@ -167,6 +176,8 @@ class LatencyResult:
     mean_ci: Annotated[list[float], Len(2, 2)] | None = None
     # slower/faster: the interval wholly above the threshold, below it, or across it
     threshold_side: Literal["above", "below", "unsure"] | None = None
+    # the pairs the deciding look took an odd process's shared shift off (stats)
+    odd_pairs: list[OddPair] = field(default_factory=list)
     # Each side's round medians (us), in round order: the HTML report's distributions.
     a_rounds_us: list[float] = field(default_factory=list)
     b_rounds_us: list[float] = field(default_factory=list)

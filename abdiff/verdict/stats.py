@@ -460,6 +460,7 @@ class PairedStatistics:
     se: np.ndarray
     df: np.ndarray
     levelled: np.ndarray
+    odd: np.ndarray  # (pairs,) the shift taken off each pair under the first (observed) pattern
 
 
 def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
@@ -485,7 +486,7 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
         levelled = found & (np.abs(loc_l) * se > np.abs(loc) * se_l)  # |t_l| > |t|
     loc, se = np.where(levelled, loc_l, loc), np.where(levelled, se_l, se)
     df = np.where(levelled, df_l, df)
-    return PairedStatistics(loc, se, df, levelled)
+    return PairedStatistics(loc, se, df, levelled, offsets[0, 0])
 
 
 def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray | None = None
@@ -635,6 +636,7 @@ class Tested:
     look: int
     levelled: bool  # the statistic with two levels taken off was the larger
     flagged: bool
+    odd_pairs: tuple[tuple[int, float], ...] = ()  # (round, B/A ratio) of each shift taken off
 
 
 def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
@@ -663,6 +665,7 @@ class LookStatistics:
     permutation: bool = True  # flags by the sign patterns (else `_few_pairs_look`)
     threshold: float | None = None  # a `_few_pairs_look`'s q, its p per config
     p_values: tuple[float, ...] = ()
+    odd: np.ndarray | None = None  # (pairs,) the observed shift taken off each pair (log)
 
 
 def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: float,
@@ -683,7 +686,8 @@ def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: flo
     spread = np.arange(len(patterns)) % len(signs)
     mean, mean_se = paired_means(a, b)
     return LookStatistics(computed.location[spread], computed.se[spread],
-                          computed.levelled[spread], mean, mean_se, flags, float(rounds - 1))
+                          computed.levelled[spread], mean, mean_se, flags, float(rounds - 1),
+                          odd=computed.odd)
 
 
 def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
@@ -725,7 +729,7 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
     # the mean's interval at its own quantile: mean +- q_huber * (q_mean / q_huber) se
     return LookStatistics(np.broadcast_to(location, rows.shape), np.broadcast_to(se, rows.shape),
                           rows, mean, mean_se * q_mean / q_huber, True, df_huber,
-                          permutation=False, threshold=q_huber, p_values=p_values)
+                          permutation=False, threshold=q_huber, p_values=p_values, odd=odd)
 
 
 def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | None
@@ -857,6 +861,8 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
             t = np.where(look.se > 0, np.abs(look.location) / look.se,
                          np.where(look.location != 0, np.inf, 0.0))
         q, p_values, exceeded = _look_threshold(t, look, paired, alpha, budget, exceeded)
+        odd_pairs = tuple((int(r), math.exp(float(look.odd[r])))
+                          for r in np.flatnonzero(look.odd)) if look.odd is not None else ()
         found.append(Look(rounds, budget, q, look.df, look.flags, len(family), paired,
                           look.permutation))
         for i, c in enumerate(family):
@@ -867,7 +873,7 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
                                   else p_value is not None and p_value <= budget)
             tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
                                float(look.mean[i]), float(look.mean_se[i]), p_value,
-                               len(found) - 1, bool(look.levelled[0, i]), hit)
+                               len(found) - 1, bool(look.levelled[0, i]), hit, odd_pairs)
             if hit:
                 flagged.add(c)
     return found, tested
@@ -979,6 +985,9 @@ class LatencyStatistics:
     rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
     resolves: float | None = None  # the half-width of the wider interval, as a fraction
     drift: float | None = None  # sides measured apart: the drift's half-width, a fraction
+    # the pairs whose shift shared by all configs (one odd process) the deciding look took
+    # off: (round, B/A ratio of the shift)
+    odd_pairs: tuple[tuple[int, float], ...] = ()
 
     @property
     def below_threshold(self) -> bool:
@@ -1107,7 +1116,7 @@ def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: 
         threshold_side=side, rounds_needed=needed,
         resolves=math.expm1(max(half, mean_half)) if finite else None,
         drift=math.expm1(drift_half) if drift_half is not None else None, paired=paired,
-        **sides)
+        odd_pairs=s.odd_pairs, **sides)
 
 
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
