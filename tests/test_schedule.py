@@ -129,6 +129,16 @@ def test_no_capture_of_kernel_times_when_no_config_wants_them(tmp_path: Path) ->
     assert not (tmp_path / "state" / "logs" / "A" / "kernel-times").exists()
 
 
+def test_a_side_kept_for_later_captures_kernel_times_in_its_kernel_round(tmp_path: Path) -> None:
+    # a baseline's side (settings.kernel_times): every kernel round job asks for the times
+    launcher = FakeLauncher(lambda side, cid, r: 100.0, graph_named=True)
+    run_state = fake_measurement(tmp_path / "state", launcher, Plan(2, 2),
+                                 settings=dataclasses.replace(SETTINGS, kernel_times=True))
+    for side in "AB":
+        assert [c.rounds[0].kernel_us for c in run_state.sides[side].run.configs] == \
+            [{"kernel": 2.5}] * 3
+
+
 def test_adaptive_blocks_measure_only_the_undecided(tmp_path: Path) -> None:
     """The first config is undecided once, then nothing; asked again after the block."""
     asked = []

@@ -58,6 +58,10 @@ class RoundSettings:
     cpu_threads: int = 1
     worker_start: str = "cold"  # cold | standby | fork (--prestart; launchers/warm.py)
     profile_kernels: bool = True
+    # kernel rounds capture every kernel's time (torch.profiler); False: a GPU worker names
+    # the kernels from its timed graphs, and a run captures the times of changed configs after
+    # its rounds (capture_kernel_times). A side stored for later (a baseline) keeps them all.
+    kernel_times: bool = False
     target_options: dict = field(default_factory=dict)
     target_args: list[str] = field(default_factory=list)
     pass_env: list[str] = field(default_factory=list)
@@ -309,7 +313,7 @@ class RoundWorkers:
             cuda_graph=settings.cuda_graph,
             cpu_threads=settings.cpu_threads,
             profile_kernels=work.profile,
-            kernel_times=False,  # names from the timed graphs; times for a changed config only
+            kernel_times=settings.kernel_times,
             order_seed=work.seed(self.processes),
             capture_only=[{"id": c.id, "params": c.params} for c in self.uncaptured],
             target_options=settings.target_options,

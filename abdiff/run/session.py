@@ -369,8 +369,10 @@ def run_one_side(selection: Selection, execution: Execution, rev: str, kind: str
             run_state = RunState.open(where, sides, execution.resume, execution.seed)
             check_machine(execution, [sides["A"].run], bench.cpu_sample)
             bench.statistics_loaded()
+            # no later run of this side captures kernel times: its kernel round keeps them
+            settings = dataclasses.replace(bench.settings, kernel_times=True)
             run_plan(run_state, bench.suite.configs, bench.target, bench.launcher,
-                    bench.settings, Plan(execution.rounds, execution.rounds), None,
+                    settings, Plan(execution.rounds, execution.rounds), None,
                     execution.quiet, stop_when_nothing_ran(run_state, {"A": sides["A"].run}),
                     bench.devices)
     return sides["A"].run
