@@ -429,15 +429,10 @@ def wanting_kernel_times(run_a: RunFile, run_b: RunFile, expect: dict,
 
     def wanting() -> set[str]:
         result = compare_runs(run_a, run_b, expect, statistics.min_effect, statistics.alpha)
-        runs = {"A": run_a, "B": run_b}
-        wanted = set()
-        for config in result.configs:
-            if not shows_change(config.kernels_added, config.kernels_removed, config.latency):
-                continue
-            sides = [run.config(config.id) for run in runs.values()]
-            if any(side is not None and lacks_times(side.rounds) for side in sides):
-                wanted.add(config.id)
-        return wanted
+        return {config.id for config in result.configs
+                if shows_change(config.kernels_added, config.kernels_removed, config.latency)
+                and any(side is not None and lacks_times(side.rounds)
+                        for side in (run_a.config(config.id), run_b.config(config.id)))}
 
     return wanting
 
