@@ -25,6 +25,36 @@ from abdiff.targets.reference.worker import _import_runner, create_run_pack
 from abdiff.worker.measure import profile_kernels, time_iterations
 
 
+def unnamed_nodes(pack: object) -> str:
+    """The node types of a graph of `pack` and each copy node's memory types."""
+    import ctypes
+    from collections import Counter
+
+    import torch
+
+    from abdiff.worker.graph_kernels import _Memcpy3D
+
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        pack()  # type: ignore[operator]
+    cuda = ctypes.CDLL("libcuda.so.1")
+    handle, count = ctypes.c_void_p(graph.raw_cuda_graph()), ctypes.c_size_t(0)
+    cuda.cuGraphGetNodes(handle, None, ctypes.byref(count))
+    nodes = (ctypes.c_void_p * count.value)()
+    cuda.cuGraphGetNodes(handle, nodes, ctypes.byref(count))
+    kinds: Counter[int] = Counter()
+    copies: Counter[tuple[int, int]] = Counter()
+    for node in nodes:
+        kind = ctypes.c_int(-1)
+        cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind))
+        kinds[kind.value] += 1
+        if kind.value == 1:
+            params = _Memcpy3D()
+            cuda.cuGraphMemcpyNodeGetParams(ctypes.c_void_p(node), ctypes.byref(params))
+            copies[(params.src_memory_type, params.dst_memory_type)] += 1
+    return f"node types {dict(kinds)}; copies (source, destination memory type) {dict(copies)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="mtp")
@@ -49,6 +79,8 @@ def main() -> None:
         print(f"{config.id:32} graph {'-' if named is None else len(named):>3} kernels "
               f"({graph_s:5.2f} s with the timing), profiler {len(profiled.counts):3} "
               f"({profile_s:5.2f} s): {'same' if same else 'DIFFERENT'}")
+        if named is None:  # which node could not be named: its type (and a copy's memory)
+            print("    " + unnamed_nodes(pack))
         if not same and named is not None:
             for name in sorted(set(named) | set(profiled.counts)):
                 if named.get(name) != profiled.counts.get(name):

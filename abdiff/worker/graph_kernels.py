@@ -10,8 +10,9 @@ demangles CUPTI's, so a name is the same string either way. What nodes cannot gi
 each kernel's time: `kernel_us` stays empty, and a config whose latency changed has its
 kernel times captured by torch.profiler afterwards (run/rounds.capture_kernel_times).
 
-A graph holding a node that no kernel name stands for (a copy, a host call, a child
-graph) is not named here: the caller captures that config with torch.profiler.
+A graph holding a node that no kernel name stands for (a copy from or to host memory, a
+host call, a child graph) is not named here: the caller captures that config with
+torch.profiler.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from typing import Any
 from abdiff.run.protocol import KernelProfile
 
 # CUgraphNodeType (cuda.h)
-_KERNEL, _MEMSET, _EMPTY, _WAIT_EVENT, _EVENT_RECORD = 0, 2, 5, 6, 7
+_KERNEL, _MEMCPY, _MEMSET, _EMPTY, _WAIT_EVENT, _EVENT_RECORD = 0, 1, 2, 5, 6, 7
 _NO_WORK = frozenset({_EMPTY, _WAIT_EVENT, _EVENT_RECORD})  # launch nothing CUPTI records
-MEMSET_NAME = "Memset (Device)"  # how torch.profiler names a device memset
+_DEVICE_MEMORY = 2  # CU_MEMORYTYPE_DEVICE
+# how torch.profiler names a device memset and a copy between device buffers
+MEMSET_NAME = "Memset (Device)"
+DEVICE_COPY_NAME = "Memcpy DtoD (Device -> Device)"
 
 
 class _KernelNodeParams(ctypes.Structure):
@@ -36,6 +40,22 @@ class _KernelNodeParams(ctypes.Structure):
                                                       "block_y", "block_z", "shared_bytes")],
                 ("params", ctypes.c_void_p), ("extra", ctypes.c_void_p),
                 ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+class _Memcpy3D(ctypes.Structure):
+    """CUDA_MEMCPY3D (cuda.h): a copy node's source and destination."""
+
+    _fields_ = [*[(f"src_{name}", ctypes.c_size_t) for name in ("x", "y", "z", "lod")],
+                ("src_memory_type", ctypes.c_int), ("src_host", ctypes.c_void_p),
+                ("src_device", ctypes.c_uint64), ("src_array", ctypes.c_void_p),
+                ("reserved0", ctypes.c_void_p), ("src_pitch", ctypes.c_size_t),
+                ("src_height", ctypes.c_size_t),
+                *[(f"dst_{name}", ctypes.c_size_t) for name in ("x", "y", "z", "lod")],
+                ("dst_memory_type", ctypes.c_int), ("dst_host", ctypes.c_void_p),
+                ("dst_device", ctypes.c_uint64), ("dst_array", ctypes.c_void_p),
+                ("reserved1", ctypes.c_void_p), ("dst_pitch", ctypes.c_size_t),
+                ("dst_height", ctypes.c_size_t),
+                *[(name, ctypes.c_size_t) for name in ("width_bytes", "height", "depth")]]
 
 
 @functools.cache
@@ -77,10 +97,20 @@ def _kernel_name(cuda: Any, node: int | None) -> str | None:
     return demangle(name.value.decode()) if name.value else None
 
 
+def _copy_name(cuda: Any, node: int | None) -> str | None:
+    """A copy between device buffers as torch.profiler names it; None for any other (a
+    host buffer's name depends on whether it is pinned, which the node does not say)."""
+    params = _Memcpy3D()
+    if cuda.cuGraphMemcpyNodeGetParams(ctypes.c_void_p(node), ctypes.byref(params)):
+        return None
+    device_to_device = params.src_memory_type == params.dst_memory_type == _DEVICE_MEMORY
+    return DEVICE_COPY_NAME if device_to_device else None
+
+
 def graph_kernel_profile(raw_graph: int) -> KernelProfile | None:
     """Names and counts of what one replay of the graph launches (no times); None where a
-    node is neither a kernel, a memset nor one that launches nothing, or the driver cannot
-    name one (the caller then captures with torch.profiler)."""
+    node is neither a kernel, a copy between device buffers, a memset nor one that launches
+    nothing, or the driver cannot name one (the caller then captures with torch.profiler)."""
     cuda = ctypes.CDLL("libcuda.so.1")
     graph = ctypes.c_void_p(raw_graph)
     count = ctypes.c_size_t(0)
@@ -97,6 +127,7 @@ def graph_kernel_profile(raw_graph: int) -> KernelProfile | None:
         if kind.value in _NO_WORK:
             continue
         name = (_kernel_name(cuda, node) if kind.value == _KERNEL
+                else _copy_name(cuda, node) if kind.value == _MEMCPY
                 else MEMSET_NAME if kind.value == _MEMSET else None)
         if name is None:
             return None
