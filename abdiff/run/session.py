@@ -460,7 +460,9 @@ def run_and_compare(
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
                 execution.quiet,
                 stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b}), bench.devices,
-                wanting_kernel_times(run_a, run_b, expect, statistics))
+                # only a worker with a capture pass of its own captures without timing
+                wanting_kernel_times(run_a, run_b, expect, statistics)
+                if bench.target.capture_pass else None)
         if check_measured is not None:
             notes = notes + check_measured()
         allowed = allowance() if allowance is not None else None
