@@ -78,6 +78,35 @@ def test_trtllm_kernel_selection_changes_on_pr_v1(demo: Path) -> None:
         assert result["warmup"]["calls"] >= 3 and result["warmup"]["seconds"] < 1.0
 
 
+GRAPH_NAMES = """
+import json, sys
+sys.path.insert(0, ".")
+from tinyllm.tools.layer_wise_benchmarks import Runner
+from abdiff.worker.measure import profile_kernels, time_iterations
+pack = Runner("DSA", device="cuda").create_run_pack(
+    "GEN", batch_size=8, seq_len_q=2, seq_len_kv_cache=2049)
+named = time_iterations(pack, 3, 10, "cuda", name_kernels=True).kernels
+profiled = profile_kernels(pack, "cuda").counts
+print(json.dumps({"graph": named and named.counts, "profiler": profiled}))
+"""
+
+
+def test_a_graph_with_device_copies_is_named_as_the_profiler_names_it(demo: Path) -> None:
+    # DSA's indexer copies between device buffers inside the step: 4 copy nodes a graph
+    import json
+
+    from abdiff.launchers.spec import ABDIFF_ROOT
+
+    subprocess.run(["git", "-C", str(demo / "demo"), "checkout", "-q", "pr"], check=True)
+    done = subprocess.run([sys.executable, "-c", GRAPH_NAMES], cwd=demo / "demo",
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ABDIFF_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["graph"] == result["profiler"]
+    assert result["graph"]["Memcpy DtoD (Device -> Device)"] >= 1
+
+
 def test_a_preimport_that_creates_a_cuda_context_leaves_that_side_cold(tmp_path: Path) -> None:
     """A fork cannot carry a CUDA context: the fork server checks after the target's
     preimport and ends instead of forking; that side's workers start cold."""
