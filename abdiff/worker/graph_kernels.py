@@ -3,7 +3,7 @@
 A GPU worker times its configs as CUDA graph replays. The graph it already captured
 holds every kernel one call launches, so the kernels of a kernel round are read from
 its nodes (`cuGraphGetNodes`, `cuGraphKernelNodeGetParams_v2`, `cuFuncGetName` or,
-for a library's kernel, `cuKernelGetName`) in about 10 ms, where torch.profiler pays
+for a library's kernel, `cuKernelGetName`) in milliseconds, where torch.profiler pays
 CUPTI's start, seconds in every worker process that captures. The driver gives mangled
 names; they are demangled by the C++ runtime's `__cxa_demangle`, as torch.profiler
 demangles CUPTI's, so a name is the same string either way. What nodes cannot give is
