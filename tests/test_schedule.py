@@ -18,6 +18,9 @@ import pytest
 from fake_target import CONFIGS, SETTINGS, FakeLauncher, fake_measurement
 
 from abdiff.errors import InputError
+from abdiff.launchers.process import ProcessOutcome
+from abdiff.launchers.spec import LaunchSpec
+from abdiff.run.protocol import RoundJob
 from abdiff.run.iterations import FLOOR
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
@@ -119,6 +122,33 @@ def test_kernel_times_are_captured_after_the_rounds_for_the_configs_that_want_th
         assert times == {CONFIGS[0].id: [{}, {}], CONFIGS[1].id: [{"kernel": 2.5}, {}],
                          CONFIGS[2].id: [{}, {}]}
         assert [c.rounds[0].kernels for c in saved.configs] == [{"kernel": 1}] * 3
+
+
+@dataclasses.dataclass
+class CaptureFailsLauncher(FakeLauncher):
+    """A fake whose worker that only captures cannot start (no record log)."""
+
+    def run(self, spec: LaunchSpec, log_dir: Path, progress_path: Path,
+            timeout_s: float | None, pass_env: list[str] | None = None,
+            max_memory_bytes: int | None = None) -> ProcessOutcome:
+        job = RoundJob.read(Path(spec.argv[1]))
+        if not job.configs and job.capture_only:
+            (log_dir / "stderr.txt").write_text("CUPTI_ERROR_NOT_INITIALIZED\n")
+            return ProcessOutcome(1, False, log_dir / "stderr.txt")
+        return super().run(spec, log_dir, progress_path, timeout_s, pass_env, max_memory_bytes)
+
+
+def test_a_capture_of_kernel_times_that_fails_keeps_the_rounds(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    launcher = CaptureFailsLauncher(lambda side, cid, r: 100.0, graph_named=True)
+    with caplog.at_level(logging.WARNING):
+        run_state = fake_measurement(tmp_path / "state", launcher, Plan(2, 2),
+                                     wanting_times=lambda: {CONFIGS[0].id})
+    assert "kernel times not captured" in caplog.text
+    saved = load_run_file(tmp_path / "state" / "a.json")
+    assert all(len(c.rounds) == 2 and c.rounds[0].kernels for c in saved.configs)
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["complete"]
+    assert run_state.processes == 4
 
 
 def test_no_capture_of_kernel_times_when_no_config_wants_them(tmp_path: Path) -> None:

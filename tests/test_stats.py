@@ -352,8 +352,9 @@ def test_a_plan_of_five_rounds_takes_two_odd_processes_off_but_not_three() -> No
         assert [number for number, _ in result.odd_pairs] == [1, 3]
         assert result.odd_pairs[0][1] == pytest.approx(1.25, rel=0.01)
         assert result.odd_pairs[1][1] == pytest.approx(1 / 1.25, rel=0.01)
-    assert ("2 processes ran apart in every config (B 25.3% slower in round 2, A 25.1% slower "
-            "in round 4): those pairs taken off before testing") in \
+    assert ("2 processes ran apart in every config (round 2: B 25.3% slower than in the other "
+            "pairs; round 4: A 25.1% slower than in the other pairs): those pairs' shifts taken "
+            "off before testing") in \
         str(latency_result(results[0], 0.02, 0.01).note)
     three = _five_pairs_with_an_odd_process(0.0, slow_b=(0, 2, 4))
     d = np.log([[c.b[r] / c.a[r] for r in range(5)] for c in three])

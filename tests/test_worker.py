@@ -22,7 +22,7 @@ from conftest import config_id, git
 
 from abdiff.demo import build_demo_repo
 from abdiff.launchers import make_launcher
-from abdiff.run.rounds import RoundSettings, order_seed, run_round
+from abdiff.run.rounds import RoundSettings, capture_kernel_times, order_seed, run_round
 from abdiff.store.records import RoundRecord
 from abdiff.suites import Config
 from abdiff.targets.reference.target import ReferenceTarget
@@ -158,6 +158,22 @@ def test_config_order_is_drawn_from_a_recorded_seed_and_replays(demo: Path,
         orders.append(started)
     assert orders[0] == orders[1] != ids  # shuffled, and the same again from the same seed
     assert sorted(orders[0]) == sorted(ids)
+
+
+def test_kernel_times_are_captured_by_a_worker_that_times_nothing(demo: Path,
+                                                                   tmp_path: Path) -> None:
+    # after the rounds (rounds.capture_kernel_times): each wanted config set up afresh,
+    # warmed up by the suite's calls, then captured with every operator's time
+    todo = configs([2], backends=("TRTLLM",))
+    profiles, output = capture_kernel_times(ReferenceTarget(), make_launcher("local"), demo,
+                                            todo, settings(), tmp_path / "kernel-times")
+    assert output.processes == 1
+    assert set(profiles) == {todo[0].id}
+    profile = profiles[todo[0].id]
+    assert set(profile.us) == set(profile.counts) and all(us >= 0 for us in profile.us.values())
+    assert any(name.startswith("aten::") for name in profile.counts)
+    kinds = [e["event"] for e in events(tmp_path / "kernel-times")]
+    assert "done" not in kinds and kinds.count("kernels") == 1  # nothing timed
 
 
 def test_order_seeds_differ_by_side_round_and_worker_and_repeat_for_a_run_seed() -> None:

@@ -63,14 +63,16 @@ def levels_text(side: str, levels: stats.Levels) -> str:
 
 
 def odd_pairs_text(odd_pairs: tuple[tuple[int, float], ...]) -> str:
-    """"round 4's pair (B 24.0% slower in every config) taken off": what the statistics
-    took off the pairs in which one process ran apart from the rest (round numbers from 1,
-    as the progress line counts them)."""
-    parts = [f"{'B' if ratio > 1 else 'A'} {abs(ratio - 1) if ratio > 1 else 1 / ratio - 1:.1%} "
-             f"slower in round {number + 1}" for number, ratio in odd_pairs]
-    return (f"{'one process' if len(parts) == 1 else f'{len(parts)} processes'} ran apart "
-            f"in every config ({', '.join(parts)}): "
-            f"{'that pair' if len(parts) == 1 else 'those pairs'} taken off before testing")
+    """"one process ran apart in every config (round 4: B 24.0% slower than in the other
+    pairs): that pair's shift taken off before testing": what the statistics took off the
+    pairs in which one process ran apart from the rest (round numbers from 1, as the
+    progress line counts them; the shift is against the other pairs, not A against B)."""
+    parts = [f"round {number + 1}: {'B' if ratio > 1 else 'A'} "
+             f"{ratio - 1 if ratio > 1 else 1 / ratio - 1:.1%} slower than in the other pairs"
+             for number, ratio in odd_pairs]
+    who = "one process" if len(parts) == 1 else f"{len(parts)} processes"
+    taken = "that pair's shift" if len(parts) == 1 else "those pairs' shifts"
+    return f"{who} ran apart in every config ({'; '.join(parts)}): {taken} taken off before testing"
 
 
 def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:

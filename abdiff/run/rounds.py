@@ -230,7 +230,8 @@ def capture_kernel_times(target: Target, launcher: Launcher, checkout: Path,
                      frozenset())
     workers = RoundWorkers(work)
     captured = workers.capture_times()
-    return ({cid: profile for cid, profile in captured.items() if profile.us},
+    wanted = {c.id for c in configs}
+    return ({cid: profile for cid, profile in captured.items() if profile.us and cid in wanted},
             RoundOutput({}, workers.processes, [], workers.spent))
 
 

@@ -621,7 +621,10 @@ def run_plan(
             if undecided is not None:
                 rounds.run_adaptive(configs, plan, undecided, rng)
             if wanting_times is not None and (wanted := wanting_times()):
-                rounds.capture_times([c for c in configs if c.id in wanted])
+                try:
+                    rounds.capture_times([c for c in configs if c.id in wanted])
+                except InfrastructureError as exc:  # the rounds are kept: report without times
+                    log.warning(f"kernel times not captured: {exc}")
             count_warm_starts(run_state, pools)
     finally:
         progress.close()

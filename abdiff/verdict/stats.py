@@ -871,9 +871,12 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
             p_value = p_values[i]
             hit = look.flags and (bool(t[0, i] >= q) if look.permutation
                                   else p_value is not None and p_value <= budget)
+            # the pairs taken off that this config has (a shift of the others' pairs only)
+            own_odd = tuple((r, ratio) for r, ratio in odd_pairs
+                            if math.isfinite(matrix_a[c, r] + matrix_b[c, r]))
             tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
                                float(look.mean[i]), float(look.mean_se[i]), p_value,
-                               len(found) - 1, bool(look.levelled[0, i]), hit, odd_pairs)
+                               len(found) - 1, bool(look.levelled[0, i]), hit, own_odd)
             if hit:
                 flagged.add(c)
     return found, tested

@@ -94,7 +94,7 @@ def _kernel_name(cuda: Any, node: int | None) -> str | None:
     if (not params.func or cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(params.func))) \
             and cuda.cuKernelGetName(ctypes.byref(name), ctypes.c_void_p(params.kern)):
         return None
-    return demangle(name.value.decode()) if name.value else None
+    return demangle(name.value.decode(errors="replace")) if name.value else None
 
 
 def _copy_name(cuda: Any, node: int | None) -> str | None:
@@ -110,8 +110,15 @@ def _copy_name(cuda: Any, node: int | None) -> str | None:
 def graph_kernel_profile(raw_graph: int) -> KernelProfile | None:
     """Names and counts of what one replay of the graph launches (no times); None where a
     node is neither a kernel, a copy between device buffers, a memset nor one that launches
-    nothing, or the driver cannot name one (the caller then captures with torch.profiler)."""
-    cuda = ctypes.CDLL("libcuda.so.1")
+    nothing, or the driver cannot name one: one older than CUDA 12.3 has no `cuFuncGetName`
+    (the caller then captures with torch.profiler)."""
+    try:
+        return _graph_kernel_profile(ctypes.CDLL("libcuda.so.1"), raw_graph)
+    except (OSError, AttributeError):  # no driver library, or a driver without the calls
+        return None
+
+
+def _graph_kernel_profile(cuda: Any, raw_graph: int) -> KernelProfile | None:
     graph = ctypes.c_void_p(raw_graph)
     count = ctypes.c_size_t(0)
     if cuda.cuGraphGetNodes(graph, None, ctypes.byref(count)):

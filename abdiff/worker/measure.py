@@ -246,8 +246,11 @@ def time_iterations(
             for _ in range(max(warmup, 1)):
                 fn()
         torch.cuda.current_stream().wait_stream(side)
-        # kept, not only instantiated, where its nodes are to be named after the timing
-        graph = torch.cuda.CUDAGraph(keep_graph=name_kernels)
+        # kept, not only instantiated, where its nodes are to be named after the timing (a
+        # torch before `keep_graph` cannot: its kernels are captured by the profiler)
+        name_kernels = name_kernels and "keep_graph" in inspect.signature(
+            torch.cuda.CUDAGraph.__new__).parameters
+        graph = torch.cuda.CUDAGraph(keep_graph=True) if name_kernels else torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
         if name_kernels:

@@ -56,6 +56,7 @@ from abdiff.worker.measure import (
     resolve_device,
     time_iterations,
     timing_kind,
+    warm_up,
     warmup_rule,
 )
 
@@ -124,7 +125,7 @@ def run_config(
     rule = COUNT_ONLY_WARMUP if job.ranks > 1 else warmup_rule(device, clock_up)
     timed = time_iterations(run_pack, job.warmup_times, run_times, device, job.cuda_graph,
                             rule, sensor.read if sensor else None,
-                            name_kernels=job.profile_kernels and not job.kernel_times)
+                            name_kernels=job.profile_kernels)
     return RoundRecord("ok", None, timed.latency_us, facts, round=job.round,
                        warmup=timed.warmup_json(), clocks=timed.clocks), timed.kernels
 
@@ -157,24 +158,35 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def capture_pass(
-    runner_cls: type, timed_packs: dict[str, Callable[[], Any] | KernelProfile],
-    capture_only: list[dict], device: str, writer: RecordWriter, tensor_parallel: dict[str, Any],
+    runner_cls: type, timed: dict[str, tuple[Callable[[], Any], KernelProfile | None]],
+    job: RoundJob, device: str, writer: RecordWriter, tensor_parallel: dict[str, Any],
 ) -> None:
-    """Kernels of every config timed here (named from its timed graph already, or captured
-    now), then of those an earlier worker timed but could not capture (it died first, or it
-    named them from a graph and their times are wanted); a failed capture leaves that config
-    without kernels."""
-    packs: list[tuple[str, Callable[[], Any] | KernelProfile | None]] = list(timed_packs.items())
-    packs += [(config["id"], None) for config in capture_only]
-    params = {config["id"]: config["params"] for config in capture_only}
-    for config_id, run_pack in packs:
-        if isinstance(run_pack, KernelProfile):
-            writer.kernels(config_id, run_pack)
+    """Kernels of every config timed here: those its timed graph named, with the profiler's
+    times where the job wants them (`kernel_times`), else the profiler's; then of those an
+    earlier worker timed but could not capture (it died first, or it named them from a
+    graph and their times are wanted), each from a fresh run pack warmed up by the job's
+    warm-up calls first, so that no first call's set-up is what is timed. A failed capture
+    leaves that config without kernels."""
+    packs: list[tuple[str, Callable[[], Any] | None, KernelProfile | None]] = [
+        (config_id, run_pack, named) for config_id, (run_pack, named) in timed.items()]
+    packs += [(config["id"], None, None) for config in job.capture_only]
+    params = {config["id"]: config["params"] for config in job.capture_only}
+    for config_id, run_pack, named in packs:
+        if named is not None and not job.kernel_times:
+            writer.kernels(config_id, named)
             continue
         try:
             if run_pack is None:
                 run_pack = create_run_pack(runner_cls, params[config_id], device, tensor_parallel)
-            writer.kernels(config_id, profile_kernels(run_pack, device))
+                import torch
+
+                warm_up(run_pack, job.warmup_times, warmup_rule(device),
+                        torch.cuda.synchronize if device == "cuda" else lambda: None)
+            profile = profile_kernels(run_pack, device)
+            # the timed graph's names and counts, so that a kept side's kernel set is read
+            # as a compared side's is
+            writer.kernels(config_id, profile if named is None
+                           else KernelProfile(named.counts, profile.us))
         except Exception:  # noqa: BLE001 - the config was timed; only its kernels are missing
             traceback.print_exc()
 
@@ -209,8 +221,8 @@ def main(job_path: str) -> int:
     runner_cls = _import_runner(Path.cwd())
     order = shuffled(job.configs, job.order_seed)
     writer.order(job.order_seed, [config["id"] for config in order])
-    # kept for the capture pass: a run pack to capture, or the kernels its graph named
-    timed_packs: dict[str, Callable[[], Any] | KernelProfile] = {}
+    # kept for the capture pass: each run pack, and the kernels its timed graph named
+    timed: dict[str, tuple[Callable[[], Any], KernelProfile | None]] = {}
     clock_up = False
     for config in order:
         writer.start(config["id"])
@@ -220,14 +232,14 @@ def main(job_path: str) -> int:
                                        job.run_times_of(config), clock_up)
             clock_up = True
             if job.profile_kernels:
-                timed_packs[config["id"]] = run_pack if named is None else named
+                timed[config["id"]] = (run_pack, named)
         except Exception as exc:  # noqa: BLE001 - one config's failure is its status, not the round's
             traceback.print_exc()
             record = RoundRecord("failed", failure_reason(exc),
                                  facts=writer.facts_written.get(config["id"], {}),
                                  round=job.round)
         writer.done(config["id"], record)
-    capture_pass(runner_cls, timed_packs, job.capture_only, device, writer, tensor_parallel)
+    capture_pass(runner_cls, timed, job, device, writer, tensor_parallel)
     writer.close()
     return 0
 
