@@ -20,8 +20,8 @@ from fake_target import CONFIGS, SETTINGS, FakeLauncher, fake_measurement
 from abdiff.errors import InputError
 from abdiff.launchers.process import ProcessOutcome
 from abdiff.launchers.spec import LaunchSpec
-from abdiff.run.protocol import RoundJob
 from abdiff.run.iterations import FLOOR
+from abdiff.run.protocol import RoundJob
 from abdiff.run.schedule import (
     FAILURE_REPEATS,
     Plan,
