@@ -110,8 +110,8 @@ def _copy_name(cuda: Any, node: int | None) -> str | None:
 def graph_kernel_profile(raw_graph: int) -> KernelProfile | None:
     """Names and counts of what one replay of the graph launches (no times); None where a
     node is neither a kernel, a copy between device buffers, a memset nor one that launches
-    nothing, or the driver cannot name one: one older than CUDA 12.3 has no `cuFuncGetName`
-    (the caller then captures with torch.profiler)."""
+    nothing, or the driver cannot name one: an older one lacks `cuFuncGetName` (the caller
+    then captures with torch.profiler)."""
     try:
         return _graph_kernel_profile(ctypes.CDLL("libcuda.so.1"), raw_graph)
     except (OSError, AttributeError):  # no driver library, or a driver without the calls
