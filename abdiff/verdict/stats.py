@@ -489,11 +489,11 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     return PairedStatistics(loc, se, df, levelled, offsets[0, 0])
 
 
-def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray | None = None
+def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(mean, standard error) of each config's paired differences with odd processes taken
-    off (`odd`, each pair's shared shift, where the caller found them already): the
-    location a user who averages rounds means.
+    off (`odd`, each pair's shared shift under the observed signs, as the look found it):
+    the location a user who averages rounds means.
 
     Its SD has two floors. Ties (`tie_floor`) cannot make it 0. And where either side's
     rounds sit on two levels, the pairs do not couple the levels (each process lands on
@@ -502,8 +502,6 @@ def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray | None = 
     the same levels, d is near 0 while B may sit on the high level far more often.
     """
     d = log_b - log_a
-    if odd is None:
-        odd = odd_process_offsets(d, np.ones((1, d.shape[1])))[0]
     x = d - odd[None]
     mask = np.isfinite(x)
     n = mask.sum(axis=-1).astype(float)
@@ -684,7 +682,7 @@ def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: flo
     signs = patterns[:distinct, :rounds] if flags else np.ones((1, rounds))
     computed = paired_statistics(a, b, signs)
     spread = np.arange(len(patterns)) % len(signs)
-    mean, mean_se = paired_means(a, b)
+    mean, mean_se = paired_means(a, b, computed.odd)
     return LookStatistics(computed.location[spread], computed.se[spread],
                           computed.levelled[spread], mean, mean_se, flags, float(rounds - 1),
                           odd=computed.odd)
