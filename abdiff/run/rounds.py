@@ -279,21 +279,28 @@ class RoundWorkers:
         """Start workers until no config is left to time or to capture."""
         work = self.work
         while self.remaining or self.uncaptured:
-            attempt = work.work_dir / f"worker{self.processes}"
-            # made here, empty: the worker before could have planted links in it
-            remove_path(attempt)
-            attempt.mkdir()
-            record_path = attempt / "records.jsonl"
-            job = self.job(record_path)
-            job_path = attempt / "job.json"
-            job.write(job_path)
-            outcome = self.start(job, job_path, attempt)
+            job, outcome = self.launch()
+            record_path = Path(job.record_path)
             name_dead_rank(outcome, work.launcher, record_path)
             log = read_launch(record_path, job.ranks)
             self.take(log)
             self.fail_unfinished(log, outcome)
             self.hand_over()
         return RoundOutput(self.env, self.processes, self.orders, self.spent)
+
+    def launch(self, kernel_times: bool = False) -> tuple[RoundJob, ProcessOutcome]:
+        """The next worker, run to its end: its folder made empty (the worker before could
+        have planted links in it) and its job written there. `kernel_times`: the job
+        captures kernels with their times (True) whatever the settings say."""
+        attempt = self.work.work_dir / f"worker{self.processes}"
+        remove_path(attempt)
+        attempt.mkdir()
+        job = self.job(attempt / "records.jsonl")
+        if kernel_times:
+            job = dataclasses.replace(job, profile_kernels=True, kernel_times=True)
+        job_path = attempt / "job.json"
+        job.write(job_path)
+        return job, self.start(job, job_path, attempt)
 
     def job(self, record_path: Path) -> RoundJob:
         """The next worker's job: the configs left to time, then those left to capture."""
@@ -355,16 +362,9 @@ class RoundWorkers:
     def capture_times(self) -> dict[str, KernelProfile]:
         """One worker that times nothing and captures every config's kernels with their
         times (torch.profiler); what it captured, by config."""
-        attempt = self.work.work_dir / "worker0"
-        remove_path(attempt)
-        attempt.mkdir()
-        record_path = attempt / "records.jsonl"
         self.remaining, self.uncaptured = [], list(self.work.configs)
-        job = dataclasses.replace(self.job(record_path), profile_kernels=True, kernel_times=True)
-        job_path = attempt / "job.json"
-        job.write(job_path)
-        self.start(job, job_path, attempt)
-        return read_launch(record_path, job.ranks).kernels
+        job, _ = self.launch(kernel_times=True)
+        return read_launch(Path(job.record_path), job.ranks).kernels
 
     def take(self, log: RoundLog) -> None:
         """Keep what a worker's log holds: its env, its order, its records and kernels."""
