@@ -190,20 +190,39 @@ def adaptive_n(scenario: str, rng: np.random.Generator) -> tuple[np.ndarray, np.
     return log_a, log_b
 
 
-def as_rounds(log_a: np.ndarray, log_b: np.ndarray, counts: list[int]) -> list[Any]:
+def as_rounds(log_a: np.ndarray, log_b: np.ndarray, counts: list[int],
+              earlier: list[Any] | None = None) -> list[Any]:
+    extra = [{"earlier": e} for e in earlier] if earlier else [{}] * len(counts)
     return [stats.ConfigRounds({r: float(np.exp(log_a[c, r])) for r in range(counts[c])},
-                               {r: float(np.exp(log_b[c, r])) for r in range(counts[c])})
+                               {r: float(np.exp(log_b[c, r])) for r in range(counts[c])},
+                               **extra[c])
             for c in range(len(counts))]
 
 
+def earlier_noises(profile: str, run: int, runs: int, quieter: float) -> list[Any]:
+    """Each config's `EarlierNoise` from `runs` earlier A/A suites of the profile (15 rounds,
+    seeds of their own), their noise `quieter` times the suite's: the machine measured
+    its noise before, and may have been quieter then. Only the pairs timed like a plan of
+    5 rounds (`adaptive-n`: its rounds 0-4, 20 iterations), as abdiff borrows."""
+    parts = []
+    for h in range(runs):
+        rng = np.random.default_rng([zlib.crc32(f"earlier:{profile}".encode()), run, h])
+        log_a, log_b = suite(profile, "aa", rng)
+        d = stats.earlier_differences(log_a, log_b) * quieter
+        parts.append(d[:, :5] if profile == "adaptive-n" else d)
+    return [stats.earlier_noise([p[c] for p in parts]) for c in range(CONFIGS)]
+
+
 def run_rule(module: ModuleType, log_a: np.ndarray, log_b: np.ndarray, first: int,
-             most: int) -> tuple[list[str], int]:
+             most: int, earlier: list[Any] | None = None) -> tuple[list[str], int]:
     """Verdicts of `module`'s rule (an adaptive plan when most > first) and the rounds per
-    side summed over configs, as abdiff's session runs the plan."""
+    side summed over configs, as abdiff's session runs the plan; `earlier`, each config's
+    noise as earlier runs measured it."""
     looks = Looks(first, most) if most > first else None
     counts = [first] * len(log_a)
     while True:
-        results = module.latency_verdicts(as_rounds(log_a, log_b, counts), looks=looks)
+        results = module.latency_verdicts(as_rounds(log_a, log_b, counts, earlier),
+                                          looks=looks)
         open_ = [c for c, r in enumerate(results) if module.needs_more_rounds(r)
                  and not module.futile(r, most, configs=len(results)) and counts[c] < most]
         if not open_:
@@ -239,8 +258,15 @@ def cell(args: tuple[str, int, int]) -> tuple[str, dict[str, float]]:
         else:
             module = v3 if v3 is not None else stats
             words = rule.split()
-            first, most = (int(words[-1]),) * 2 if "fixed" in words else (5, ROUNDS)
-            verdicts, used = run_rule(module, log_a[:, :most], log_b[:, :most], first, most)
+            first, most = ((int(words[words.index("fixed") + 1]),) * 2 if "fixed" in words
+                           else (5, ROUNDS))
+            earlier = None
+            if "earlier" in words:  # "earlier H" or "earlier H quieter F"
+                count = int(words[words.index("earlier") + 1])
+                quieter = float(words[words.index("quieter") + 1]) if "quieter" in words else 1.0
+                earlier = earlier_noises(profile, run, count, quieter)
+            verdicts, used = run_rule(module, log_a[:, :most], log_b[:, :most], first, most,
+                                      earlier)
         rounds += used
         if scenario == "aa":
             flags += any(v in ("slower", "faster") for v in verdicts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
-from abdiff.verdict.compare import compare_runs, failure_signature, status_change
+from abdiff.verdict.compare import compare_runs, earlier_noise, failure_signature, status_change
 
 ABORT = ("SIGABRT: Assertion error (tinyllm/_torch/attention_backend/sparse/dsa.py:184): "
          "DG_HOST_ASSERT(batch_size == __batch_size and next_n == _next_n)")
@@ -113,3 +113,31 @@ def test_a_large_change_too_few_pairs_to_flag_says_more_rounds_decide_it() -> No
     assert latency.verdict == "inconclusive" and latency.ci is not None and latency.ci[0] > 1.5
     assert "4 pairs have too few sign patterns" in (latency.note or "")
     assert "quieter machine" not in (latency.note or "")
+
+
+def test_earlier_runs_lend_the_noise_of_the_rounds_timed_like_this_run_s_first() -> None:
+    """earlier_noise takes the pairs whose rounds both timed the count asked for (a round's
+    variance depends on it): suite_run's rounds time 20 iterations; rounds of another count
+    (an adaptive plan's later rounds) are left out."""
+    earlier = [(suite_run(20 + k, rounds=15), suite_run(30 + k, rounds=15)) for k in range(3)]
+    noise = earlier_noise(earlier, 20)
+    assert set(noise) == {f"c{i}" for i in range(8)}
+    assert all(n.runs == 3 and n.df == 42 and n.mean > 0 for n in noise.values())
+    for run_a, run_b in earlier:  # rounds 5 on timed 40 iterations
+        for config in run_a.configs + run_b.configs:
+            for record in config.rounds[5:]:
+                record.latency_us = record.latency_us * 2
+    assert {n.df for n in earlier_noise(earlier, 20).values()} == {12}
+    assert earlier_noise(earlier, 7) == {}
+
+
+def test_a_plan_of_few_rounds_borrows_the_noise_recorded_in_b_s_run_file() -> None:
+    """compare_runs borrows what B's run file records (`earlier_noise`), where A and B were
+    interleaved, and the method says so; a stored baseline's comparison does not."""
+    earlier = [(suite_run(20 + k, rounds=15), suite_run(30 + k, rounds=15)) for k in range(3)]
+    a, b = suite_run(41, rounds=5), suite_run(42, rounds=5, factor=1.05)
+    b.earlier_noise = earlier_noise(earlier, 20)
+    latency = compare_runs(a, b, {}).configs[0].latency
+    assert "variances borrowed from 3 earlier runs on this machine" in latency.method
+    b.sessions = {"s2": {}}
+    assert "borrowed" not in compare_runs(a, b, {}).configs[0].latency.method

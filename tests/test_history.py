@@ -197,3 +197,43 @@ def test_another_launcher_another_clone_and_another_target(sources: dict[str, Pa
     assert "a_kernel_only_mpirun_runs" not in done.stdout
     only = run_abdiff(*args, "--target", "trtllm", env=env)
     assert only.returncode == 2 and "(target trtllm)" in only.stderr
+
+
+def test_earlier_paired_runs_are_this_machine_s_authenticated_interleaved_runs(
+        tmp_path: Path) -> None:
+    """What a plan of few rounds borrows noise from: run folders whose MAC holds, A and B
+    measured interleaved, of the same target, repository, machine and set-up; not the
+    run's own folder, not a one-sided run, not a folder a benchmark wrote into."""
+    from abdiff.store.history import earlier_paired_runs
+    from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
+
+    env = {"repository": "/r", "cpu_model": "Xeon", "host": "vm", "device": "cpu",
+           "launcher": "local", "timing": "eager"}
+
+    def side(rev: str, session: str, **changed: str) -> RunFile:
+        rounds = [RoundRecord("ok", latency_us=[100.0], round=r) for r in range(5)]
+        return RunFile(rev, rev * 40, "reference", "s", {**env, **changed},
+                       [ConfigRuns("c", {}, rounds)], sessions={session: {}})
+
+    def folder(name: str, a: RunFile | None, b: RunFile | None, sign: bool = True) -> Path:
+        path = tmp_path / "runs" / name
+        path.mkdir(parents=True)
+        for file, run in (("a.json", a), ("b.json", b)):
+            if run is not None:
+                (path / file).write_text(json.dumps(run.to_json()))
+        if sign:
+            signed(path)
+        return path
+
+    now = folder("now", side("a", "s0"), side("b", "s0"))
+    folder("same-machine", side("a", "s1"), side("b", "s1"))
+    folder("other-host", side("a", "s2", host="gpu1"), side("b", "s2", host="gpu1"))
+    folder("other-timing", side("a", "s3", timing="graph replay"),
+           side("b", "s3", timing="graph replay"))
+    folder("baseline-refresh", side("a", "s4"), None)
+    folder("apart", side("a", "s5"), side("b", "s6"))
+    forged = folder("forged", side("a", "s7"), side("b", "s7"))
+    (forged / "b.json").write_text(json.dumps(side("c", "s7").to_json()))
+    found = earlier_paired_runs(tmp_path / "runs", now, side("b", "s0"))
+    assert [(a.sessions, b.rev) for a, b in found] == [({"s1": {}}, "b")]
+    assert earlier_paired_runs(tmp_path / "nothing", now, side("b", "s0")) == []

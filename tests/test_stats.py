@@ -527,3 +527,83 @@ def test_unpaired_sides_may_have_different_round_counts() -> None:
     results = stats.latency_verdicts(rounds, paired=False)
     assert [r.rounds_a for r in results] == [15] * 4 and [r.rounds_b for r in results] == [5] * 4
     assert all(r.ci is not None for r in results)
+
+
+def _noisy_suite(rng: np.random.Generator, pairs: int, shift: float = 0.0, odd: int = 0
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(A, B) log round medians of 12 configs with the H200's spread of round noise
+    (0.1-2.3%, Student-t 3 df); config 6 (0.82%) `shift` slower on B; `odd` of B's
+    processes (the first) 25% slow in every config."""
+    sd = np.array([0.0206, 0.0032, 0.0020, 0.0016, 0.0013, 0.0010, 0.0082, 0.0099, 0.0232,
+                   0.0143, 0.0089, 0.0087])
+    a, b = (sd[:, None] * rng.standard_t(3, (12, pairs)) / math.sqrt(3) for _ in range(2))
+    b[6] += math.log1p(shift)
+    b[:, :odd] += math.log(1.25)
+    return a, b
+
+
+def _few_pairs_verdicts(a: np.ndarray, b: np.ndarray,
+                        earlier: list[stats.EarlierNoise | None]) -> list[str]:
+    configs = [stats.ConfigRounds(dict(enumerate(np.exp(a[c] + 4.6).tolist())),
+                                  dict(enumerate(np.exp(b[c] + 4.6).tolist())), earlier[c])
+               for c in range(len(a))]
+    return [r.verdict for r in stats.latency_verdicts(configs)]
+
+
+def test_a_plan_of_five_rounds_borrows_its_noise_from_earlier_runs() -> None:
+    """With each config's noise from three earlier 15-pair runs, 5 pairs of which two ran
+    in slow processes find a +5% change that their own spread leaves undecided, and A/A
+    suites stay unflagged."""
+    rng = np.random.default_rng(42)
+    found = {"own": 0, "borrowed": 0}
+    aa_flags = 0
+    for _ in range(30):
+        earlier_runs = [stats.earlier_differences(*_noisy_suite(rng, 15)) for _ in range(3)]
+        earlier = [stats.earlier_noise([run[c] for run in earlier_runs]) for c in range(12)]
+        assert all(e is not None and e.df == 42 and e.runs == 3 for e in earlier)
+        changed = _noisy_suite(rng, 5, shift=0.05, odd=2)
+        found["own"] += _few_pairs_verdicts(*changed, [None] * 12)[6] == "slower"
+        found["borrowed"] += _few_pairs_verdicts(*changed, earlier)[6] == "slower"
+        aa = _few_pairs_verdicts(*_noisy_suite(rng, 5, odd=2), earlier)
+        aa_flags += any(v in ("slower", "faster") for v in aa)
+    assert found["borrowed"] >= found["own"] + 5 and found["borrowed"] >= 25
+    assert aa_flags <= 1
+
+
+def test_a_borrowed_variance_follows_how_noisy_the_machine_is_now() -> None:
+    """Earlier runs on a quieter machine lend their per-config shape, scaled by the
+    family's factor now: four times the variance everywhere gives posteriors near four
+    times the earlier ones, not the earlier ones; at most BORROWED_DF df are added."""
+    rng = np.random.default_rng(3)
+    earlier = np.geomspace(1e-6, 1e-3, 12)
+    own = 4 * earlier * rng.chisquare(4, 12) / 4
+    has = np.ones(12, bool)
+    posterior, df = stats.borrow(own, np.full(12, 4.0), earlier, np.full(12, 40.0), has)
+    ratio = posterior / earlier
+    assert 2.5 < float(np.exp(np.log(ratio).mean())) < 6.5
+    assert np.all(df == 4 + stats.BORROWED_DF)
+    # a config without earlier noise keeps the family's moderation
+    has[0] = False
+    posterior0, df0 = stats.borrow(own, np.full(12, 4.0), earlier, np.full(12, 40.0), has)
+    moderated, moderated_df = stats.moderate(own, np.full(12, 4.0))
+    assert posterior0[0] == pytest.approx(moderated[0]) and df0[0] == moderated_df[0]
+
+
+def test_earlier_noise_needs_enough_df_and_three_configs_to_be_borrowed() -> None:
+    """One earlier plan of 5 pairs (4 df) is too little: the variance of a few
+    heavy-tailed pairs is most often well below the law's; and fewer than 3 configs
+    with earlier noise cannot say how the family's noise moved since."""
+    rng = np.random.default_rng(5)
+    one_plan = [stats.earlier_noise([rng.normal(0, 0.01, 5)]) for _ in range(12)]
+    assert all(e is not None and e.df == 4 for e in one_plan)
+    assert not stats.borrowing(one_plan).any()
+    enough = [stats.earlier_noise([rng.normal(0, 0.01, 11)]) for _ in range(12)]
+    assert stats.borrowing(enough).all()
+    assert not stats.borrowing(enough[:2] + [None] * 10).any()
+    # an earlier run that measured a change lends its noise, not its change
+    d = rng.normal(0, 0.01, 15)
+    shifted = stats.earlier_noise([d + 0.2])
+    plain = stats.earlier_noise([d])
+    assert shifted is not None and plain is not None
+    assert shifted.mean == pytest.approx(plain.mean) and shifted.huber == pytest.approx(plain.huber)
+    assert stats.earlier_noise([np.array([0.01, np.nan])]) is None

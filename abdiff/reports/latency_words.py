@@ -36,6 +36,9 @@ def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
         test = (f"{s.look_rounds} pairs are too few for the sign flips: Student's t with "
                 f"Bonferroni over {s.family} configs at {stats.FEW_PAIRS_LEVEL:.0%} of the "
                 f"level, where the mean of the pairs agrees (df {s.df:.1f})")
+        if s.borrowed_runs:
+            test += (f", variances borrowed from {s.borrowed_runs} earlier "
+                     f"run{'s' * (s.borrowed_runs > 1)} on this machine")
     else:
         test = (f"{s.look_rounds} pairs cannot flag at level {s.level:.2g} (too few sign "
                 f"patterns): intervals at Student's t, df {s.df:g}, for `unchanged` only")

@@ -68,15 +68,16 @@ from abdiff.store.baselines import (
     sessions_with_rounds,
 )
 from abdiff.store.files import hold_in_use
+from abdiff.store.history import earlier_paired_runs
 from abdiff.store.records import Result, RunFile
 from abdiff.store.sides import CACHE_VARIABLES, SideFolders, in_use_lock
 from abdiff.suites import Suite, load_suite
 from abdiff.suites.loader import with_configs
 from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
-from abdiff.verdict.compare import compare_runs, shows_change
+from abdiff.verdict.compare import compare_runs, earlier_noise, shows_change
 from abdiff.verdict.kernel_times import lacks_times
-from abdiff.verdict.stats import futile, load_scipy, needs_more_rounds
+from abdiff.verdict.stats import few_pairs_plan, futile, load_scipy, needs_more_rounds
 from abdiff.worker.measure import resolve_device, timing_kind
 
 log = logging.getLogger(__name__)
@@ -358,6 +359,27 @@ def stop_when_nothing_ran(run_state: RunState, runs: dict[str, RunFile]
     return check
 
 
+def borrowing_noise(first_round: Callable[[], None], bench: Bench, where: Path,
+                    run_a: RunFile, run_b: RunFile, quiet: bool) -> Callable[[], None]:
+    """`first_round`, then, once B's run file names its machine, what earlier paired runs on
+    it measured of each config's noise into B's run file (`earlier_noise`, kept when the
+    run is resumed): a plan of so few rounds that its last look borrows it."""
+
+    def check() -> None:
+        first_round()
+        if run_b.earlier_noise:
+            return
+        earlier = earlier_paired_runs(bench.cache_dir / "runs", where, run_b)
+        noise = earlier_noise(earlier, bench.settings.run_times)
+        run_b.earlier_noise = {c.id: noise[c.id] for c in run_a.configs if c.id in noise}
+        if not quiet and run_b.earlier_noise:
+            most = max(n.runs for n in run_b.earlier_noise.values())
+            say(f"abdiff: {len(run_b.earlier_noise)} configs' noise borrowed from up to {most} "
+                "earlier runs on this machine (a plan of few rounds)")
+
+    return check
+
+
 def run_one_side(selection: Selection, execution: Execution, rev: str, kind: str) -> RunFile:
     """The rounds of one side (no interleaving partner), kept like a diff's."""
     repo_root = open_repo(selection.repo)
@@ -455,11 +477,14 @@ def run_and_compare(
         run_state = RunState.open(where, sides, execution.resume, execution.seed)
         check_machine(execution, [side.run for side in sides.values()], bench.cpu_sample)
         bench.statistics_loaded()
+        first_round = stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b})
+        if "A" in sides and few_pairs_plan(max_rounds, statistics.alpha):
+            first_round = borrowing_noise(first_round, bench, where, run_a, run_b,
+                                          execution.quiet)
         run_plan(run_state, bench.suite.configs, bench.target, bench.launcher, bench.settings,
                 Plan(rounds, max_rounds),
                 undecided_configs(run_a, run_b, expect, statistics, max_rounds),
-                execution.quiet,
-                stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b}), bench.devices,
+                execution.quiet, first_round, bench.devices,
                 # only a worker with a capture pass of its own captures without timing
                 wanting_kernel_times(run_a, run_b, expect, statistics)
                 if bench.target.capture_pass else None)

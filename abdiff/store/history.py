@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from abdiff.errors import InputError, did_you_mean
+from abdiff.store.baselines import interleaved
 from abdiff.store.records import (
     ConfigRuns,
     RunFile,
@@ -119,6 +120,44 @@ def _sources(baselines: Path, runs: Path, skipped: list[str]
             continue
         for path, text in files.items():
             found.append(("run", f"run {folder.name[:8]} {path.stem.upper()}", path, text))
+    return found
+
+
+EARLIER_RUNS = 10
+"""The most earlier runs a plan of few rounds borrows noise from (the newest): each holds
+a config's rounds of one session, and the family's factor in stats.borrow follows how
+noisy the machine is now."""
+
+
+def earlier_paired_runs(runs: Path, current: Path, like: RunFile) -> list[tuple[RunFile, RunFile]]:
+    """The (A, B) run files of up to EARLIER_RUNS run folders in `runs` (the newest first;
+    not `current`), whose MAC holds, that measured A and B interleaved with `like`'s
+    target, in its repository, on its machine and set-up (`machine_of`, `setup_of`)."""
+    if not runs.is_dir() or runs.is_symlink():
+        return []
+    folders = [p for p in runs.iterdir()
+               if p.is_dir() and not p.is_symlink() and p.resolve() != current.resolve()]
+    folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    key = (like.target, like.env.get("repository"), machine_of(like), setup_of(like))
+    found: list[tuple[RunFile, RunFile]] = []
+    for folder in folders:
+        files = authenticated_run_files(folder)
+        if isinstance(files, str):
+            continue
+        texts = {path.name: text for path, text in files.items()}
+        if "a.json" not in texts or "b.json" not in texts:
+            continue
+        try:
+            sides = [parse_run_file(decode_json(texts[name], str(folder / name)),
+                                    str(folder / name)) for name in ("a.json", "b.json")]
+        except InputError:
+            continue  # a damaged or foreign file has no noise to lend
+        run_a, run_b = sides
+        if (interleaved(run_a, run_b) and (run_b.target, run_b.env.get("repository"),
+                                           machine_of(run_b), setup_of(run_b)) == key):
+            found.append((run_a, run_b))
+            if len(found) == EARLIER_RUNS:
+                break
     return found
 
 

@@ -89,6 +89,19 @@ class IterationPlan:
     configs: dict[str, ConfigIterations] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class EarlierNoise:
+    """One config's noise as earlier paired runs on the same machine measured it, per pair
+    difference (log): the Huber location's unit variance and the plain variance, pooled
+    over `runs` runs with `df` degrees of freedom (verdict/stats.py: `earlier_noise`). A
+    plan of few rounds borrows it (`borrow`)."""
+
+    huber: Annotated[float, Min(0, exclusive=True)]
+    mean: Annotated[float, Min(0, exclusive=True)]
+    df: Annotated[float, Min(0, exclusive=True)]
+    runs: Annotated[int, Min(1)]
+
+
 @dataclass
 class ConfigRuns:
     """All rounds of one config on one side."""
@@ -119,6 +132,9 @@ class RunFile:
     # timed iterations per round planned at the first look (None: the suite's run_times
     # in every round; rounds store their latencies, so each one's count is len(latency_us))
     iterations: IterationPlan | None = None
+    # config id -> its noise in earlier paired runs on this machine, recorded (B's file)
+    # where the plan has so few rounds that its last look borrows it
+    earlier_noise: dict[str, EarlierNoise] = field(default_factory=dict)
     schema: Literal["abdiff.run/1"] = RUN_SCHEMA
 
     def config(self, config_id: str) -> ConfigRuns | None:

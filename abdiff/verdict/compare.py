@@ -7,9 +7,10 @@ difference means. Configs present on one side only are listed, not compared.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from abdiff.store.baselines import interleaved, kernel_env_differences
 from abdiff.store.records import (
     ConfigResult,
     ConfigRuns,
+    EarlierNoise,
     IterationPlan,
     LatencyResult,
     Result,
@@ -147,18 +149,22 @@ def round_medians(config: ConfigRuns) -> dict[int, float]:
 def latency_results(
     pairs: list[tuple[ConfigRuns, ConfigRuns]], min_effect: float, alpha: float,
     looks: Looks | None = None, paired: bool = True, drift: stats.Drift | None = None,
+    earlier: Mapping[str, EarlierNoise] | None = None,
 ) -> list[LatencyResult]:
     """Per-config latency verdicts, one family-wise test over the run's configs
     (stats.latency_verdicts); `looks` is the run's adaptive plan, `paired` whether A and
     B were interleaved (a stored baseline was not), `drift` what moves between the
-    sessions of sides measured apart (baselines.drift_allowance)."""
+    sessions of sides measured apart (baselines.drift_allowance), `earlier` each config's
+    noise in earlier paired runs (a plan of few rounds borrows it)."""
+    earlier = earlier or {}
     comparable = [
         i for i, (a, b) in enumerate(pairs)
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
         and latency_samples(a) and latency_samples(b)
     ]
     computed = [latency_result(s, min_effect, alpha) for s in stats.latency_verdicts(
-        [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]))
+        [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]),
+                            earlier.get(pairs[i][1].id))
          for i in comparable],
         min_effect, alpha, looks=looks, paired=paired, drift=drift,
     )]
@@ -241,6 +247,35 @@ def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
             for warning, sides in said.items()]
 
 
+def earlier_noise(earlier: Sequence[tuple[RunFile, RunFile]], run_times: int
+                  ) -> dict[str, EarlierNoise]:
+    """Each config's noise in `earlier` paired runs (A, B), from the pairs of rounds that
+    both timed `run_times` iterations (what this run's first rounds time: a round's
+    variance depends on it), each run's odd processes taken off
+    (stats.earlier_differences)."""
+    rows: dict[str, list[np.ndarray]] = {}
+    for run_a, run_b in earlier:
+        pairs, _ = measured_pairs(run_a, run_b)
+        if not pairs:
+            continue
+        sides = [[{position: stats.round_summary(latencies)
+                   for position, latencies in timed_rounds(config)
+                   if len(latencies) == run_times} for config in pair] for pair in pairs]
+        width = 1 + max((p for pair in sides for side in pair for p in side), default=-1)
+        if width == 0:
+            continue
+        log_a, log_b = (np.full((len(pairs), width), np.nan) for _ in range(2))
+        for i, (a, b) in enumerate(sides):
+            for position in a.keys() & b.keys():
+                log_a[i, position], log_b[i, position] = (math.log(a[position]),
+                                                          math.log(b[position]))
+        differences = stats.earlier_differences(log_a, log_b)
+        for (config, _), row in zip(pairs, differences, strict=True):
+            rows.setdefault(config.id, []).append(row)
+    return {config_id: noise for config_id, runs in rows.items()
+            if (noise := stats.earlier_noise(runs)) is not None}
+
+
 def measured_pairs(run_a: RunFile,
                    run_b: RunFile) -> tuple[list[tuple[ConfigRuns, ConfigRuns]], list[str]]:
     """(the configs both sides hold rounds of, as pairs; the ids both list but one of them
@@ -278,8 +313,10 @@ def compare_runs(
     ids_b = {c.id for c in run_b.configs}
     pairs, not_measured = measured_pairs(run_a, run_b)
     # B is the side measured with this comparison's plan (a stored baseline's A was not)
+    paired = interleaved(run_a, run_b) is not False
     latencies = latency_results(pairs, min_effect, alpha, looks=Looks.from_json(run_b.looks),
-                                paired=interleaved(run_a, run_b) is not False, drift=drift)
+                                paired=paired, drift=drift,
+                                earlier=run_b.earlier_noise if paired else None)
     configs = [config_result(config_a, config_b, latency)
                for (config_a, config_b), latency in zip(pairs, latencies, strict=True)]
     iterations = run_b.iterations or run_a.iterations

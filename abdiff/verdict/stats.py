@@ -59,7 +59,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from abdiff.store.records import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, LatencyVerdict
+from abdiff.store.records import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EarlierNoise, LatencyVerdict
 from abdiff.verdict.sequential import Looks, spent
 
 
@@ -111,6 +111,17 @@ FEW_PAIRS_LEVEL = 0.8
 """The share of its level a `_few_pairs_look` tests at: Student's t is approximate at 5-7
 pairs of heavy-tailed rounds, and at the whole level the worst held-out A/A suites were
 flagged in 1.1-1.2% of runs (docs/statistics.md)."""
+
+BORROWED_DF = 4.0
+"""The most df a borrowed variance adds (`borrow`): with the scale fixed, 5 pairs of
+heavy-tailed rounds put the data's own tails into the statistic, which Student's t at
+many df does not have; at 8 the adaptive-n A/A at 5 rounds was flagged in 2.9% of
+runs, at 4 in 1.0% (docs/statistics.md)."""
+
+BORROW_MIN_DF = 10.0
+"""Earlier df a config needs before its noise is borrowed: the variance of a few
+heavy-tailed pairs is most often well below the law's (one earlier plan of 5 rounds, 4
+df, made the adaptive-n A/A 1.5%)."""
 
 HUBER_K = 1.345
 """Huber's tuning constant (95% efficiency at the normal): differences farther than
@@ -226,10 +237,12 @@ def round_variation(rounds: list[list[float]]) -> float | None:
 
 @dataclass(frozen=True)
 class ConfigRounds:
-    """One config's round medians (us) per side, by round number."""
+    """One config's round medians (us) per side, by round number, and what its earlier
+    paired runs on this machine measured of its noise (a plan of few rounds borrows it)."""
 
     a: dict[int, float]
     b: dict[int, float]
+    earlier: EarlierNoise | None = None
 
 
 def huber(x: np.ndarray, mask: np.ndarray, scale: np.ndarray, iterations: int = 6
@@ -290,6 +303,44 @@ def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.nda
         s0 = np.exp(e.mean(axis=-1) + _special().digamma(d0 / 2) - np.log(d0 / 2))
     s0 = np.where(positive, s0, v.mean(axis=-1))
     return d0, s0
+
+
+def borrowing(earlier: Sequence[EarlierNoise | None]) -> np.ndarray:
+    """Which configs of a family borrow their noise from earlier runs: those with
+    BORROW_MIN_DF earlier df, where 3 or more have them (the family's factor needs some)."""
+    has = np.array([e is not None and e.df >= BORROW_MIN_DF and e.huber > 0 and e.mean > 0
+                    for e in earlier], bool)
+    return has if has.sum() >= 3 else np.zeros(len(has), bool)
+
+
+def borrow(variance: np.ndarray, df: np.ndarray, earlier: np.ndarray, earlier_df: np.ndarray,
+           has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior variances and df of configs (last axis) whose own `variance` (`df`) is
+    joined, where `has` (`borrowing`), by a variance measured in earlier runs (`earlier`,
+    `earlier_df`): each config's earlier variance, times the factor by which the family's
+    noise moved since (the mean of the configs' bias-corrected log ratios), is its prior,
+    with the df of its own estimate and the factor's together, at most BORROWED_DF. The
+    other configs: `moderate`."""
+    posterior, posterior_df = moderate(variance, df)
+    if not has.any():
+        return posterior, posterior_df
+    special = _special()
+
+    def corrected_log(v: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(v, 1e-300)) - special.digamma(k / 2) + np.log(k / 2)
+
+    log_ratio = corrected_log(variance[has], df[has]) - corrected_log(earlier[has],
+                                                                      earlier_df[has])
+    factor = math.exp(float(log_ratio.mean()))
+    factor_variance = float((special.polygamma(1, df[has] / 2)
+                             + special.polygamma(1, earlier_df[has] / 2)).mean()) / has.sum()
+    prior_df = np.minimum(2 * trigamma_inverse(special.polygamma(1, earlier_df[has] / 2)
+                                               + factor_variance), BORROWED_DF)
+    own = (df[has] * variance[has] + prior_df * factor * earlier[has]) / (df[has] + prior_df)
+    posterior, posterior_df = posterior.astype(float), np.broadcast_to(
+        posterior_df, variance.shape).astype(float)
+    posterior[has], posterior_df[has] = own, df[has] + prior_df
+    return posterior, posterior_df
 
 
 def moderate(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -438,17 +489,50 @@ def _median_abs(x: np.ndarray) -> np.ndarray:
     return np.where(n > 0, (low + high) / 2, 0.0)
 
 
-def _huber_t(x: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(location, standard error, df) per leading index of x (patterns, configs, pairs): the
-    Huber location about the scale 1.4826 median |x| (at least `floor`), its variance
-    moderated over the configs."""
+def _huber_unit(x: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(location, unit variance, n) per leading index of x (..., pairs): the Huber location
+    about the scale 1.4826 median |x| (at least `floor`)."""
     mask = np.isfinite(x)
     filled = np.where(mask, x, 0.0)
     scale = np.maximum(1.4826 * _median_abs(x), floor)
     loc, unit = huber(filled, mask, scale)
-    n = mask.sum(axis=-1).astype(float)
+    return loc, unit, mask.sum(axis=-1).astype(float)
+
+
+def _huber_t(x: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(location, standard error, df) per leading index of x (patterns, configs, pairs): the
+    Huber location (`_huber_unit`), its variance moderated over the configs."""
+    loc, unit, n = _huber_unit(x, floor)
     variance, df = moderate(unit, np.maximum(n - 1, 1))
     return loc, np.sqrt(variance / np.maximum(n, 1)), np.broadcast_to(df, loc.shape)
+
+
+def earlier_differences(log_a: np.ndarray, log_b: np.ndarray) -> np.ndarray:
+    """(configs, pairs) pair differences of an earlier paired run, each pair's odd process
+    (`odd_process_offsets`) taken off: what `earlier_noise` measures noise from."""
+    d = log_b - log_a
+    return d - odd_process_offsets(d, np.ones((1, d.shape[1])))[0][None]
+
+
+def earlier_noise(runs: Sequence[np.ndarray]) -> EarlierNoise | None:
+    """A config's `EarlierNoise` from its pair differences in earlier paired runs (one
+    array per run, `earlier_differences`' row; NaN where a pair is missing), each about
+    its own centre (an earlier run may have measured a change); None below 2 df."""
+    huber_sum = mean_sum = df = 0.0
+    used = 0
+    for d in runs:
+        x = d[np.isfinite(d)]
+        if len(x) < MIN_ROUNDS:
+            continue
+        x = x - np.median(x)
+        _, unit, _ = _huber_unit(x, tie_floor(x[None])[0])
+        huber_sum += float(unit) * (len(x) - 1)
+        mean_sum += float(x.var(ddof=1)) * (len(x) - 1)
+        df += len(x) - 1
+        used += 1
+    if df < 2 or huber_sum <= 0 or mean_sum <= 0:
+        return None
+    return EarlierNoise(huber_sum / df, mean_sum / df, df, used)
 
 
 @dataclass(frozen=True)
@@ -489,8 +573,8 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     return PairedStatistics(loc, se, df, levelled, offsets[0, 0])
 
 
-def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray,
+                 unfloored: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(mean, standard error) of each config's paired differences with odd processes taken
     off (`odd`, each pair's shared shift under the observed signs, as the look found it):
     the location a user who averages rounds means.
@@ -511,6 +595,8 @@ def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray
     offsets = round_offsets((log_a + log_b) / 2)[None]
     own_a, own_b = log_a - offsets, log_b - offsets
     for c in range(len(d)):
+        if unfloored is not None and unfloored[c]:
+            continue
         a, b = own_a[c][np.isfinite(own_a[c])], own_b[c][np.isfinite(own_b[c])]
         if min(len(a), len(b)) >= 2 and (two_levels(a) or two_levels(b)):
             sd[c] = max(sd[c], math.sqrt(a.var(ddof=1) + b.var(ddof=1)))
@@ -635,6 +721,7 @@ class Tested:
     levelled: bool  # the statistic with two levels taken off was the larger
     flagged: bool
     odd_pairs: tuple[tuple[int, float], ...] = ()  # (round, B/A ratio) of each shift taken off
+    borrowed_runs: int = 0  # earlier runs whose noise its variance borrowed (`borrow`)
 
 
 def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
@@ -664,19 +751,28 @@ class LookStatistics:
     threshold: float | None = None  # a `_few_pairs_look`'s q, its p per config
     p_values: tuple[float, ...] = ()
     odd: np.ndarray | None = None  # (pairs,) the observed shift taken off each pair (log)
+    borrowed: np.ndarray | None = None  # (configs,) whose variances were borrowed
+
+
+def few_pairs_plan(max_rounds: int, alpha: float) -> bool:
+    """Whether a plan of `max_rounds` per side ends in a `_few_pairs_look` (5 to 7 rounds at
+    1%), the look that borrows each config's noise from earlier runs."""
+    return max_rounds >= FEW_PAIRS and not permutation_reaches(
+        2 ** min(max_rounds, EXACT_FLIPS_UP_TO), alpha)
 
 
 def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: float,
-                 exceeded: np.ndarray, last: bool) -> LookStatistics:
+                 exceeded: np.ndarray, last: bool, earlier: Sequence[EarlierNoise | None]
+                 ) -> LookStatistics:
     """A paired look's statistics over (configs, pairs) `a`/`b`: under every sign pattern
     where the patterns resolve what the look may spend (`budget` less what earlier looks
     spent under `exceeded`), else under the observed one only; the plan's `last` look
-    then flags by `_few_pairs_look`."""
+    then flags by `_few_pairs_look` (with each config's `earlier` noise where measured)."""
     rounds = a.shape[1]
     distinct = 2 ** min(rounds, EXACT_FLIPS_UP_TO)
     flags = permutation_reaches(distinct, budget - exceeded.mean())
     if not flags and last and rounds >= FEW_PAIRS and not exceeded.any():
-        return _few_pairs_look(a, b, budget, len(patterns))
+        return _few_pairs_look(a, b, budget, len(patterns), earlier)
     # up to 13 pairs pattern i's first pairs are those of pattern i mod 2**pairs:
     # each distinct one is computed once
     signs = patterns[:distinct, :rounds] if flags else np.ones((1, rounds))
@@ -688,46 +784,61 @@ def _paired_look(a: np.ndarray, b: np.ndarray, patterns: np.ndarray, budget: flo
                           odd=computed.odd)
 
 
-def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int
-                    ) -> LookStatistics:
+def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int,
+                    earlier: Sequence[EarlierNoise | None]) -> LookStatistics:
     """The plan's last look where the sign patterns cannot resolve its level (FEW_PAIRS to 7
     pairs at 1%): a plan of so few rounds could otherwise never flag a change. Student's t
     with Bonferroni over the family at FEW_PAIRS_LEVEL of the level, on two statistics
     that must both reach it: the Huber location of the pairs with odd processes off,
     which one slow process cannot move, and the mean of the pairs (`paired_means`: its SD
     floored by the sides' own where they sit on two levels), which a few pairs'
-    coinciding levels cannot shrink to nothing; both variances moderated over the
-    family, each t at its smallest df. The
+    coinciding levels cannot shrink to nothing. Both variances are moderated over the
+    family, or, for configs whose `earlier` runs on this machine measured their noise,
+    borrowed from those (`borrow`): 5 pairs' own spread is what limits such a plan. Each
+    config's t at its own df; the intervals at the look's one threshold (the Huber's
+    smallest df's), each config's standard errors scaled to it. The
     levelled statistic is not used: with 5 pairs, two odd pairs look like levels. Where
     the mean vetoes the Huber, its standard error is widened until the interval reaches
     1: the interval excludes 1 exactly when the config is flagged. A config's p is the
     larger of the two tests' (flagged: p <= the level)."""
     d = b - a
     odd = odd_process_offsets(d, np.ones((1, d.shape[1])), FEW_PAIRS_ODD_SHARE)[0]
-    location, se, df = _huber_t(d - odd[None], tie_floor(d))
-    mean, mean_se = paired_means(a, b, odd)
-    n = np.maximum(np.isfinite(d).sum(axis=-1), 1).astype(float)
-    mean_variance, mean_df = moderate(mean_se ** 2 * n, np.maximum(n - 1, 1))
-    mean_se = np.sqrt(mean_variance / n)
+    location, unit, n = _huber_unit(d - odd[None], tie_floor(d))
+    borrowed = borrowing(earlier)
+    # the earlier runs' pairs hold a two-level config's levels: no floor where borrowed
+    mean, mean_se = paired_means(a, b, odd, borrowed)
+    n = np.maximum(n, 1)
+    own_df = np.maximum(n - 1, 1)
+    earlier_df = np.array([e.df if e else 0.0 for e in earlier])
+    variance, df = borrow(unit, own_df, np.array([e.huber if e else 0.0 for e in earlier]),
+                          earlier_df, borrowed)
+    mean_variance, mean_df = borrow(mean_se ** 2 * n, own_df,
+                                    np.array([e.mean if e else 0.0 for e in earlier]),
+                                    earlier_df, borrowed)
     family = len(d)
     share = FEW_PAIRS_LEVEL / (2 * family)
-    df_huber, df_mean = float(df.min()), float(np.min(mean_df))
-    q_huber, q_mean = -_t_quantile(share * budget, df_huber), -_t_quantile(share * budget,
-                                                                            df_mean)
+    df_look = float(df.min())
+    q = -_t_quantile(share * budget, df_look)
+    q_huber = np.array([-_t_quantile(share * budget, float(k)) for k in df])
+    q_mean = np.array([-_t_quantile(share * budget, float(k)) for k in mean_df])
+    se, mean_se = np.sqrt(variance / n), np.sqrt(mean_variance / n)
     with np.errstate(divide="ignore", invalid="ignore"):
         t_huber = np.where(se > 0, np.abs(location) / se, np.inf)
         agreeing = np.where(np.sign(mean) == np.sign(location), np.abs(mean), 0.0)
         t_mean = np.where(mean_se > 0, agreeing / mean_se, np.inf)
     # each config's p is the larger of the two tests' (Bonferroni at the look's share)
-    p_values = tuple(min(1.0, max(_t_above(float(h), df_huber), _t_above(float(m), df_mean))
-                         / share) for h, m in zip(t_huber, t_mean, strict=True))
+    p_values = tuple(min(1.0, max(_t_above(float(h), float(kh)), _t_above(float(m), float(km)))
+                         / share)
+                     for h, m, kh, km in zip(t_huber, t_mean, df, mean_df, strict=True))
+    # each interval at the one threshold q: se scaled by the config's own quantile over q
+    se, mean_se = se * q_huber / q, mean_se * q_mean / q
     vetoed = (t_huber >= q_huber) & np.array([p > budget for p in p_values])
-    se = np.where(vetoed, np.abs(location) * (1 + 1e-9) / q_huber, se)
+    se = np.where(vetoed, np.abs(location) * (1 + 1e-9) / q, se)
     rows = np.zeros((patterns, family), bool)
-    # the mean's interval at its own quantile: mean +- q_huber * (q_mean / q_huber) se
     return LookStatistics(np.broadcast_to(location, rows.shape), np.broadcast_to(se, rows.shape),
-                          rows, mean, mean_se * q_mean / q_huber, True, df_huber,
-                          permutation=False, threshold=q_huber, p_values=p_values, odd=odd)
+                          rows, mean, mean_se, True, df_look,
+                          permutation=False, threshold=q, p_values=p_values, odd=odd,
+                          borrowed=borrowed)
 
 
 def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | None
@@ -812,7 +923,8 @@ def _look_rounds(matrix_a: np.ndarray, matrix_b: np.ndarray, judged: list[int],
 
 
 def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
-                      looks: Looks | None, paired: bool, drift: Drift | None = None
+                      looks: Looks | None, paired: bool, drift: Drift | None = None,
+                      earlier: Sequence[EarlierNoise | None] = ()
                       ) -> tuple[list[Look], dict[int, Tested]]:
     """The looks and, per config with enough rounds, its statistics at the last look that
     judged it (whether it is flagged among them), the family-wise test over looks.
@@ -826,8 +938,10 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
     resolve what it may spend flags nothing and spends nothing; its q (Student's t at
     alpha, df = pairs - 1) sets the intervals `unchanged` needs. `drift` (sides measured
     apart only) widens the standard errors so that q se is the half-width
-    `drift_half_width` makes of the rounds' part and the drift's.
+    `drift_half_width` makes of the rounds' part and the drift's. `earlier` (per config,
+    or empty) is the noise earlier runs measured, which a few-pairs last look borrows.
     """
+    earlier = list(earlier) or [None] * matrix_a.shape[0]
     counts = _round_counts(matrix_a, matrix_b, paired)
     judged = [c for c in range(matrix_a.shape[0]) if counts[c] >= MIN_ROUNDS]
     if not judged:
@@ -852,7 +966,8 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
         if not measured_here:
             continue
         look = (_paired_look(matrix_a[family, :rounds], matrix_b[family, :rounds], patterns,
-                             budget, exceeded, n == len(rounds_at) - 1 and budget >= alpha)
+                             budget, exceeded, n == len(rounds_at) - 1 and budget >= alpha,
+                             [earlier[c] for c in family])
                 if paired else
                 _unpaired_look(matrix_a[family], matrix_b[family], budget, drift))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -872,9 +987,13 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
             # the pairs taken off that this config has (a shift of the others' pairs only)
             own_odd = tuple((r, ratio) for r, ratio in odd_pairs
                             if math.isfinite(matrix_a[c, r] + matrix_b[c, r]))
+            noise = earlier[c]
+            borrowed_runs = (noise.runs if noise is not None and look.borrowed is not None
+                             and look.borrowed[i] else 0)
             tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
                                float(look.mean[i]), float(look.mean_se[i]), p_value,
-                               len(found) - 1, bool(look.levelled[0, i]), hit, own_odd)
+                               len(found) - 1, bool(look.levelled[0, i]), hit, own_odd,
+                               borrowed_runs)
             if hit:
                 flagged.add(c)
     return found, tested
@@ -989,6 +1108,8 @@ class LatencyStatistics:
     # the pairs whose shift shared by all configs (one odd process) the deciding look took
     # off: (round, B/A ratio of the shift)
     odd_pairs: tuple[tuple[int, float], ...] = ()
+    # a few-pairs look: the earlier runs on this machine whose noise it borrowed (0: none)
+    borrowed_runs: int = 0
 
     @property
     def below_threshold(self) -> bool:
@@ -1117,7 +1238,7 @@ def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: 
         threshold_side=side, rounds_needed=needed,
         resolves=math.expm1(max(half, mean_half)) if finite else None,
         drift=math.expm1(drift_half) if drift_half is not None else None, paired=paired,
-        odd_pairs=s.odd_pairs, **sides)
+        odd_pairs=s.odd_pairs, borrowed_runs=s.borrowed_runs, **sides)
 
 
 def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MIN_EFFECT,
@@ -1132,7 +1253,8 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         raise ValueError(f"alpha must be between 0 and 0.5, got {alpha}")
     log_a, log_b = _log_matrices(configs, paired)
     rule = _Rule(min_effect, alpha, looks, None if paired else drift, len(configs))
-    found, tested = family_statistics(log_a, log_b, alpha, looks, paired, rule.drift)
+    found, tested = family_statistics(log_a, log_b, alpha, looks, paired, rule.drift,
+                                      [c.earlier for c in configs])
     results = []
     for i, c in enumerate(configs):
         sides = _side_numbers(c)
