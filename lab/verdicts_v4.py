@@ -32,7 +32,9 @@ Scenarios: A/A (`aa`), or the profile's change, or `+N%` (the shifted config's B
 N% slower). Rules: `v4` (adaptive, looks at 5/11/15: sequential.DEFAULT_STEP), `v4 fixed N`
 (one look at N rounds), the same for `v3`, and `oracle 15`: v4's statistic of the changed
 config on all the suite's rounds, judged by its own sign-flip distribution at alpha 1% (a
-test that knows which config moved: no family, no looks; 15 rounds).
+test that knows which config moved: no family, no looks; 15 rounds). `... earlier H`
+(and `quieter F`): each config's noise borrowed from H earlier A/A runs of the profile,
+15 rounds each, their noise F times the suite's (`earlier_noises`).
 
 Columns: `flag` (A/A: any config slower/faster; else the changed config flagged slower),
 `unch` (the changed config `unchanged`; A/A: median count of `unchanged` configs),
