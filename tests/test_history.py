@@ -199,41 +199,55 @@ def test_another_launcher_another_clone_and_another_target(sources: dict[str, Pa
     assert only.returncode == 2 and "(target trtllm)" in only.stderr
 
 
-def test_earlier_paired_runs_are_this_machine_s_authenticated_interleaved_runs(
+def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_history(
         tmp_path: Path) -> None:
     """What a plan of few rounds borrows noise from: run folders whose MAC holds, A and B
-    measured interleaved, of the same target, repository, machine and set-up; not the
-    run's own folder, not a one-sided run, not a folder a benchmark wrote into."""
+    measured interleaved, of the same target, repository, machine and set-up, both sides
+    commits of A's history; not the run's own folder, not a one-sided run, not a folder a
+    benchmark wrote into, not a pull request's run (its benchmark reports its rounds: one
+    config's noise made wide there would hide that config's next change)."""
     from abdiff.store.history import earlier_paired_runs
     from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for message in ("one", "two"):
+        git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    old, main = git(repo, "rev-parse", "main~1"), git(repo, "rev-parse", "main")
+    git(repo, "checkout", "-q", "-b", "pr", old)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "a pull request")
+    pr = git(repo, "rev-parse", "pr")
     env = {"repository": "/r", "cpu_model": "Xeon", "host": "vm", "device": "cpu",
            "launcher": "local", "timing": "eager"}
 
-    def side(rev: str, session: str, **changed: str) -> RunFile:
+    def side(sha: str, session: str, **changed: str) -> RunFile:
         rounds = [RoundRecord("ok", latency_us=[100.0], round=r) for r in range(5)]
-        return RunFile(rev, rev * 40, "reference", "s", {**env, **changed},
+        return RunFile("rev", sha, "reference", "s", {**env, **changed},
                        [ConfigRuns("c", {}, rounds)], sessions={session: {}})
 
-    def folder(name: str, a: RunFile | None, b: RunFile | None, sign: bool = True) -> Path:
+    def folder(name: str, a: RunFile | None, b: RunFile | None) -> Path:
         path = tmp_path / "runs" / name
         path.mkdir(parents=True)
         for file, run in (("a.json", a), ("b.json", b)):
             if run is not None:
                 (path / file).write_text(json.dumps(run.to_json()))
-        if sign:
-            signed(path)
+        signed(path)
         return path
 
-    now = folder("now", side("a", "s0"), side("b", "s0"))
-    folder("same-machine", side("a", "s1"), side("b", "s1"))
-    folder("other-host", side("a", "s2", host="gpu1"), side("b", "s2", host="gpu1"))
-    folder("other-timing", side("a", "s3", timing="graph replay"),
-           side("b", "s3", timing="graph replay"))
-    folder("baseline-refresh", side("a", "s4"), None)
-    folder("apart", side("a", "s5"), side("b", "s6"))
-    forged = folder("forged", side("a", "s7"), side("b", "s7"))
-    (forged / "b.json").write_text(json.dumps(side("c", "s7").to_json()))
-    found = earlier_paired_runs(tmp_path / "runs", now, side("b", "s0"))
-    assert [(a.sessions, b.rev) for a, b in found] == [({"s1": {}}, "b")]
-    assert earlier_paired_runs(tmp_path / "nothing", now, side("b", "s0")) == []
+    now = folder("now", side(main, "s0"), side(pr, "s0"))
+    folder("main-history", side(old, "s1"), side(main, "s1"))
+    folder("other-host", side(old, "s2", host="gpu1"), side(main, "s2", host="gpu1"))
+    folder("other-timing", side(old, "s3", timing="graph replay"),
+           side(main, "s3", timing="graph replay"))
+    folder("baseline-refresh", side(main, "s4"), None)
+    folder("apart", side(old, "s5"), side(main, "s6"))
+    folder("pull-request", side(old, "s8"), side(pr, "s8"))
+    forged = folder("forged", side(old, "s7"), side(main, "s7"))
+    (forged / "b.json").write_text(json.dumps(side(old, "s7").to_json()))
+    found = earlier_paired_runs(tmp_path / "runs", now, side(pr, "s0"), repo, main)
+    assert [(a.sha, b.sha, b.sessions) for a, b in found] == [(old, main, {"s1": {}})]
+    # a run whose A is the pull request's commit: its history holds that run's sides
+    found = earlier_paired_runs(tmp_path / "runs", now, side(pr, "s0"), repo, pr)
+    assert [b.sessions for _, b in found] == [{"s8": {}}]
+    assert earlier_paired_runs(tmp_path / "nothing", now, side(pr, "s0"), repo, main) == []

@@ -338,6 +338,13 @@ def resolve_range(repo_root: Path, text: str) -> tuple[SideSpec, SideSpec]:
     return side_a, side_b
 
 
+def in_history_of(repo_root: Path, tip: str, shas: set[str]) -> set[str]:
+    """The `shas` that are `tip` or commits in its history (replace refs and grafts off:
+    run_git), one `git merge-base --is-ancestor` each."""
+    return {sha for sha in shas if sha == tip or run_git(
+        repo_root, "merge-base", "--is-ancestor", sha, tip, check=False).returncode == 0}
+
+
 def refs_of(repo_root: Path) -> dict[str, str]:
     """Every ref of the repository (branches, tags, replace refs...) -> the object it names."""
     done = run_git(repo_root, "for-each-ref", "--format=%(refname)%00%(objectname)", check=False)

@@ -77,7 +77,13 @@ from abdiff.targets import detect_target, target_package
 from abdiff.targets.base import Target
 from abdiff.verdict.compare import compare_runs, earlier_noise, shows_change
 from abdiff.verdict.kernel_times import lacks_times
-from abdiff.verdict.stats import few_pairs_plan, futile, load_scipy, needs_more_rounds
+from abdiff.verdict.stats import (
+    borrowing,
+    few_pairs_plan,
+    futile,
+    load_scipy,
+    needs_more_rounds,
+)
 from abdiff.worker.measure import resolve_device, timing_kind
 
 log = logging.getLogger(__name__)
@@ -362,20 +368,26 @@ def stop_when_nothing_ran(run_state: RunState, runs: dict[str, RunFile]
 def borrowing_noise(first_round: Callable[[], None], bench: Bench, where: Path,
                     run_a: RunFile, run_b: RunFile, quiet: bool) -> Callable[[], None]:
     """`first_round`, then, once B's run file names its machine, what earlier paired runs on
-    it measured of each config's noise into B's run file (`earlier_noise`, kept when the
-    run is resumed): a plan of so few rounds that its last look borrows it."""
+    it of commits in A's history measured of each config's noise into B's run file
+    (`earlier_noise`, kept when the run is resumed): a plan of so few rounds that its
+    last look borrows it."""
 
     def check() -> None:
         first_round()
         if run_b.earlier_noise:
             return
-        earlier = earlier_paired_runs(bench.cache_dir / "runs", where, run_b)
+        earlier = earlier_paired_runs(bench.cache_dir / "runs", where, run_b,
+                                      bench.cache.repo_root, run_a.sha)
         noise = earlier_noise(earlier, bench.settings.run_times)
         run_b.earlier_noise = {c.id: noise[c.id] for c in run_a.configs if c.id in noise}
-        if not quiet and run_b.earlier_noise:
-            most = max(n.runs for n in run_b.earlier_noise.values())
-            say(f"abdiff: {len(run_b.earlier_noise)} configs' noise borrowed from up to {most} "
-                "earlier runs on this machine (a plan of few rounds)")
+        recorded = list(run_b.earlier_noise.values())
+        lent = [n for n, used in zip(recorded, borrowing(recorded), strict=True) if used]
+        if not quiet and lent:
+            counts = {n.runs for n in lent}
+            most = max(counts)
+            say(f"abdiff: {len(lent)} configs' noise borrowed from "
+                f"{'up to ' * (len(counts) > 1)}{most} earlier run{'s' * (most > 1)} on this "
+                "machine (a plan of few rounds)")
 
     return check
 

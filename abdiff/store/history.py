@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from abdiff.errors import InputError, did_you_mean
+from abdiff.repo.revs import in_history_of
 from abdiff.store.baselines import interleaved
 from abdiff.store.records import (
     ConfigRuns,
@@ -129,17 +130,21 @@ a config's rounds of one session, and the family's factor in stats.borrow follow
 noisy the machine is now."""
 
 
-def earlier_paired_runs(runs: Path, current: Path, like: RunFile) -> list[tuple[RunFile, RunFile]]:
+def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Path, base: str
+                        ) -> list[tuple[RunFile, RunFile]]:
     """The (A, B) run files of up to EARLIER_RUNS run folders in `runs` (the newest first;
     not `current`), whose MAC holds, that measured A and B interleaved with `like`'s
-    target, in its repository, on its machine and set-up (`machine_of`, `setup_of`)."""
+    target, in its repository, on its machine and set-up (`machine_of`, `setup_of`), both
+    sides commits of `base`'s history in `repo_root`: a pull request's own rounds (its
+    benchmark reports them) lend no noise to a later run, where widening one config's
+    would hide its next change."""
     if not runs.is_dir() or runs.is_symlink():
         return []
     folders = [p for p in runs.iterdir()
                if p.is_dir() and not p.is_symlink() and p.resolve() != current.resolve()]
     folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     key = (like.target, like.env.get("repository"), machine_of(like), setup_of(like))
-    found: list[tuple[RunFile, RunFile]] = []
+    candidates: list[tuple[RunFile, RunFile]] = []
     for folder in folders:
         files = authenticated_run_files(folder)
         if isinstance(files, str):
@@ -148,17 +153,16 @@ def earlier_paired_runs(runs: Path, current: Path, like: RunFile) -> list[tuple[
         if "a.json" not in texts or "b.json" not in texts:
             continue
         try:
-            sides = [parse_run_file(decode_json(texts[name], str(folder / name)),
-                                    str(folder / name)) for name in ("a.json", "b.json")]
+            run_a, run_b = (parse_run_file(decode_json(texts[name], str(folder / name)),
+                                           str(folder / name)) for name in ("a.json", "b.json"))
         except InputError:
             continue  # a damaged or foreign file has no noise to lend
-        run_a, run_b = sides
-        if (interleaved(run_a, run_b) and (run_b.target, run_b.env.get("repository"),
-                                           machine_of(run_b), setup_of(run_b)) == key):
-            found.append((run_a, run_b))
-            if len(found) == EARLIER_RUNS:
-                break
-    return found
+        if interleaved(run_a, run_b) and (run_b.target, run_b.env.get("repository"),
+                                          machine_of(run_b), setup_of(run_b)) == key:
+            candidates.append((run_a, run_b))
+    reviewed = in_history_of(repo_root, base, {r.sha for pair in candidates for r in pair})
+    return [(a, b) for a, b in candidates
+            if a.sha in reviewed and b.sha in reviewed][:EARLIER_RUNS]
 
 
 def commits_in(repo_root: Path, shas: set[str]) -> set[str]:
