@@ -120,15 +120,19 @@ def test_earlier_runs_lend_the_noise_of_the_rounds_timed_like_this_run_s_first()
     variance depends on it): suite_run's rounds time 20 iterations; rounds of another count
     (an adaptive plan's later rounds) are left out."""
     earlier = [(suite_run(20 + k, rounds=15), suite_run(30 + k, rounds=15)) for k in range(3)]
-    noise = earlier_noise(earlier, 20)
+    configs = suite_run(1).configs
+    noise = earlier_noise(earlier, configs, 20)
     assert set(noise) == {f"c{i}" for i in range(8)}
     assert all(n.runs == 3 and n.df == 42 and n.mean > 0 for n in noise.values())
     for run_a, run_b in earlier:  # rounds 5 on timed 40 iterations
         for config in run_a.configs + run_b.configs:
             for record in config.rounds[5:]:
                 record.latency_us = record.latency_us * 2
-    assert {n.df for n in earlier_noise(earlier, 20).values()} == {12}
-    assert earlier_noise(earlier, 7) == {}
+    assert {n.df for n in earlier_noise(earlier, configs, 20).values()} == {12}
+    assert earlier_noise(earlier, configs, 7) == {}
+    # a config of the same id measured with other parameters lends nothing
+    configs[0].params = {"batch_size": 64}
+    assert "c0" not in earlier_noise(earlier, configs, 20)
 
 
 def test_a_plan_of_few_rounds_borrows_the_noise_recorded_in_b_s_run_file() -> None:
@@ -136,7 +140,7 @@ def test_a_plan_of_few_rounds_borrows_the_noise_recorded_in_b_s_run_file() -> No
     interleaved, and the method says so; a stored baseline's comparison does not."""
     earlier = [(suite_run(20 + k, rounds=15), suite_run(30 + k, rounds=15)) for k in range(3)]
     a, b = suite_run(41, rounds=5), suite_run(42, rounds=5, factor=1.05)
-    b.earlier_noise = earlier_noise(earlier, 20)
+    b.earlier_noise = earlier_noise(earlier, b.configs, 20)
     latency = compare_runs(a, b, {}).configs[0].latency
     assert "variances borrowed from 3 earlier runs on this machine" in latency.method
     b.sessions = {"s2": {}}

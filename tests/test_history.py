@@ -199,13 +199,15 @@ def test_another_launcher_another_clone_and_another_target(sources: dict[str, Pa
     assert only.returncode == 2 and "(target trtllm)" in only.stderr
 
 
-def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_history(
+def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_line(
         tmp_path: Path) -> None:
     """What a plan of few rounds borrows noise from: run folders whose MAC holds, A and B
-    measured interleaved, of the same target, repository, machine and set-up, both sides
-    commits of A's history; not the run's own folder, not a one-sided run, not a folder a
-    benchmark wrote into, not a pull request's run (its benchmark reports its rounds: one
-    config's noise made wide there would hide that config's next change)."""
+    measured interleaved, of the same target, repository, machine and set-up (read from A:
+    B's environment is what a pull request's worker reports), both sides commits of A's
+    first-parent chain; not the run's own folder, not a one-sided run, not a folder a
+    benchmark wrote into, not a pull request's run, before or after its merge (its
+    benchmark reports its rounds: one config's noise made wide there would hide that
+    config's next change)."""
     from abdiff.store.history import earlier_paired_runs
     from abdiff.store.records import ConfigRuns, RoundRecord, RunFile
 
@@ -218,6 +220,9 @@ def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_histor
     git(repo, "checkout", "-q", "-b", "pr", old)
     git(repo, "commit", "-q", "--allow-empty", "-m", "a pull request")
     pr = git(repo, "rev-parse", "pr")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge the pull request", "pr")
+    merged = git(repo, "rev-parse", "main")
     env = {"repository": "/r", "cpu_model": "Xeon", "host": "vm", "device": "cpu",
            "launcher": "local", "timing": "eager"}
 
@@ -235,9 +240,9 @@ def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_histor
         signed(path)
         return path
 
-    now = folder("now", side(main, "s0"), side(pr, "s0"))
-    folder("main-history", side(old, "s1"), side(main, "s1"))
-    folder("other-host", side(old, "s2", host="gpu1"), side(main, "s2", host="gpu1"))
+    now = folder("now", side(merged, "s0"), side(pr, "s0"))
+    folder("main-line", side(old, "s1"), side(main, "s1", host="claimed-by-b"))
+    folder("other-host", side(old, "s2", host="gpu1"), side(main, "s2"))
     folder("other-timing", side(old, "s3", timing="graph replay"),
            side(main, "s3", timing="graph replay"))
     folder("baseline-refresh", side(main, "s4"), None)
@@ -245,9 +250,12 @@ def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_histor
     folder("pull-request", side(old, "s8"), side(pr, "s8"))
     forged = folder("forged", side(old, "s7"), side(main, "s7"))
     (forged / "b.json").write_text(json.dumps(side(old, "s7").to_json()))
-    found = earlier_paired_runs(tmp_path / "runs", now, side(pr, "s0"), repo, main)
+    found = earlier_paired_runs(tmp_path / "runs", now, side(merged, "s0"), repo, merged)
     assert [(a.sha, b.sha, b.sessions) for a, b in found] == [(old, main, {"s1": {}})]
-    # a run whose A is the pull request's commit: its history holds that run's sides
+    # a run whose A is the pull request's commit: its own line holds that run's sides
     found = earlier_paired_runs(tmp_path / "runs", now, side(pr, "s0"), repo, pr)
     assert [b.sessions for _, b in found] == [{"s8": {}}]
-    assert earlier_paired_runs(tmp_path / "nothing", now, side(pr, "s0"), repo, main) == []
+    assert earlier_paired_runs(tmp_path / "runs", now, side(merged, "s0"), repo,
+                               "WORKTREE") == []
+    assert earlier_paired_runs(tmp_path / "nothing", now, side(merged, "s0"), repo,
+                               merged) == []

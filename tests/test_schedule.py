@@ -30,7 +30,7 @@ from abdiff.run.schedule import (
     abba_slots,
     empty_run,
 )
-from abdiff.store.records import RoundRecord, load_run_file, write_run_file
+from abdiff.store.records import EarlierNoise, RoundRecord, load_run_file, write_run_file
 from abdiff.suites import Config
 from abdiff.verdict.sequential import Looks
 
@@ -269,6 +269,20 @@ def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:
     assert ("B", CONFIGS[0].id) in kept
     for side in "AB":
         assert all(len(c.rounds) == 2 for c in run_state.sides[side].run.configs)
+def test_a_resumed_run_keeps_the_noise_it_borrowed(tmp_path: Path) -> None:
+    """What B's run file recorded of earlier runs' noise is what the resumed run's last look
+    borrows (the cache may hold other runs by then)."""
+    state = tmp_path / "state"
+    first = RunState.open(state, _one_config(tmp_path), resume=False, seed=5)
+    first.sides["B"].run.earlier_noise = {"GEN-TRTLLM-bs8-q1-kv64": EarlierNoise(
+        1e-4, 2e-4, 12.0, 3)}
+    first.add("A", "GEN-TRTLLM-bs8-q1-kv64", RoundRecord("ok", latency_us=[9.0], round=0))
+    first.save(complete=False)
+    kept = RunState.open(state, _one_config(tmp_path), resume=True, seed=6)
+    assert kept.sides["B"].run.earlier_noise == {"GEN-TRTLLM-bs8-q1-kv64": EarlierNoise(
+        1e-4, 2e-4, 12.0, 3)}
+
+
 def _one_config(tmp_path: Path) -> dict[str, SideRun]:
     configs = [Config("GEN-TRTLLM-bs8-q1-kv64", {"batch_size": 8})]
     return {side: SideRun(tmp_path, empty_run(side, side.lower() * 40, "reference", "s",

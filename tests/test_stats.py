@@ -555,7 +555,7 @@ def test_a_plan_of_five_rounds_borrows_its_noise_from_earlier_runs() -> None:
     in slow processes find a +5% change that their own spread leaves undecided, and A/A
     suites stay unflagged."""
     rng = np.random.default_rng(42)
-    found = {"own": 0, "borrowed": 0}
+    found = {"own": 0, "borrowed": 0}  # over 30 suites
     aa_flags = 0
     for _ in range(30):
         earlier_runs = [stats.earlier_differences(*_noisy_suite(rng, 15)) for _ in range(3)]
@@ -582,6 +582,11 @@ def test_a_borrowed_variance_follows_how_noisy_the_machine_is_now() -> None:
     ratio = posterior / earlier
     assert 2.5 < float(np.exp(np.log(ratio).mean())) < 6.5
     assert np.all(df == 4 + stats.BORROWED_DF)
+    # a config whose pairs tie (own variance 0) does not move the others' prior
+    tied = own.copy()
+    tied[3] = 0.0
+    posterior_tied, _ = stats.borrow(tied, np.full(12, 4.0), earlier, np.full(12, 40.0), has)
+    assert np.allclose(np.delete(posterior_tied, 3), np.delete(posterior, 3), rtol=0.3)
     # a config without earlier noise keeps the family's moderation
     has[0] = False
     posterior0, df0 = stats.borrow(own, np.full(12, 4.0), earlier, np.full(12, 40.0), has)

@@ -338,11 +338,14 @@ def resolve_range(repo_root: Path, text: str) -> tuple[SideSpec, SideSpec]:
     return side_a, side_b
 
 
-def in_history_of(repo_root: Path, tip: str, shas: set[str]) -> set[str]:
-    """The `shas` that are `tip` or commits in its history (replace refs and grafts off:
-    run_git), one `git merge-base --is-ancestor` each."""
-    return {sha for sha in shas if sha == tip or run_git(
-        repo_root, "merge-base", "--is-ancestor", sha, tip, check=False).returncode == 0}
+def first_parent_chain(repo_root: Path, tip: str) -> set[str]:
+    """`tip` and the commits of its first-parent chain (replace refs and grafts off:
+    run_git): a branch's own line, not the commits a merge brought in; empty where `tip`
+    is not a full commit SHA of this repository."""
+    if not re.fullmatch(r"[0-9a-f]{40}", tip):
+        return set()
+    proc = run_git(repo_root, "rev-list", "--first-parent", f"{tip}^{{commit}}", check=False)
+    return set(proc.stdout.split()) if proc.returncode == 0 else set()
 
 
 def refs_of(repo_root: Path) -> dict[str, str]:

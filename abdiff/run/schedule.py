@@ -176,6 +176,7 @@ class RunState:
                     side.run.env = old.env or side.run.env
                     side.run.orders = old.orders
                     side.run.iterations = old.iterations  # later rounds keep its counts
+                    side.run.earlier_noise = old.earlier_noise  # what its last look borrows
                     side.run.sessions = {**old.sessions, **side.run.sessions}
                 return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
             shutil.rmtree(state_dir)

@@ -367,7 +367,7 @@ def stop_when_nothing_ran(run_state: RunState, runs: dict[str, RunFile]
 
 def borrowing_noise(first_round: Callable[[], None], bench: Bench, where: Path,
                     run_a: RunFile, run_b: RunFile, quiet: bool) -> Callable[[], None]:
-    """`first_round`, then, once B's run file names its machine, what earlier paired runs on
+    """`first_round`, then, once A's run file names its machine, what earlier paired runs on
     it of commits in A's history measured of each config's noise into B's run file
     (`earlier_noise`, kept when the run is resumed): a plan of so few rounds that its
     last look borrows it."""
@@ -376,10 +376,9 @@ def borrowing_noise(first_round: Callable[[], None], bench: Bench, where: Path,
         first_round()
         if run_b.earlier_noise:
             return
-        earlier = earlier_paired_runs(bench.cache_dir / "runs", where, run_b,
+        earlier = earlier_paired_runs(bench.cache_dir / "runs", where, run_a,
                                       bench.cache.repo_root, run_a.sha)
-        noise = earlier_noise(earlier, bench.settings.run_times)
-        run_b.earlier_noise = {c.id: noise[c.id] for c in run_a.configs if c.id in noise}
+        run_b.earlier_noise = earlier_noise(earlier, run_b.configs, bench.settings.run_times)
         recorded = list(run_b.earlier_noise.values())
         lent = [n for n, used in zip(recorded, borrowing(recorded), strict=True) if used]
         if not quiet and lent:

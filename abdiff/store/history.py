@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from abdiff.errors import InputError, did_you_mean
-from abdiff.repo.revs import in_history_of
+from abdiff.repo.revs import first_parent_chain
 from abdiff.store.baselines import interleaved
 from abdiff.store.records import (
     ConfigRuns,
@@ -132,20 +132,28 @@ noisy the machine is now."""
 
 def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Path, base: str
                         ) -> list[tuple[RunFile, RunFile]]:
-    """The (A, B) run files of up to EARLIER_RUNS run folders in `runs` (the newest first;
-    not `current`), whose MAC holds, that measured A and B interleaved with `like`'s
-    target, in its repository, on its machine and set-up (`machine_of`, `setup_of`), both
-    sides commits of `base`'s history in `repo_root`: a pull request's own rounds (its
-    benchmark reports them) lend no noise to a later run, where widening one config's
-    would hide its next change."""
+    """The (A, B) run files of the newest EARLIER_RUNS run folders in `runs` (not
+    `current`) whose MAC holds, that measured A and B interleaved with `like`'s target, in
+    its repository, on its machine and set-up (`machine_of`, `setup_of`; `like` is the
+    new run's A and the key is read from each run's A: a pull request's worker reports
+    B's environment and could name another machine's runs), both sides
+    commits of `base`'s first-parent chain in `repo_root`. A pull request's own rounds
+    (its benchmark reports them) lend no noise to a later run, where one config's noise
+    made wide would hide its next change; nor, once merged, do those of its commits
+    (a merge brings them in off the first-parent chain)."""
     if not runs.is_dir() or runs.is_symlink():
         return []
-    folders = [p for p in runs.iterdir()
-               if p.is_dir() and not p.is_symlink() and p.resolve() != current.resolve()]
-    folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    folders: list[tuple[float, Path]] = []
+    for path in runs.iterdir():
+        try:
+            if path.is_dir() and not path.is_symlink() and path.resolve() != current.resolve():
+                folders.append((path.stat().st_mtime, path))
+        except OSError:
+            continue  # removed meanwhile (`abdiff cache clean`)
+    chain = first_parent_chain(repo_root, base)
     key = (like.target, like.env.get("repository"), machine_of(like), setup_of(like))
-    candidates: list[tuple[RunFile, RunFile]] = []
-    for folder in folders:
+    found: list[tuple[RunFile, RunFile]] = []
+    for _, folder in sorted(folders, key=lambda f: f[0], reverse=True):
         files = authenticated_run_files(folder)
         if isinstance(files, str):
             continue
@@ -157,12 +165,13 @@ def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Pat
                                            str(folder / name)) for name in ("a.json", "b.json"))
         except InputError:
             continue  # a damaged or foreign file has no noise to lend
-        if interleaved(run_a, run_b) and (run_b.target, run_b.env.get("repository"),
-                                          machine_of(run_b), setup_of(run_b)) == key:
-            candidates.append((run_a, run_b))
-    reviewed = in_history_of(repo_root, base, {r.sha for pair in candidates for r in pair})
-    return [(a, b) for a, b in candidates
-            if a.sha in reviewed and b.sha in reviewed][:EARLIER_RUNS]
+        if (run_a.sha in chain and run_b.sha in chain and interleaved(run_a, run_b)
+                and (run_a.target, run_a.env.get("repository"), machine_of(run_a),
+                     setup_of(run_a)) == key):
+            found.append((run_a, run_b))
+            if len(found) == EARLIER_RUNS:
+                break
+    return found
 
 
 def commits_in(repo_root: Path, shas: set[str]) -> set[str]:

@@ -247,12 +247,13 @@ def benchmark_warnings(run_a: RunFile, run_b: RunFile) -> list[str]:
             for warning, sides in said.items()]
 
 
-def earlier_noise(earlier: Sequence[tuple[RunFile, RunFile]], run_times: int
-                  ) -> dict[str, EarlierNoise]:
-    """Each config's noise in `earlier` paired runs (A, B), from the pairs of rounds that
-    both timed `run_times` iterations (what this run's first rounds time: a round's
-    variance depends on it), each run's odd processes taken off
-    (stats.earlier_differences)."""
+def earlier_noise(earlier: Sequence[tuple[RunFile, RunFile]], configs: Sequence[ConfigRuns],
+                  run_times: int) -> dict[str, EarlierNoise]:
+    """The noise of each of `configs` in `earlier` paired runs (A, B) that measured it with
+    the same parameters, from the pairs of rounds that both timed `run_times` iterations
+    (what this run's first rounds time: a round's variance depends on it), each run's odd
+    processes taken off (stats.earlier_differences)."""
+    params = {c.id: json.dumps(c.params, sort_keys=True) for c in configs}
     rows: dict[str, list[np.ndarray]] = {}
     for run_a, run_b in earlier:
         pairs, _ = measured_pairs(run_a, run_b)
@@ -271,7 +272,8 @@ def earlier_noise(earlier: Sequence[tuple[RunFile, RunFile]], run_times: int
                                                           math.log(b[position]))
         differences = stats.earlier_differences(log_a, log_b)
         for (config, _), row in zip(pairs, differences, strict=True):
-            rows.setdefault(config.id, []).append(row)
+            if params.get(config.id) == json.dumps(config.params, sort_keys=True):
+                rows.setdefault(config.id, []).append(row)
     return {config_id: noise for config_id, runs in rows.items()
             if (noise := stats.earlier_noise(runs)) is not None}
 

@@ -115,13 +115,11 @@ flagged in 1.1-1.2% of runs (docs/statistics.md)."""
 BORROWED_DF = 4.0
 """The most df a borrowed variance adds (`borrow`): with the scale fixed, 5 pairs of
 heavy-tailed rounds put the data's own tails into the statistic, which Student's t at
-many df does not have; at 8 the adaptive-n A/A at 5 rounds was flagged in 2.9% of
-runs, at 4 in 1.0% (docs/statistics.md)."""
+many df does not have (the caps tried: docs/statistics.md)."""
 
 BORROW_MIN_DF = 10.0
 """Earlier df a config needs before its noise is borrowed: the variance of a few
-heavy-tailed pairs is most often well below the law's (one earlier plan of 5 rounds, 4
-df, made the adaptive-n A/A 1.5%)."""
+heavy-tailed pairs is most often well below the law's (docs/statistics.md)."""
 
 HUBER_K = 1.345
 """Huber's tuning constant (95% efficiency at the normal): differences farther than
@@ -320,7 +318,8 @@ def borrow(variance: np.ndarray, df: np.ndarray, earlier: np.ndarray, earlier_df
     `earlier_df`): each config's earlier variance, times the factor by which the family's
     noise moved since (the mean of the configs' bias-corrected log ratios), is its prior,
     with the df of its own estimate and the factor's together, at most BORROWED_DF. The
-    other configs: `moderate`."""
+    other configs: `moderate`. The factor is the median over the configs whose own
+    variance is not 0, its variance the median's (pi/2 the mean's)."""
     posterior, posterior_df = moderate(variance, df)
     if not has.any():
         return posterior, posterior_df
@@ -329,11 +328,17 @@ def borrow(variance: np.ndarray, df: np.ndarray, earlier: np.ndarray, earlier_df
     def corrected_log(v: np.ndarray, k: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(v, 1e-300)) - special.digamma(k / 2) + np.log(k / 2)
 
-    log_ratio = corrected_log(variance[has], df[has]) - corrected_log(earlier[has],
-                                                                      earlier_df[has])
-    factor = math.exp(float(log_ratio.mean()))
-    factor_variance = float((special.polygamma(1, df[has] / 2)
-                             + special.polygamma(1, earlier_df[has] / 2)).mean()) / has.sum()
+    # the factor from the configs whose own rounds vary at all (a config whose pairs tie
+    # would pull every other config's prior to nothing), its centre the median: one
+    # config's odd history cannot move the others'
+    varies = has & (variance > 0)
+    if not varies.any():
+        return posterior, posterior_df
+    log_ratio = corrected_log(variance[varies], df[varies]) - corrected_log(
+        earlier[varies], earlier_df[varies])
+    factor = math.exp(float(np.median(log_ratio)))
+    factor_variance = math.pi / 2 * float((special.polygamma(1, df[varies] / 2) + special.polygamma(
+        1, earlier_df[varies] / 2)).mean()) / varies.sum()
     prior_df = np.minimum(2 * trigamma_inverse(special.polygamma(1, earlier_df[has] / 2)
                                                + factor_variance), BORROWED_DF)
     own = (df[has] * variance[has] + prior_df * factor * earlier[has]) / (df[has] + prior_df)
@@ -517,22 +522,29 @@ def earlier_differences(log_a: np.ndarray, log_b: np.ndarray) -> np.ndarray:
 def earlier_noise(runs: Sequence[np.ndarray]) -> EarlierNoise | None:
     """A config's `EarlierNoise` from its pair differences in earlier paired runs (one
     array per run, `earlier_differences`' row; NaN where a pair is missing), each about
-    its own centre (an earlier run may have measured a change); None below 2 df."""
-    huber_sum = mean_sum = df = 0.0
-    used = 0
+    its own centre (an earlier run may have measured a change): the runs' variances
+    pooled, or from 3 runs on their median, which one run cannot move (a run whose
+    rounds were odd; the family's factor in `borrow` takes the median's bias off);
+    None below 2 df."""
+    huber, mean, dfs = [], [], []
     for d in runs:
         x = d[np.isfinite(d)]
         if len(x) < MIN_ROUNDS:
             continue
         x = x - np.median(x)
         _, unit, _ = _huber_unit(x, tie_floor(x[None])[0])
-        huber_sum += float(unit) * (len(x) - 1)
-        mean_sum += float(x.var(ddof=1)) * (len(x) - 1)
-        df += len(x) - 1
-        used += 1
-    if df < 2 or huber_sum <= 0 or mean_sum <= 0:
+        huber.append(float(unit))
+        mean.append(float(x.var(ddof=1)))
+        dfs.append(len(x) - 1.0)
+    df = sum(dfs)
+    if df < 2:
         return None
-    return EarlierNoise(huber_sum / df, mean_sum / df, df, used)
+    if len(dfs) >= 3:
+        noise = EarlierNoise(float(np.median(huber)), float(np.median(mean)), df, len(dfs))
+    else:
+        noise = EarlierNoise(float(np.dot(huber, dfs)) / df, float(np.dot(mean, dfs)) / df,
+                             df, len(dfs))
+    return noise if noise.huber > 0 and noise.mean > 0 else None
 
 
 @dataclass(frozen=True)
@@ -722,6 +734,7 @@ class Tested:
     flagged: bool
     odd_pairs: tuple[tuple[int, float], ...] = ()  # (round, B/A ratio) of each shift taken off
     borrowed_runs: int = 0  # earlier runs whose noise its variance borrowed (`borrow`)
+    df: float | None = None  # a `_few_pairs_look`: its own Huber df (else the look's)
 
 
 def _spending_rounds(looks: Looks | None, rounds: int) -> list[int]:
@@ -752,6 +765,7 @@ class LookStatistics:
     p_values: tuple[float, ...] = ()
     odd: np.ndarray | None = None  # (pairs,) the observed shift taken off each pair (log)
     borrowed: np.ndarray | None = None  # (configs,) whose variances were borrowed
+    config_df: np.ndarray | None = None  # (configs,) each config's Huber df (few pairs)
 
 
 def few_pairs_plan(max_rounds: int, alpha: float) -> bool:
@@ -838,7 +852,7 @@ def _few_pairs_look(a: np.ndarray, b: np.ndarray, budget: float, patterns: int,
     return LookStatistics(np.broadcast_to(location, rows.shape), np.broadcast_to(se, rows.shape),
                           rows, mean, mean_se, True, df_look,
                           permutation=False, threshold=q, p_values=p_values, odd=odd,
-                          borrowed=borrowed)
+                          borrowed=borrowed, config_df=df)
 
 
 def _unpaired_look(a: np.ndarray, b: np.ndarray, budget: float, drift: Drift | None
@@ -993,7 +1007,8 @@ def family_statistics(matrix_a: np.ndarray, matrix_b: np.ndarray, alpha: float,
             tested[c] = Tested(float(look.location[0, i]), float(look.se[0, i]),
                                float(look.mean[i]), float(look.mean_se[i]), p_value,
                                len(found) - 1, bool(look.levelled[0, i]), hit, own_odd,
-                               borrowed_runs)
+                               borrowed_runs,
+                               None if look.config_df is None else float(look.config_df[i]))
             if hit:
                 flagged.add(c)
     return found, tested
@@ -1232,7 +1247,7 @@ def _tested_statistics(s: Tested, look: Look, rule: _Rule, rounds: int, paired: 
         mean_ratio=math.exp(s.mean),
         mean_ci=(math.exp(mean_low), math.exp(mean_high)) if finite else None,
         p=s.p, level=look.level, se=s.se, detectable=_number(detectable),
-        statistic=statistic, threshold=q, df=look.df, look=s.look,
+        statistic=statistic, threshold=q, df=look.df if s.df is None else s.df, look=s.look,
         look_rounds=look.rounds, family=look.family, flags=look.flags,
         permutation=look.permutation,
         threshold_side=side, rounds_needed=needed,
