@@ -341,10 +341,10 @@ def borrow(variance: np.ndarray, df: np.ndarray, earlier: np.ndarray, earlier_df
         1, earlier_df[varies] / 2)).mean()) / varies.sum()
     prior_df = np.minimum(2 * trigamma_inverse(special.polygamma(1, earlier_df[has] / 2)
                                                + factor_variance), BORROWED_DF)
-    own = (df[has] * variance[has] + prior_df * factor * earlier[has]) / (df[has] + prior_df)
+    lent = (df[has] * variance[has] + prior_df * factor * earlier[has]) / (df[has] + prior_df)
     posterior, posterior_df = posterior.astype(float), np.broadcast_to(
         posterior_df, variance.shape).astype(float)
-    posterior[has], posterior_df[has] = own, df[has] + prior_df
+    posterior[has], posterior_df[has] = lent, df[has] + prior_df
     return posterior, posterior_df
 
 
