@@ -316,10 +316,10 @@ def borrow(variance: np.ndarray, df: np.ndarray, earlier: np.ndarray, earlier_df
     """Posterior variances and df of configs (last axis) whose own `variance` (`df`) is
     joined, where `has` (`borrowing`), by a variance measured in earlier runs (`earlier`,
     `earlier_df`): each config's earlier variance, times the factor by which the family's
-    noise moved since (the mean of the configs' bias-corrected log ratios), is its prior,
-    with the df of its own estimate and the factor's together, at most BORROWED_DF. The
-    other configs: `moderate`. The factor is the median over the configs whose own
-    variance is not 0, its variance the median's (pi/2 the mean's)."""
+    noise moved since, is its prior, with the df of its own estimate and the factor's
+    together, at most BORROWED_DF. The factor is the median of the bias-corrected log
+    ratios over the configs whose own variance is not 0, its variance the median's (pi/2
+    the mean's). The other configs: `moderate`."""
     posterior, posterior_df = moderate(variance, df)
     if not has.any():
         return posterior, posterior_df
