@@ -205,6 +205,16 @@ class Timed:
         return {**asdict(self.warmup), "seconds": round(self.warmup.seconds, 4)}
 
 
+def device_sync(device: str) -> Callable[[], Any]:
+    """What waits for the work a call queued on `device`: torch.cuda.synchronize on a GPU,
+    nothing on the CPU (its calls return when done)."""
+    if device != "cuda":
+        return lambda: None
+    import torch
+
+    return torch.cuda.synchronize
+
+
 def timing_kind(device: str, cuda_graph: bool) -> str:
     """What is timed: CUDA graph replays where asked for and possible, else eager calls."""
     return "graph replay" if device == "cuda" and cuda_graph else "eager"
@@ -228,7 +238,7 @@ def time_iterations(
     """
     rule = rule or warmup_rule(device)
     if device != "cuda":
-        warmed = warm_up(fn, warmup, rule, lambda: None)
+        warmed = warm_up(fn, warmup, rule, device_sync(device))
         out = []
         for _ in range(runs):
             started_ns = time.perf_counter_ns()
@@ -256,7 +266,7 @@ def time_iterations(
         if name_kernels:
             graph.instantiate()
         step = graph.replay
-    warmed = warm_up(step, warmup, rule, torch.cuda.synchronize)
+    warmed = warm_up(step, warmup, rule, device_sync(device))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(runs)]
     clocks = {"start": sensor()} if sensor else {}

@@ -48,6 +48,7 @@ from abdiff.store.records import RoundRecord
 from abdiff.targets.reference.target import HARNESS_PACKAGE, RUNNER_MODULE
 from abdiff.worker.measure import (
     WarmupRule,
+    device_sync,
     environment,
     find_attn_metadata,
     gpu_sensor,
@@ -178,10 +179,7 @@ def capture_pass(
         try:
             if run_pack is None:
                 run_pack = create_run_pack(runner_cls, params[config_id], device, tensor_parallel)
-                import torch
-
-                warm_up(run_pack, job.warmup_times, warmup_rule(device),
-                        torch.cuda.synchronize if device == "cuda" else lambda: None)
+                warm_up(run_pack, job.warmup_times, warmup_rule(device), device_sync(device))
             profile = profile_kernels(run_pack, device)
             # the timed graph's names and counts, so that a kept side's kernel set is read
             # as a compared side's is
