@@ -7,7 +7,6 @@ difference means. Configs present on one side only are listed, not compared.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -254,23 +253,18 @@ def earlier_noise(earlier: Sequence[tuple[RunFile, RunFile]], configs: Sequence[
     (what this run's first rounds time: a round's variance depends on it), each run's odd
     processes taken off (stats.earlier_differences)."""
     params = {c.id: json.dumps(c.params, sort_keys=True) for c in configs}
+
+    def medians(config: ConfigRuns) -> dict[int, float]:
+        return {position: stats.round_summary(latencies)
+                for position, latencies in timed_rounds(config) if len(latencies) == run_times}
+
     rows: dict[str, list[np.ndarray]] = {}
     for run_a, run_b in earlier:
         pairs, _ = measured_pairs(run_a, run_b)
         if not pairs:
             continue
-        sides = [[{position: stats.round_summary(latencies)
-                   for position, latencies in timed_rounds(config)
-                   if len(latencies) == run_times} for config in pair] for pair in pairs]
-        width = 1 + max((p for pair in sides for side in pair for p in side), default=-1)
-        if width == 0:
-            continue
-        log_a, log_b = (np.full((len(pairs), width), np.nan) for _ in range(2))
-        for i, (a, b) in enumerate(sides):
-            for position in a.keys() & b.keys():
-                log_a[i, position], log_b[i, position] = (math.log(a[position]),
-                                                          math.log(b[position]))
-        differences = stats.earlier_differences(log_a, log_b)
+        rounds = [stats.ConfigRounds(medians(a), medians(b)) for a, b in pairs]
+        differences = stats.earlier_differences(*stats.log_matrices(rounds, paired=True))
         for (config, _), row in zip(pairs, differences, strict=True):
             if params.get(config.id) == json.dumps(config.params, sort_keys=True):
                 rows.setdefault(config.id, []).append(row)

@@ -1181,7 +1181,7 @@ class _Rule:
     configs: int
 
 
-def _log_matrices(configs: list[ConfigRounds], paired: bool) -> tuple[np.ndarray, np.ndarray]:
+def log_matrices(configs: list[ConfigRounds], paired: bool) -> tuple[np.ndarray, np.ndarray]:
     """(configs, rounds) log round medians of A and B; one column per round number on both
     sides where `paired`."""
     log_a, log_b = _matrix(configs, "a"), _matrix(configs, "b")
@@ -1266,7 +1266,7 @@ def latency_verdicts(configs: list[ConfigRounds], min_effect: float = DEFAULT_MI
         raise ValueError(f"min_effect must be a positive fraction, got {min_effect}")
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be between 0 and 0.5, got {alpha}")
-    log_a, log_b = _log_matrices(configs, paired)
+    log_a, log_b = log_matrices(configs, paired)
     rule = _Rule(min_effect, alpha, looks, None if paired else drift, len(configs))
     found, tested = family_statistics(log_a, log_b, alpha, looks, paired, rule.drift,
                                       [c.earlier for c in configs])
