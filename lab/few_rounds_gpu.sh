@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A plan of 5 rounds per side that borrows each config's noise from an earlier run, on a
 # GPU, from the repository root (about 3 minutes on an H100):
-#     bash lab/few_rounds_gpu.sh [--device cuda] [--percent 3]
+#     [DEVICE=cuda] [PERCENT=3] bash lab/few_rounds_gpu.sh
 # Steps: build the demo; plant PERCENT% more work in GEN-TRTLLM-bs32-q1-kv2049 on branch
 # pr-slow (lab/plant_slowdown.py); the earlier run `main..main` at 11 rounds per side (10 df,
 # every round timed at the suite's count: no plan of iterations); then `pr..pr-slow` twice
@@ -10,14 +10,7 @@
 # and whether the planted config's look borrowed (its method). Results under $OUT (or
 # /tmp/abdiff-few/out): one line per run in few-rounds.txt.
 set -uo pipefail
-DEVICE=cuda PERCENT=3 CONFIG=GEN-TRTLLM-bs32-q1-kv2049
-while [ $# -gt 0 ]; do
-  case $1 in
-    --device) DEVICE=$2 ;; --percent) PERCENT=$2 ;;
-    *) echo "few_rounds_gpu.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
-  esac
-  shift 2
-done
+DEVICE=${DEVICE:-cuda} PERCENT=${PERCENT:-3} CONFIG=GEN-TRTLLM-bs32-q1-kv2049
 OUT=${OUT:-/tmp/abdiff-few/out}
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
