@@ -269,6 +269,8 @@ def test_resume_measures_only_what_an_interrupt_left(tmp_path: Path) -> None:
     assert ("B", CONFIGS[0].id) in kept
     for side in "AB":
         assert all(len(c.rounds) == 2 for c in run_state.sides[side].run.configs)
+
+
 def test_a_resumed_run_keeps_the_noise_it_borrowed(tmp_path: Path) -> None:
     """What B's run file recorded of earlier runs' noise is what the resumed run's last look
     borrows (the cache may hold other runs by then)."""
