@@ -612,3 +612,33 @@ def test_earlier_noise_needs_enough_df_and_three_configs_to_be_borrowed() -> Non
     assert shifted is not None and plain is not None
     assert shifted.mean == pytest.approx(plain.mean) and shifted.huber == pytest.approx(plain.huber)
     assert stats.earlier_noise([np.array([0.01, np.nan])]) is None
+
+
+def test_a_later_comparison_takes_its_earlier_looks_from_the_cache_unchanged() -> None:
+    """A run compares at each look and once more at its end, and each comparison recomputes
+    the looks before it (a look decides from its own rounds): those are computed once,
+    handed out read-only, and decide exactly as a fresh computation does."""
+    rng = np.random.default_rng(5)
+    rounds = suite(rng, rounds=15, configs=8, shift=0.04, two_level=(2,))
+    looks = Looks(5, 15, 6)
+
+    def at(n: int) -> list[stats.ConfigRounds]:
+        return [stats.ConfigRounds({r: v for r, v in c.a.items() if r < n},
+                                   {r: v for r, v in c.b.items() if r < n}) for c in rounds]
+
+    stats._paired_statistics.cache_clear()
+    fresh = stats.latency_verdicts(at(15), looks=looks)
+    stats._paired_statistics.cache_clear()
+    stats.latency_verdicts(at(11), looks=looks)
+    before = stats._paired_statistics.cache_info()
+    again = stats.latency_verdicts(at(15), looks=looks)
+    assert stats._paired_statistics.cache_info().hits > before.hits  # the look at 11
+    assert again == fresh and again[0].flags
+    a = np.log([list(c.a.values()) for c in rounds])
+    b = np.log([list(c.b.values()) for c in rounds])
+    computed = stats.paired_statistics(a, b, stats.sign_patterns(15))
+    with pytest.raises(ValueError):
+        computed.location[0, 0] = 0.0
+    b[0, 0] += 0.5  # other rounds: computed anew
+    assert stats.paired_statistics(a, b, stats.sign_patterns(15)).location[0, 0] \
+        != computed.location[0, 0]

@@ -50,6 +50,7 @@ calibration are in docs/statistics.md.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -255,17 +256,22 @@ def huber(x: np.ndarray, mask: np.ndarray, scale: np.ndarray, iterations: int = 
     n = mask.sum(axis=-1)
     safe_n = np.maximum(n, 1)
     s = np.maximum(scale, 1e-12)[..., None]
-    x = np.where(mask, x, 0.0)
-    loc = (np.clip(x / s, -HUBER_K, HUBER_K) * mask).sum(axis=-1) / safe_n * s[..., 0]
+    whole = bool(mask.all())  # no pair missing: the masking below would change nothing
+
+    def masked(values: np.ndarray, fill: float | bool) -> np.ndarray:
+        return values if whole else np.where(mask, values, fill)
+
+    x = masked(x, 0.0)
+    loc = masked(np.clip(x / s, -HUBER_K, HUBER_K), 0.0).sum(axis=-1) / safe_n * s[..., 0]
     for _ in range(iterations):
         r = (x - loc[..., None]) / s
-        inside = (np.abs(r) <= HUBER_K) & mask
-        psi = np.where(mask, np.clip(r, -HUBER_K, HUBER_K), 0.0)
+        inside = masked(np.abs(r) <= HUBER_K, False)
+        psi = masked(np.clip(r, -HUBER_K, HUBER_K), 0.0)
         slope = np.maximum(inside.sum(axis=-1), 1)
         loc = loc + s[..., 0] * psi.sum(axis=-1) / slope
     r = (x - loc[..., None]) / s
-    psi = np.where(mask, np.clip(r, -HUBER_K, HUBER_K), 0.0)
-    slope = np.maximum(((np.abs(r) <= HUBER_K) & mask).sum(axis=-1), 1) / safe_n
+    psi = masked(np.clip(r, -HUBER_K, HUBER_K), 0.0)
+    slope = np.maximum(masked(np.abs(r) <= HUBER_K, False).sum(axis=-1), 1) / safe_n
     unit = s[..., 0] ** 2 * (psi ** 2).sum(axis=-1) / safe_n / slope ** 2
     return loc, unit * safe_n / np.maximum(n - 1, 1)
 
@@ -559,6 +565,21 @@ class PairedStatistics:
     odd: np.ndarray  # (pairs,) the shift taken off each pair under the first (observed) pattern
 
 
+class _Frozen:
+    """An array as a key of `_paired_statistics`' cache: equal when shape and values are."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = np.ascontiguousarray(array, dtype=float)
+        self.key = (self.array.shape, self.array.tobytes())
+        self.hash = hash(self.key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Frozen) and self.key == other.key
+
+
 def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
                       ) -> PairedStatistics:
     """The flag statistic of each config under each sign pattern (see the module text).
@@ -567,7 +588,16 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     `signs` (patterns, pairs). Under each pattern odd processes come off the pairs
     (`odd_process_offsets`), then the Huber t of the raw and of the
     levelled differences are computed, and the larger |t| is the config's statistic.
+    A run's later comparisons recompute its earlier looks on the same rounds (a look
+    decides from its own rounds): those come from a small cache, read-only.
     """
+    return _paired_statistics(_Frozen(log_a), _Frozen(log_b), _Frozen(signs))
+
+
+@functools.lru_cache(maxsize=8)
+def _paired_statistics(frozen_a: _Frozen, frozen_b: _Frozen, frozen_signs: _Frozen
+                       ) -> PairedStatistics:
+    log_a, log_b, signs = frozen_a.array, frozen_b.array, frozen_signs.array
     d = log_b - log_a
     floor = tie_floor(d)
     offsets = odd_process_offsets(d, signs)[:, None, :]
@@ -577,12 +607,21 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     # every pattern), comes off before levels are looked for
     shared = round_offsets((log_a + log_b) / 2)[None]
     levelled_d, found = levelled_differences(log_a - shared, log_b - shared, signs)
-    loc_l, se_l, df_l = _huber_t(levelled_d - offsets, floor)
+    # the levelled statistic of the patterns where some config has levels (each pattern's
+    # statistics are its own: the others' would never be used)
+    some = found.any(axis=-1)
+    loc_l, se_l, df_l = np.zeros(loc.shape), np.ones(loc.shape), np.ones(loc.shape)
+    if some.any():
+        loc_l[some], se_l[some], df_l[some] = _huber_t(levelled_d[some] - offsets[some],
+                                                       floor)
     with np.errstate(invalid="ignore"):
         levelled = found & (np.abs(loc_l) * se > np.abs(loc) * se_l)  # |t_l| > |t|
     loc, se = np.where(levelled, loc_l, loc), np.where(levelled, se_l, se)
     df = np.where(levelled, df_l, df)
-    return PairedStatistics(loc, se, df, levelled, offsets[0, 0])
+    computed = PairedStatistics(loc, se, df, levelled, offsets[0, 0].copy())
+    for array in (computed.location, computed.se, computed.df, computed.levelled, computed.odd):
+        array.flags.writeable = False
+    return computed
 
 
 def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray,
