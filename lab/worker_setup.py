@@ -2,7 +2,9 @@
 
 A parent imports torch and the demo's harness (as a side's fork server does), then forks
 one child per variant, several times each; each child times its steps as a worker
-takes them: the CUDA context (`torch.cuda.init` and a first tensor), then for each config
+takes them: CUDA's start (`torch.cuda.init`), the machine and clock sensor the worker
+reports first (`environment`, with nvidia-smi's query alone too, `gpu_sensor`), the CUDA
+context (a first tensor), then for each config
 of the suite its run pack (model build), one eager call, the graph capture and its first
 replay. Variants:
 
@@ -49,12 +51,27 @@ def preload_cuda_libraries() -> list[str]:
 def child(configs: list[dict], runner_cls: type, out: int) -> None:
     import torch
 
+    from abdiff.worker.measure import environment, gpu_identity, gpu_sensor
+
     steps: dict[str, float] = {}
     start = time.perf_counter()
     torch.cuda.init()
+    steps["cuda init"] = time.perf_counter() - start
+    # what a worker reports before its first config: the machine (with nvidia-smi's query of
+    # the GPU's identity, timed alone too) and the clock sensor (NVML)
+    t0 = time.perf_counter()
+    env = environment("cuda")
+    steps["identity"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gpu_identity(env.get("gpu_uuid", "0"))
+    steps["nvidia-smi"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gpu_sensor("cuda")
+    steps["sensor"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
-    steps["context"] = time.perf_counter() - start
+    steps["context"] = time.perf_counter() - t0
     for name in ("build", "eager", "capture"):
         steps[name] = 0.0
     for config in configs:

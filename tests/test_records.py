@@ -121,3 +121,19 @@ def test_noise_note_on_the_cpu_has_no_cuda_hint() -> None:
     (note,) = compare_runs(noisy("a", 0), noisy("b", 1), {}).notes
     assert note.startswith("where latency is undecided, round medians vary") and "cuda" not in note
 
+
+
+def test_json_has_null_for_nan_and_infinity_but_keeps_such_letters_in_strings() -> None:
+    """JSON has no NaN: a run file's missing number is null, in both layouts; a string that
+    holds those letters is kept as written."""
+    run = RunFile(rev="main", sha="0" * 40, target="demo", suite="NaN-Infinity", env={},
+                  configs=[ConfigRuns("c", {}, [RoundRecord(status="ok",
+                                                            latency_us=[1.5, float("nan")],
+                                                            round=0)])])
+    for compact in (True, False):
+        data = json.loads(records.dump_json(run.to_json(), compact=compact))
+        assert data["configs"][0]["rounds"][0]["latency_us"] == [1.5, None]
+        assert data["suite"] == "NaN-Infinity"
+    assert json.loads(records.dump_json({"x": [float("inf"), -float("inf"), 2.0]})) \
+        == {"x": [None, None, 2.0]}
+    assert records.dump_json({"x": 1.0}, compact=True) == '{"x":1.0}\n'

@@ -304,10 +304,15 @@ class Result:
         return {"schema": data.pop("schema"), **data}
 
 
+_SCALARS = frozenset({float, int, str, bool, type(None)})
+
+
 def plain(value: Any) -> Any:
     """dataclasses.asdict without its deep copy of every number and string (a run file's
     rounds hold thousands; abdiff writes them after every round): dataclasses become
     dicts, lists and tuples new lists and tuples, dicts new dicts; the rest is shared."""
+    if type(value) in _SCALARS:  # most of a run file: numbers and strings, first
+        return value
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, list | tuple):
@@ -332,9 +337,13 @@ def dump_json(data: dict[str, Any], compact: bool = False) -> str:
     """JSON text of `data`; `compact` for run files, rewritten after every round: without
     indentation json's C encoder writes them (an H100 A/A's 600 KB run file: 8 ms, not 16,
     on the 2-core VM); people read results, which stay indented."""
-    if compact:
-        return json.dumps(_json_safe(data), separators=(",", ":"), allow_nan=False) + "\n"
-    return json.dumps(_json_safe(data), indent=1, allow_nan=False) + "\n"
+    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 1}
+    # json's C encoder writes NaN and Infinity as such: text without them needs no second
+    # pass in Python (a string holding those letters takes it too)
+    text = json.dumps(data, **layout)
+    if "NaN" in text or "Infinity" in text:
+        text = json.dumps(_json_safe(data), allow_nan=False, **layout)
+    return text + "\n"
 
 
 def write_run_file(path: Path, run: RunFile) -> None:
