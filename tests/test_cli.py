@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -113,3 +116,21 @@ def test_an_error_wraps_on_a_terminal_and_stays_one_line_in_a_pipe(
     lines = terminal.getvalue().rstrip("\n").splitlines()
     assert len(lines) > 1 and all(len(line) <= 80 for line in lines)
     assert " ".join(line.strip() for line in lines) == piped
+
+
+def test_a_report_written_to_a_pipe_or_a_device_leaves_it_one(tmp_path: Path) -> None:
+    """`--output /dev/null` (or a named pipe a CI step reads) is written into: renaming a
+    finished file over it, as a report file is written, would replace the device (as root,
+    /dev/null itself for every process on the machine)."""
+    from abdiff.cli import main
+
+    fifo = tmp_path / "report.pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert main(["compare", str(BASELINE), str(BASELINE), "--format", "csv",
+                 "--output", str(fifo)]) == 0
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert got and got[0].startswith("config,")

@@ -32,7 +32,7 @@ from abdiff.reports import table
 from abdiff.reports.printable import no_ci_commands
 from abdiff.run.schedule import Plan
 from abdiff.run.session import Bench, prepare_bench, run_and_compare, side_runs
-from abdiff.store.files import write_atomic
+from abdiff.store.files import write_output
 from abdiff.store.records import Result
 from abdiff.verdict.bisection import (
     BisectResult,
@@ -141,13 +141,13 @@ def run(args: argparse.Namespace) -> int:
         if output.format in ("table", "markdown"):  # a line a CI runner would obey
             text = no_ci_commands(text)
         if output.output:
-            write_atomic(output.output, text)
+            write_output(output.output, text)
         else:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
         if output.json:
-            write_atomic(output.json, bisect_report.render(result, ends, "json"))
+            write_output(output.json, bisect_report.render(result, ends, "json"))
         if output.html:
-            write_atomic(output.html, bisect_report.render(result, ends, "html"))
+            write_output(output.html, bisect_report.render(result, ends, "html"))
         return result.exit_code
 
 

