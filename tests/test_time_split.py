@@ -12,7 +12,7 @@ from fake_target import FakeLauncher, fake_measurement
 from abdiff.reports import common, table
 from abdiff.run.protocol import KernelProfile, RecordWriter, read_round_log
 from abdiff.run.schedule import Plan
-from abdiff.run.time_split import time_split, worker_time
+from abdiff.run.time_split import Instant, time_split, worker_time
 from abdiff.store.records import RoundRecord, SideTime, parse_result
 from abdiff.verdict.compare import compare_runs
 
@@ -33,20 +33,52 @@ def test_a_workers_life_is_split_by_its_events(tmp_path: Path) -> None:
     for event, t in zip(events, stamps, strict=True):
         event["t"] = t
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    spent = worker_time(path, handed=10.0, ended=13.5)
+    spent = worker_time(path, handed=Instant(10.0, 0.0), ended=Instant(13.5, 3.5))
     assert spent == SideTime(workers=1, start_s=1.0, setup_s=0.75, warmup_s=0.25, timed_s=0.5,
                              capture_s=0.5, exit_s=0.5)
     assert abs(spent.total_s - 3.5) < 1e-9
     # a worker that wrote nothing spent its whole life starting
-    assert worker_time(tmp_path / "none.jsonl", 1.0, 3.0) == SideTime(workers=1, start_s=2.0)
+    assert worker_time(tmp_path / "none.jsonl", Instant(1.0, 1.0), Instant(3.0, 3.0)) \
+        == SideTime(workers=1, start_s=2.0)
     # NaN and infinities are not JSON: a worker's infinite stamp or warm-up is no number
     events[2]["record"]["warmup"]["seconds"] = float("inf")
     events[3]["t"] = float("inf")
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    forged = worker_time(path, handed=10.0, ended=13.5)
+    forged = worker_time(path, handed=Instant(10.0, 0.0), ended=Instant(13.5, 3.5))
     assert all(math.isfinite(v) for v in (forged.setup_s, forged.warmup_s, forged.capture_s,
                                           forged.exit_s, forged.total_s))
     assert read_round_log(path).malformed  # the done line is refused, not parsed
+
+
+def test_a_clock_step_during_a_worker_moves_no_part_of_its_split(tmp_path: Path) -> None:
+    """The VM's wall clock stepped 40 s forward while a worker set its config up (seen on
+    the 2-core VM: a run's line said set-up 44.6 s in a run of 32.6 s): its events are read
+    on the steady clock, which the step does not move. A rank on another host, whose steady
+    clock is not this host's, is read on the wall clock."""
+    path = tmp_path / "records.jsonl"
+    writer = RecordWriter(path)
+    writer.env({"device": "cpu"})
+    writer.start("c1")
+    writer.done("c1", RoundRecord("ok", None, [100_000.0] * 5, warmup={"seconds": 0.25}))
+    writer.close()
+    import json
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for event, (t, m) in zip(events, [(100.5, 0.5), (101.0, 1.0), (142.5, 2.5)], strict=True):
+        event["t"], event["m"] = t, m
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    spent = worker_time(path, handed=Instant(100.0, 0.0), ended=Instant(143.0, 3.0))
+    assert spent == SideTime(workers=1, start_s=1.0, setup_s=0.75, warmup_s=0.25,
+                             timed_s=0.5, exit_s=0.5)
+    for event in events:
+        event["m"] += 5000.0  # another host's steady clock
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    remote = worker_time(path, handed=Instant(100.0, 0.0), ended=Instant(143.0, 43.0))
+    assert remote.start_s == 1.0 and remote.setup_s == 40.75 and remote.exit_s == 0.5
+    # a real log of this host carries both stamps, its steady ones inside its life
+    handed = Instant.now()
+    RecordWriter(tmp_path / "real.jsonl").env({"device": "cpu"})
+    real = [json.loads(line) for line in (tmp_path / "real.jsonl").read_text().splitlines()]
+    assert handed.steady <= real[0]["m"] <= Instant.now().steady
 
 
 def test_a_measured_run_carries_its_split_into_the_result_and_the_report(

@@ -151,7 +151,9 @@ class RecordWriter:
         self.facts_written: dict[str, dict[str, Any]] = {}
 
     def _write(self, event: dict[str, Any]) -> None:
-        event["t"] = time.time()  # wall clock, for the overhead breakdown (lab/pipeline.py)
+        # for the time split (time_split.py): the wall clock, which a worker on another
+        # host shares, and this host's steady clock, which no clock step moves
+        event["t"], event["m"] = time.time(), time.monotonic()
         self._handle.write(json.dumps(event) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())

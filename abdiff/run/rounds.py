@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from abdiff.run.protocol import (
     read_round_log,
 )
 from abdiff.run.ranks import merge_rank_logs, read_rank_logs
-from abdiff.run.time_split import added, worker_time
+from abdiff.run.time_split import Instant, added, worker_time
 from abdiff.store.files import own_folder, read_worker_file, remove_path
 from abdiff.store.records import IterationPlan, RoundRecord, SideTime
 from abdiff.store.sides import SideFolders, WorkerFolders
@@ -338,7 +337,7 @@ class RoundWorkers:
         if work.device is not None:
             spec.env.update(work.device.env)
             spec.cpus = work.device.cpus
-        handed_at = time.time()
+        handed_at = Instant.now()
         if work.side is not None:
             spec.folders = WorkerFolders(work.side, work.work_dir)
         try:
@@ -353,7 +352,7 @@ class RoundWorkers:
                     work.on_record(config.id, self.records[config.id])
             raise
         self.processes += 1
-        self.spent = added(self.spent, worker_time(record_path, handed_at, time.time()))
+        self.spent = added(self.spent, worker_time(record_path, handed_at, Instant.now()))
         if not record_path.exists():
             raise InfrastructureError(_could_not_start(outcome, settings, work.round_index,
                                                        attempt, launcher))

@@ -2,12 +2,14 @@
 starting, setting configs up, warming up, timing, capturing kernels and ending; the
 rest of the wall time is abdiff's own (checkouts, fork servers' imports, scheduling,
 statistics, reports). Computed from what the workers record: every record-log event
-carries a wall-clock `t` (protocol.RecordWriter), and rounds.py notes when it handed a
-worker its job and when it saw the worker end.
+carries the wall clock `t` and the steady clock `m` (protocol.RecordWriter), and
+rounds.py notes when it handed a worker its job and when it saw the worker end.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from abdiff.run.protocol import load_event
@@ -15,10 +17,25 @@ from abdiff.store.files import read_worker_file
 from abdiff.store.records import SideTime, TimeSplit
 
 
-def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
-    """One worker's life, split by the events of its record log (`handed`, `ended`: wall
-    clock when abdiff started it and saw it end). A worker that wrote nothing counts its
-    whole life as its start."""
+@dataclass(frozen=True)
+class Instant:
+    """A moment on both clocks a record log stamps (protocol.RecordWriter): the wall clock
+    (`t`) and this host's steady clock (`m`), which an NTP step does not move."""
+
+    wall: float
+    steady: float
+
+    @classmethod
+    def now(cls) -> Instant:
+        return cls(time.time(), time.monotonic())
+
+
+def worker_time(record_path: Path, handed: Instant, ended: Instant) -> SideTime:
+    """One worker's life, split by the events of its record log (`handed`, `ended`: when
+    abdiff started it and saw it end). The events are read on the steady clock where they
+    all lie inside the worker's life on it (a worker on this host), else on the wall
+    clock (a rank on another host). A worker that wrote nothing counts its whole life as
+    its start."""
     events = []
     for line in read_worker_file(record_path).splitlines():
         try:
@@ -27,14 +44,22 @@ def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
             continue  # a torn last line
         if isinstance(event, dict) and isinstance(event.get("t"), int | float):
             events.append(event)
-    life = max(0.0, ended - handed)
+    life = max(0.0, ended.steady - handed.steady)
+    steady = [e.get("m") for e in events]
+    if events and all(isinstance(m, int | float) and handed.steady <= m <= ended.steady
+                      for m in steady):
+        for event in events:
+            event["t"] = event["m"]
+        handed_at = handed.steady
+    else:
+        handed_at = handed.wall
     env = next((e for e in events if e.get("event") == "env"), None)
     if env is None:
         return SideTime(workers=1, start_s=life)
     starts = {e.get("id"): e["t"] for e in events if e.get("event") == "start"}
     # to its first config: Python, torch, the package under test (what a fork skips)
     begun = min(starts.values(), default=env["t"])
-    start_s = min(life, max(0.0, begun - handed))
+    start_s = min(life, max(0.0, begun - handed_at))
     setup = warmup = timed = 0.0
     last_done = begun
     for event in events:
@@ -55,7 +80,7 @@ def worker_time(record_path: Path, handed: float, ended: float) -> SideTime:
     capture = max(0.0, max(captures) - last_done) if captures else 0.0
     last = max(e["t"] for e in events)
     return SideTime(workers=1, start_s=start_s, setup_s=setup, warmup_s=warmup, timed_s=timed,
-                    capture_s=capture, exit_s=max(0.0, ended - last))
+                    capture_s=capture, exit_s=max(0.0, handed_at + life - last))
 
 
 def added(a: SideTime, b: SideTime) -> SideTime:
