@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,3 +153,34 @@ def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> No
     ("auto", "fork"), ("fork", "fork"), ("on", "standby"), ("off", "cold")])
 def test_prestart_choice(choice: str, mode: str) -> None:
     assert worker_start(choice) == mode
+
+
+LOAD_LIBRARIES = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from abdiff.launchers.standby_worker import load_cuda_libraries
+loaded = load_cuda_libraries()
+maps = open("/proc/self/maps").read()
+print(json.dumps({"loaded": loaded, "mapped": [n for n in loaded if n in maps]}))
+"""
+
+
+def test_the_cuda_libraries_of_torchs_wheels_are_loaded_ahead_of_the_fork(
+        tmp_path: Path) -> None:
+    """Where torch's CUDA libraries are pip wheels (nvidia/<library>/lib), the fork server
+    loads those torch opens lazily, so that each forked GPU worker finds them mapped; one
+    that cannot load is left alone, other libraries too. (A real shared object stands in
+    for cuBLAS: this machine has no CUDA.)"""
+    real = Path("/lib/x86_64-linux-gnu/libm.so.6")
+    if not real.exists():
+        pytest.skip("no libm.so.6 to stand in for a CUDA library")
+    for library, name, content in (("cublas", "libcublasLt.so.13", real.read_bytes()),
+                                   ("cudnn", "libcudnn_broken.so.9", b"not a library"),
+                                   ("cuda_cupti", "libcupti.so.13", real.read_bytes())):
+        folder = tmp_path / "nvidia" / library / "lib"
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(content)
+    done = subprocess.run([sys.executable, "-c", LOAD_LIBRARIES, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    report = json.loads(done.stdout)
+    assert report == {"loaded": ["libcublasLt.so.13"], "mapped": ["libcublasLt.so.13"]}

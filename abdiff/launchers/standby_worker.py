@@ -12,6 +12,8 @@ before the job names the checkout: standard library and torch only until then.
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import json
 import os
 import runpy
@@ -27,11 +29,43 @@ from abdiff.launchers.guard import (
 )
 from abdiff.store.files import open_for_worker
 
+# the CUDA libraries of torch's wheels (nvidia/<library>/lib) that torch or a library of
+# them opens only at its first call in a process (cuDNN's engines, cuBLAS, NVRTC, ...)
+LAZY_CUDA_LIBRARIES = ("cudnn", "cublas", "nvrtc", "cusparse", "cufft")
+NVIDIA_DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
+
 
 def prepare() -> None:
-    """What every worker of the run does first: import torch. Not the CUDA context: creating
-    one while another process times its replays is a GPU-side event; it waits for the job."""
-    import torch  # noqa: F401 - the import is the work
+    """What every worker of the run does first: import torch and, on a host with an NVIDIA
+    driver, load the CUDA libraries torch opens lazily (`load_cuda_libraries`). Not the
+    CUDA context: creating one while another process times its replays is a GPU-side
+    event; it waits for the job."""
+    import torch
+
+    if torch.version.cuda and any(os.path.exists(node) for node in NVIDIA_DRIVER_NODES):
+        load_cuda_libraries()
+
+
+def load_cuda_libraries() -> list[str]:
+    """Load (dlopen, no CUDA call: no context) the LAZY_CUDA_LIBRARIES of torch's CUDA
+    wheels, so that the workers forked from this process find them loaded instead of each
+    loading them at its first call (docs/performance.md: 0.07 s a GPU worker). Returns
+    their file names; none where torch's CUDA libraries are not pip wheels."""
+    try:
+        import nvidia  # type: ignore[import-not-found]  # the wheels' namespace package
+    except ImportError:
+        return []
+    loaded = []
+    for root in nvidia.__path__:
+        for path in sorted(glob.glob(os.path.join(root, "*", "lib", "lib*.so*"))):
+            name = os.path.basename(path)
+            if any(library in name for library in LAZY_CUDA_LIBRARIES):
+                try:
+                    ctypes.CDLL(path)
+                except OSError:
+                    continue  # one that cannot load here is left to whoever needs it
+                loaded.append(name)
+    return loaded
 
 
 def become(job: dict) -> None:
