@@ -206,11 +206,15 @@ def test_a_worker_that_dies_leaves_its_timed_configs_capture_to_the_next(
 @pytest.mark.skipif(any(os.path.exists(node) for node in GPU_DRIVER_NODES),
                     reason="this host has a GPU driver: `auto` must ask torch")
 def test_auto_on_a_host_without_a_gpu_driver_is_the_cpu_without_importing_torch() -> None:
+    """`--device cpu` asks nothing of torch either, and what the command loads ahead
+    (session.load_ahead, in a thread beside the checkouts) imports only scipy then."""
     probe = ("import sys; from abdiff.worker.measure import resolve_device; "
-             "print(resolve_device('auto'), 'torch' in sys.modules)")
+             "from abdiff.run.session import load_ahead; load_ahead('auto'); "
+             "print(resolve_device('auto'), resolve_device('cpu'), 'torch' in sys.modules, "
+             "'scipy.special' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == ["cpu", "False"]
+    assert out == ["cpu", "cpu", "False", "True"]
 
 
 def test_configs_marked_last_are_timed_after_the_others_in_every_order() -> None:

@@ -7,6 +7,7 @@ prints reports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -84,7 +85,7 @@ from abdiff.verdict.stats import (
     load_scipy,
     needs_more_rounds,
 )
-from abdiff.worker.measure import resolve_device, timing_kind
+from abdiff.worker.measure import asks_torch, resolve_device, timing_kind
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +107,11 @@ class Bench:
     # other processes' CPU use, sampled from here to the machine's reading (check_machine):
     # the set-up between fills the window that a sleep would
     cpu_sample: CpuSample | None = None
-    loading: threading.Thread | None = None  # scipy's import, beside the servers' torch
+    loading: threading.Thread | None = None  # load_ahead, beside the servers' torch import
 
     def statistics_loaded(self) -> None:
-        """Wait for scipy's import: before the first round, so that it never runs beside a
-        timed worker."""
+        """Wait for what `load_ahead` imports: before the first round, so that it never runs
+        beside a timed worker."""
         if self.loading is not None:
             self.loading.join()
 
@@ -214,8 +215,10 @@ def _bench(selection: Selection, execution: Execution, repo_root: Path, checkout
     if not execution.resume:
         prime(launcher, start_mode, Path(tempfile.gettempdir()), target.worker_env(),
               checkouts)
-    # and abdiff's statistics load scipy meanwhile (Bench.statistics_loaded)
-    loading = threading.Thread(target=load_scipy, name="abdiff-load-scipy", daemon=True)
+    # and abdiff loads scipy and what resolving the device imports meanwhile
+    # (Bench.statistics_loaded)
+    loading = threading.Thread(target=load_ahead, args=(execution.device,),
+                               name="abdiff-load-ahead", daemon=True)
     loading.start()
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
@@ -223,6 +226,17 @@ def _bench(selection: Selection, execution: Execution, repo_root: Path, checkout
     return Bench(suite, target, launcher, round_settings(selection, execution, suite, target,
                                                          start_mode),
                  cache, cache_dir, runtime.sandbox.words, loading=loading)
+
+
+def load_ahead(device: str) -> None:
+    """scipy for the statistics and, where resolving `device` imports torch (a GPU host),
+    torch: imported beside the checkouts and the servers' own torch import, not after them
+    (on an H100 host abdiff's own torch import was 1.5-4 s of its time before the first
+    round)."""
+    load_scipy()
+    if asks_torch(device):
+        with contextlib.suppress(Exception):  # the main thread's import says what failed
+            import torch  # noqa: F401 - the import is the work
 
 
 def round_settings(selection: Selection, execution: Execution, suite: Suite, target: Target,

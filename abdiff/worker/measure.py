@@ -88,10 +88,18 @@ def read_facts(roots: dict[str, Any], names: list[str]) -> dict[str, Any]:
 GPU_DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/kfd")
 
 
+def asks_torch(requested: str) -> bool:
+    """Whether resolving `requested` imports torch: a device named other than the CPU, or
+    `auto` on a host with a GPU driver."""
+    if requested == "auto":
+        return any(os.path.exists(node) for node in GPU_DRIVER_NODES)
+    return requested != "cpu"
+
+
 def resolve_device(requested: str) -> str:
     """`auto` means CUDA where torch sees a GPU, else the CPU."""
-    if requested == "auto" and not any(os.path.exists(node) for node in GPU_DRIVER_NODES):
-        return "cpu"
+    if not asks_torch(requested):
+        return "cpu" if requested == "auto" else requested
     import torch
 
     if requested == "auto":
