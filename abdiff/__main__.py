@@ -7,9 +7,7 @@ site-packages, so a pull request's `abdiff/` folder, `sitecustomize.py` or `.pth
 file would be imported in place of the installed abdiff.
 """
 
-import sys
-
-from abdiff.cli import main
+from abdiff.cli import command
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

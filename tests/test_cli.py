@@ -134,3 +134,25 @@ def test_a_report_written_to_a_pipe_or_a_device_leaves_it_one(tmp_path: Path) ->
     reader.join(timeout=60)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert got and got[0].startswith("config,")
+
+
+def test_the_command_ends_without_the_interpreters_teardown_with_its_output_whole(
+        tmp_path: Path) -> None:
+    """`abdiff` (cli.command) ends its process at once once `main` returns: the exit code is
+    main's, and what it printed is all there, on stdout and on stderr."""
+    import contextlib
+
+    from abdiff.cli import main
+
+    expected = io.StringIO()
+    with contextlib.redirect_stdout(expected):
+        assert main(["compare", str(BASELINE), str(BASELINE), "--format", "csv"]) == 0
+    done = subprocess.run([sys.executable, "-m", "abdiff", "compare", BASELINE, BASELINE,
+                           "--format", "csv"], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0 and done.stdout == expected.getvalue()
+    assert done.stderr.splitlines()[-1].startswith("abdiff: no unintended change:")
+    (tmp_path / "broken.json").write_text("{")
+    bad = subprocess.run([sys.executable, "-m", "abdiff", "compare", tmp_path / "broken.json",
+                          BASELINE], capture_output=True, text=True, timeout=300, check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "broken.json" in bad.stderr
