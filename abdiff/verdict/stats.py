@@ -50,9 +50,10 @@ calibration are in docs/statistics.md.
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import math
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -565,19 +566,48 @@ class PairedStatistics:
     odd: np.ndarray  # (pairs,) the shift taken off each pair under the first (observed) pattern
 
 
-class _Frozen:
-    """An array as a key of `_paired_statistics`' cache: equal when shape and values are."""
+class _LookCache:
+    """The statistics of the last few looks computed, by a digest of their inputs: a run's
+    later comparisons recompute its earlier looks on the same rounds (a look decides from
+    its own rounds). Holds no input; what it hands out is read-only."""
 
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = np.ascontiguousarray(array, dtype=float)
-        self.key = (self.array.shape, self.array.tobytes())
-        self.hash = hash(self.key)
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.entries: OrderedDict[bytes, PairedStatistics] = OrderedDict()
+        self.hits = 0
 
-    def __hash__(self) -> int:
-        return self.hash
+    @staticmethod
+    def key(*arrays: np.ndarray) -> bytes:
+        digest = hashlib.blake2b(digest_size=20)
+        for array in arrays:
+            contiguous = np.ascontiguousarray(array, dtype=float)
+            digest.update(repr(contiguous.shape).encode())
+            digest.update(contiguous.tobytes())
+        return digest.digest()
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Frozen) and self.key == other.key
+    def get(self, key: bytes) -> PairedStatistics | None:
+        found = self.entries.get(key)
+        if found is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+        return found
+
+    def put(self, key: bytes, computed: PairedStatistics) -> PairedStatistics:
+        for array in (computed.location, computed.se, computed.df, computed.levelled,
+                      computed.odd):
+            array.flags.writeable = False
+        self.entries[key] = computed
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return computed
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.hits = 0
+
+
+# a run's looks (5, 11, 15 by default); an entry of a 12-config suite at 15 rounds: 3 MB
+_LOOKS = _LookCache(4)
 
 
 def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
@@ -588,16 +618,14 @@ def paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
     `signs` (patterns, pairs). Under each pattern odd processes come off the pairs
     (`odd_process_offsets`), then the Huber t of the raw and of the
     levelled differences are computed, and the larger |t| is the config's statistic.
-    A run's later comparisons recompute its earlier looks on the same rounds (a look
-    decides from its own rounds): those come from a small cache, read-only.
+    Looks computed before on the same inputs come from `_LOOKS`.
     """
-    return _paired_statistics(_Frozen(log_a), _Frozen(log_b), _Frozen(signs))
+    key = _LookCache.key(log_a, log_b, signs)
+    return _LOOKS.get(key) or _LOOKS.put(key, _paired_statistics(log_a, log_b, signs))
 
 
-@functools.lru_cache(maxsize=8)
-def _paired_statistics(frozen_a: _Frozen, frozen_b: _Frozen, frozen_signs: _Frozen
+def _paired_statistics(log_a: np.ndarray, log_b: np.ndarray, signs: np.ndarray
                        ) -> PairedStatistics:
-    log_a, log_b, signs = frozen_a.array, frozen_b.array, frozen_signs.array
     d = log_b - log_a
     floor = tie_floor(d)
     offsets = odd_process_offsets(d, signs)[:, None, :]
@@ -607,21 +635,12 @@ def _paired_statistics(frozen_a: _Frozen, frozen_b: _Frozen, frozen_signs: _Froz
     # every pattern), comes off before levels are looked for
     shared = round_offsets((log_a + log_b) / 2)[None]
     levelled_d, found = levelled_differences(log_a - shared, log_b - shared, signs)
-    # the levelled statistic of the patterns where some config has levels (each pattern's
-    # statistics are its own: the others' would never be used)
-    some = found.any(axis=-1)
-    loc_l, se_l, df_l = np.zeros(loc.shape), np.ones(loc.shape), np.ones(loc.shape)
-    if some.any():
-        loc_l[some], se_l[some], df_l[some] = _huber_t(levelled_d[some] - offsets[some],
-                                                       floor)
+    loc_l, se_l, df_l = _huber_t(levelled_d - offsets, floor)
     with np.errstate(invalid="ignore"):
         levelled = found & (np.abs(loc_l) * se > np.abs(loc) * se_l)  # |t_l| > |t|
     loc, se = np.where(levelled, loc_l, loc), np.where(levelled, se_l, se)
     df = np.where(levelled, df_l, df)
-    computed = PairedStatistics(loc, se, df, levelled, offsets[0, 0].copy())
-    for array in (computed.location, computed.se, computed.df, computed.levelled, computed.odd):
-        array.flags.writeable = False
-    return computed
+    return PairedStatistics(loc, se, df, levelled, offsets[0, 0].copy())
 
 
 def paired_means(log_a: np.ndarray, log_b: np.ndarray, odd: np.ndarray,
