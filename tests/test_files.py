@@ -1,11 +1,16 @@
-"""files.py: remove_path, which clears where a round's records go before the round."""
+"""files.py: remove_path, which clears where a round's records go before the round, and
+write_output, which writes the reports a user names."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from abdiff.store.files import remove_path
+import pytest
+
+from abdiff.errors import InputError
+from abdiff.store.files import remove_path, write_output
 
 
 def test_what_the_benchmark_planted_where_a_round_goes_is_removed(tmp_path: Path) -> None:
@@ -24,3 +29,27 @@ def test_what_the_benchmark_planted_where_a_round_goes_is_removed(tmp_path: Path
         remove_path(path)
         assert not path.exists() and not path.is_symlink()
     assert (precious / "keep.txt").read_text() == "mine"
+
+
+def test_a_report_goes_into_a_device_or_pipe_the_user_named_never_through_a_link(
+        tmp_path: Path) -> None:
+    """`--json /dev/stdout > r.json` fills r.json; a named pipe gets the report once its
+    reader is there, and is refused (InputError) without one rather than waited on; a link
+    in a checkout to a pipe (a pull request can commit one where a user writes a report)
+    is replaced like any file, the pipe left alone."""
+    target = tmp_path / "r.json"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        write_output(Path(f"/proc/self/fd/{fd}"), '{"ok": true}\n')
+    finally:
+        os.close(fd)
+    assert target.read_text() == '{"ok": true}\n'
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="a pipe nothing reads yet"):
+        write_output(fifo, "report")
+    link = tmp_path / "report.html"
+    link.symlink_to(fifo)
+    write_output(link, "<html>")
+    assert not link.is_symlink() and link.read_text() == "<html>"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

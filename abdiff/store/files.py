@@ -5,6 +5,7 @@ away from what a running measurement uses."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -41,18 +42,30 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_output(path: Path, text: str) -> None:
-    """A file the user named (--output, --json, --html): a device or a pipe there
+    """A file the user named (--output, --json, --html). A device or a pipe there
     (/dev/null, /dev/stdout, a named pipe) is written into, where write_atomic's rename
-    would replace it (as root, /dev/null itself); anything else as write_atomic writes."""
+    would replace it (as root, /dev/null itself): the path itself is one (never through
+    a link a checkout may hold: that is replaced, as any file), or it is named under /dev
+    or /proc/self/fd. A pipe without its reader is refused, not waited for. Anything else
+    as write_atomic writes."""
+    named = os.path.abspath(path)
     try:
-        mode = os.stat(path).st_mode
+        mode = os.lstat(named).st_mode
     except OSError:
         mode = 0
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+            or named.startswith(("/dev/", "/proc/self/fd/"))):
+        write_atomic(path, text)
         return
-    write_atomic(path, text)
+    try:  # no O_CREAT: what is not there already is not a device
+        fd = os.open(named, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        why = "a pipe nothing reads yet" if exc.errno == errno.ENXIO else exc.strerror
+        raise InputError(f"cannot write {path}: {why}; name a file, or start the pipe's "
+                         "reader first") from None
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def own_folder(folder: Path) -> Path:
