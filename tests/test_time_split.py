@@ -81,6 +81,30 @@ def test_a_clock_step_during_a_worker_moves_no_part_of_its_split(tmp_path: Path)
     assert handed.steady <= real[0]["m"] <= Instant.now().steady
 
 
+def test_a_hostile_record_log_cannot_make_the_split_longer_than_the_life_or_crash_it(
+        tmp_path: Path) -> None:
+    """The record log is the benchmark's to write: a stamp of 10**400 or 1e999, a thousand
+    `done` lines for one config, a negative warm-up. The split stays finite, non-negative
+    and within the life abdiff saw (3.5 s)."""
+    import json
+    path = tmp_path / "records.jsonl"
+    done = {"event": "done", "id": "c1", "t": 12.5, "m": 2.5,
+            "record": {"status": "ok", "latency_us": [10**400, 1e6], "warmup": {"seconds": -5}}}
+    lines = [{"event": "env", "env": {}, "t": 10.5, "m": 0.5},
+             {"event": "start", "id": "c1", "t": 11.0, "m": 1.0},
+             {"event": "start", "id": "c1", "t": 10**400, "m": 1.0}, *[done] * 1000,
+             {"event": "kernels", "id": "c1", "t": 13.0, "m": 3.0}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines)
+                    + '{"event": "kernels", "t": 1e999}\n')
+    for handed, ended in ((Instant(10.0, 0.0), Instant(13.5, 3.5)),
+                          (Instant(10.0, 100.0), Instant(13.5, 103.5))):  # wall clock
+        spent = worker_time(path, handed, ended)
+        parts = (spent.start_s, spent.setup_s, spent.warmup_s, spent.timed_s, spent.capture_s,
+                 spent.exit_s)
+        assert all(math.isfinite(p) and p >= 0 for p in parts), parts
+        assert abs(spent.total_s - 3.5) < 1e-9 and spent.timed_s <= 1.0 + 1e-9, parts
+
+
 def test_a_measured_run_carries_its_split_into_the_result_and_the_report(
         tmp_path: Path) -> None:
     started = time.monotonic()

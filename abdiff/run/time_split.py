@@ -8,6 +8,7 @@ rounds.py notes when it handed a worker its job and when it saw the worker end.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,57 +31,75 @@ class Instant:
         return cls(time.time(), time.monotonic())
 
 
+def _number(value: object) -> float | None:
+    """`value` as a finite float, or None: the record log is the worker's, and its numbers
+    may be anything JSON holds (10**400, 1e999)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def worker_time(record_path: Path, handed: Instant, ended: Instant) -> SideTime:
     """One worker's life, split by the events of its record log (`handed`, `ended`: when
     abdiff started it and saw it end). The events are read on the steady clock where they
     all lie inside the worker's life on it (a worker on this host), else on the wall
     clock (a rank on another host). A worker that wrote nothing counts its whole life as
-    its start."""
+    its start. The log is the worker's: a stamp that is no finite number is left out, a
+    config's first `done` counts, and parts that add up to more than the life abdiff saw
+    are scaled down to it."""
     events = []
     for line in read_worker_file(record_path).splitlines():
         try:
             event = load_event(line)
         except ValueError:
             continue  # a torn last line
-        if isinstance(event, dict) and isinstance(event.get("t"), int | float):
+        if isinstance(event, dict) and _number(event.get("t")) is not None:
             events.append(event)
     life = max(0.0, ended.steady - handed.steady)
-    steady = [e.get("m") for e in events]
-    if events and all(isinstance(m, int | float) and handed.steady <= m <= ended.steady
-                      for m in steady):
-        for event in events:
-            event["t"] = event["m"]
-        handed_at = handed.steady
-    else:
-        handed_at = handed.wall
-    env = next((e for e in events if e.get("event") == "env"), None)
+    steady = [_number(e.get("m")) for e in events]
+    clock = "m" if events and all(m is not None and handed.steady <= m <= ended.steady
+                                  for m in steady) else "t"
+    handed_at = handed.steady if clock == "m" else handed.wall
+    stamped = [(e, float(e[clock])) for e in events]
+    env = next((t for e, t in stamped if e.get("event") == "env"), None)
     if env is None:
         return SideTime(workers=1, start_s=life)
-    starts = {e.get("id"): e["t"] for e in events if e.get("event") == "start"}
+    starts: dict[object, float] = {}
+    for event, t in stamped:
+        if event.get("event") == "start":
+            starts.setdefault(event.get("id"), t)
     # to its first config: Python, torch, the package under test (what a fork skips)
-    begun = min(starts.values(), default=env["t"])
+    begun = min(starts.values(), default=env)
     start_s = min(life, max(0.0, begun - handed_at))
     setup = warmup = timed = 0.0
     last_done = begun
-    for event in events:
+    for event, t in stamped:
         record = event.get("record")
         if event.get("event") != "done" or event.get("id") not in starts \
                 or not isinstance(record, dict):
             continue
-        latency = [v for v in record.get("latency_us") or [] if isinstance(v, int | float)]
-        warm = (record.get("warmup") or {}).get("seconds", 0.0)
-        spent = max(0.0, event["t"] - starts[event["id"]])
-        config_timed = min(spent, sum(latency) / 1e6)
-        config_warm = min(spent - config_timed, warm if isinstance(warm, int | float) else 0.0)
+        started = starts.pop(event.get("id"))
+        latency = [v for v in map(_number, record.get("latency_us") or []) if v is not None]
+        warm = _number((record.get("warmup") or {}).get("seconds", 0.0)) or 0.0
+        spent = max(0.0, t - started)
+        config_timed = min(spent, max(0.0, sum(latency)) / 1e6)
+        config_warm = min(spent - config_timed, max(0.0, warm))
         timed += config_timed
         warmup += config_warm
         setup += spent - config_timed - config_warm
-        last_done = max(last_done, event["t"])
-    captures = [e["t"] for e in events if e.get("event") == "kernels"]
+        last_done = max(last_done, t)
+    captures = [t for e, t in stamped if e.get("event") == "kernels"]
     capture = max(0.0, max(captures) - last_done) if captures else 0.0
-    last = max(e["t"] for e in events)
+    parts = [start_s, setup, warmup, timed, capture]
+    scale = min(1.0, life / sum(parts)) if sum(parts) > 0 else 1.0
+    start_s, setup, warmup, timed, capture = (part * scale for part in parts)
     return SideTime(workers=1, start_s=start_s, setup_s=setup, warmup_s=warmup, timed_s=timed,
-                    capture_s=capture, exit_s=max(0.0, handed_at + life - last))
+                    capture_s=capture,
+                    exit_s=max(0.0, life - start_s - setup - warmup - timed - capture))
 
 
 def added(a: SideTime, b: SideTime) -> SideTime:
