@@ -157,20 +157,22 @@ def test_prestart_choice(choice: str, mode: str) -> None:
 
 LOAD_LIBRARIES = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from abdiff.launchers.standby_worker import load_cuda_libraries
-loaded = load_cuda_libraries()
+import torch
+from abdiff.launchers.standby_worker import load_cuda_libraries, load_libraries
+here = load_cuda_libraries()
+loaded = load_libraries(sys.argv[1])
 maps = open("/proc/self/maps").read()
-print(json.dumps({"loaded": loaded, "mapped": [n for n in loaded if n in maps]}))
+print(json.dumps({"here": here, "cuda": torch.version.cuda, "loaded": loaded,
+                  "mapped": [n for n in loaded if n in maps]}))
 """
 
 
 def test_the_cuda_libraries_of_torchs_wheels_are_loaded_ahead_of_the_fork(
         tmp_path: Path) -> None:
-    """Where torch's CUDA libraries are pip wheels (nvidia/<library>/lib), the fork server
-    loads those torch opens lazily, so that each forked GPU worker finds them mapped; one
-    that cannot load is left alone, other libraries too. (A real shared object stands in
-    for cuBLAS: this machine has no CUDA.)"""
+    """Where torch's CUDA libraries are pip wheels (nvidia/<library>/lib beside torch), a
+    fork server loads those torch opens lazily, so that each forked GPU worker finds them
+    mapped; one that cannot load is left alone, other libraries too. (A real shared object
+    stands in for cuBLAS: this machine has no CUDA; a CPU build of torch loads none.)"""
     real = Path("/lib/x86_64-linux-gnu/libm.so.6")
     if not real.exists():
         pytest.skip("no libm.so.6 to stand in for a CUDA library")
@@ -180,7 +182,9 @@ def test_the_cuda_libraries_of_torchs_wheels_are_loaded_ahead_of_the_fork(
         folder = tmp_path / "nvidia" / library / "lib"
         folder.mkdir(parents=True)
         (folder / name).write_bytes(content)
-    done = subprocess.run([sys.executable, "-c", LOAD_LIBRARIES, str(tmp_path)],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run([sys.executable, "-c", LOAD_LIBRARIES, str(tmp_path / "nvidia")],
+                          capture_output=True, text=True, timeout=120, check=True)
     report = json.loads(done.stdout)
-    assert report == {"loaded": ["libcublasLt.so.13"], "mapped": ["libcublasLt.so.13"]}
+    assert report["loaded"] == report["mapped"] == ["libcublasLt.so.13"]
+    if report["cuda"] is None:
+        assert report["here"] == []
