@@ -213,10 +213,16 @@ def command() -> NoReturn:
     the 2-core VM). Everything it wrote is closed by then; its output is flushed here."""
     code = main()
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        # the reader may have gone away (`abdiff ... | head`): nothing more to say
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass  # the reader went away (`abdiff ... | head`): nothing more to say
+    except OSError as exc:  # a full disk under `> report.txt`: the report is not whole
         with contextlib.suppress(OSError):
-            stream.flush()
+            print(f"abdiff: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        code = InfrastructureError.exit_code
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
     os._exit(code)
 
 

@@ -156,3 +156,13 @@ def test_the_command_ends_without_the_interpreters_teardown_with_its_output_whol
     bad = subprocess.run([sys.executable, "-m", "abdiff", "compare", tmp_path / "broken.json",
                           BASELINE], capture_output=True, text=True, timeout=300, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "broken.json" in bad.stderr
+    if os.path.exists("/dev/full"):  # a full disk under `> report.txt`: not a whole report
+        with open("/dev/full", "w") as full:
+            lost = subprocess.run([sys.executable, "-m", "abdiff", "compare", BASELINE,
+                                   BASELINE], stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=300, check=False,
+                                  env={k: v for k, v in os.environ.items()
+                                       if k != "PYTHONUNBUFFERED"})
+        assert lost.returncode == 3, lost.stderr
+        assert lost.stderr.splitlines()[-1] == \
+            "abdiff: cannot write the output: No space left on device"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from abdiff.options import Statistics
+from abdiff.run import session
 from abdiff.run.schedule import empty_run
-from abdiff.run.session import wanting_kernel_times
+from abdiff.run.session import LoadingAhead, wanting_kernel_times
 from abdiff.store.records import RoundRecord, RunFile
 from abdiff.suites import Config
 
@@ -34,3 +37,23 @@ def test_kernel_times_are_wanted_for_a_changed_config_named_without_times() -> N
     # latency alike and kernels alike: nothing to name, nothing to capture
     assert wanting_kernel_times(side("a", before), side("b", before), {}, Statistics())() \
         == set()
+
+
+def test_what_failed_to_load_ahead_is_raised_where_the_command_waits_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that imports scipy and torch ahead keeps its failure for the command's
+    own thread, which raises it when it waits (a second import of torch after a failed one
+    would fail another, misleading way); a thread that loaded returns."""
+    def broken(device: str) -> None:
+        raise ImportError(f"libcudart.so.13: cannot open shared object file ({device})")
+
+    monkeypatch.setattr(session, "load_ahead", broken)
+    loading = LoadingAhead("cuda")
+    loading.start()
+    with pytest.raises(ImportError, match="libcudart.so.13.*cuda"):
+        loading.wait()
+    monkeypatch.setattr(session, "load_ahead", lambda device: None)
+    fine = LoadingAhead("cpu")
+    fine.start()
+    fine.wait()
+    assert fine.failure is None

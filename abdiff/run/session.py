@@ -7,7 +7,6 @@ prints reports.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -107,13 +106,13 @@ class Bench:
     # other processes' CPU use, sampled from here to the machine's reading (check_machine):
     # the set-up between fills the window that a sleep would
     cpu_sample: CpuSample | None = None
-    loading: threading.Thread | None = None  # load_ahead, beside the servers' torch import
+    loading: LoadingAhead | None = None  # beside the servers' torch import
 
     def statistics_loaded(self) -> None:
         """Wait for what `load_ahead` imports: before the first round, so that it never runs
-        beside a timed worker."""
+        beside a timed worker, and before abdiff's own process asks torch for the device."""
         if self.loading is not None:
-            self.loading.join()
+            self.loading.wait()
 
     def __enter__(self) -> Bench:
         return self
@@ -217,8 +216,7 @@ def _bench(selection: Selection, execution: Execution, repo_root: Path, checkout
               checkouts)
     # and abdiff loads scipy and what resolving the device imports meanwhile
     # (Bench.statistics_loaded)
-    loading = threading.Thread(target=load_ahead, args=(execution.device,),
-                               name="abdiff-load-ahead", daemon=True)
+    loading = LoadingAhead(execution.device)
     loading.start()
     # what the suite means for this target (none yet: what each side lists, side_runs)
     configs = target.configs(suite, repo_root)
@@ -235,8 +233,28 @@ def load_ahead(device: str) -> None:
     round)."""
     load_scipy()
     if asks_torch(device):
-        with contextlib.suppress(Exception):  # the main thread's import says what failed
-            import torch  # noqa: F401 - the import is the work
+        import torch  # noqa: F401 - the import is the work
+
+
+class LoadingAhead(threading.Thread):
+    """`load_ahead` in a thread of its own; `wait` raises what it raised, in the waiting
+    thread (a second import of torch after a failed one fails another, misleading way)."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__(name="abdiff-load-ahead", daemon=True)
+        self.device = device
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            load_ahead(self.device)
+        except BaseException as exc:  # noqa: BLE001 - raised again by wait, where it counts
+            self.failure = exc
+
+    def wait(self) -> None:
+        self.join()
+        if self.failure is not None:
+            raise self.failure
 
 
 def round_settings(selection: Selection, execution: Execution, suite: Suite, target: Target,
@@ -414,8 +432,8 @@ def run_one_side(selection: Selection, execution: Execution, rev: str, kind: str
         where = state_dir(bench, sides, kind)
         with exclusive(where), internal_errors(where):
             run_state = RunState.open(where, sides, execution.resume, execution.seed)
-            check_machine(execution, [sides["A"].run], bench.cpu_sample)
             bench.statistics_loaded()
+            check_machine(execution, [sides["A"].run], bench.cpu_sample)
             # no later run of this side captures kernel times: its kernel round keeps them
             settings = dataclasses.replace(bench.settings, kernel_times=True)
             run_plan(run_state, bench.suite.configs, bench.target, bench.launcher,
@@ -500,8 +518,8 @@ def run_and_compare(
     max_rounds = max(rounds, execution.max_rounds) if adaptive else rounds
     with exclusive(where), internal_errors(where):
         run_state = RunState.open(where, sides, execution.resume, execution.seed)
-        check_machine(execution, [side.run for side in sides.values()], bench.cpu_sample)
         bench.statistics_loaded()
+        check_machine(execution, [side.run for side in sides.values()], bench.cpu_sample)
         first_round = stop_when_nothing_ran(run_state, {"A": run_a, "B": run_b})
         if "A" in sides and few_pairs_plan(max_rounds, statistics.alpha):
             first_round = borrowing_noise(first_round, bench, where, run_a, run_b,
@@ -546,6 +564,7 @@ def against_baseline(selection: Selection, execution: Execution, statistics: Sta
     spec_b = resolve_side_b(repo_root, rev_b or None, rev_range)
     # what the settings decide is checked before measuring; the machine after B's workers
     # have reported it from the benchmark's own interpreter (which may have another torch)
+    bench.statistics_loaded()
     timed = timing_kind(resolve_device(execution.device), bench.settings.cuda_graph)
     chosen = {"target": bench.target.name, "cuda_graph": timed == "graph replay"}
     baseline_env = fingerprint(run_a)
