@@ -11,7 +11,7 @@ replay. Variants:
 - `fork`: the parent as abdiff's fork server leaves it (torch and the harness imported);
 - `preload`: the parent also loads the CUDA libraries torch opens lazily (cuDNN's
   sub-libraries, cuBLAS, NVRTC) without creating a CUDA context, so a fork inherits them
-  (abdiff's fork servers do since 2026-12-06: standby_worker.load_cuda_libraries).
+  (tried in abdiff's fork servers on 2026-12-06 and dropped: docs/performance.md).
 
     python lab/worker_setup.py [--suite mtp] [--repeats 3]     # on a GPU machine
 """
@@ -19,6 +19,8 @@ replay. Variants:
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
 import json
 import os
 import subprocess
@@ -27,9 +29,24 @@ import tempfile
 import time
 from pathlib import Path
 
-from abdiff.launchers.standby_worker import load_cuda_libraries
-
 VARIANTS = ("fork", "preload")
+
+
+def preload_cuda_libraries() -> list[str]:
+    """dlopen the CUDA libraries of torch's pip packages (no CUDA call: no context)."""
+    import nvidia  # the pip wheels' namespace package: nvidia/<lib>/lib/*.so*
+
+    loaded = []
+    for root in nvidia.__path__:
+        for path in sorted(glob.glob(os.path.join(root, "*", "lib", "lib*.so*"))):
+            name = os.path.basename(path)
+            if any(part in name for part in ("cudnn", "cublas", "nvrtc", "cusparse", "cufft")):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    loaded.append(name)
+                except OSError:
+                    pass
+    return loaded
 
 
 def child(configs: list[dict], runner_cls: type, out: int) -> None:
@@ -102,7 +119,7 @@ def main() -> None:
     for variant in VARIANTS:  # a parent cannot unload libraries: `fork` goes first
         if variant == "preload":
             t0 = time.perf_counter()
-            names = load_cuda_libraries()
+            names = preload_cuda_libraries()
             print(f"parent: {len(names)} CUDA libraries loaded in "
                   f"{time.perf_counter() - t0:.2f} s")
         for _ in range(args.repeats):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -153,38 +152,3 @@ def test_close_ends_the_waiting_process(tmp_path: Path, pool: StandbyPool) -> No
     ("auto", "fork"), ("fork", "fork"), ("on", "standby"), ("off", "cold")])
 def test_prestart_choice(choice: str, mode: str) -> None:
     assert worker_start(choice) == mode
-
-
-LOAD_LIBRARIES = """
-import json, sys
-import torch
-from abdiff.launchers.standby_worker import load_cuda_libraries, load_libraries
-here = load_cuda_libraries()
-loaded = load_libraries(sys.argv[1])
-maps = open("/proc/self/maps").read()
-print(json.dumps({"here": here, "cuda": torch.version.cuda, "loaded": loaded,
-                  "mapped": [n for n in loaded if n in maps]}))
-"""
-
-
-def test_the_cuda_libraries_of_torchs_wheels_are_loaded_ahead_of_the_fork(
-        tmp_path: Path) -> None:
-    """Where torch's CUDA libraries are pip wheels (nvidia/<library>/lib beside torch), a
-    fork server loads those torch opens lazily, so that each forked GPU worker finds them
-    mapped; one that cannot load is left alone, other libraries too. (A real shared object
-    stands in for cuBLAS: this machine has no CUDA; a CPU build of torch loads none.)"""
-    real = Path("/lib/x86_64-linux-gnu/libm.so.6")
-    if not real.exists():
-        pytest.skip("no libm.so.6 to stand in for a CUDA library")
-    for library, name, content in (("cublas", "libcublasLt.so.13", real.read_bytes()),
-                                   ("cudnn", "libcudnn_broken.so.9", b"not a library"),
-                                   ("cuda_cupti", "libcupti.so.13", real.read_bytes())):
-        folder = tmp_path / "nvidia" / library / "lib"
-        folder.mkdir(parents=True)
-        (folder / name).write_bytes(content)
-    done = subprocess.run([sys.executable, "-c", LOAD_LIBRARIES, str(tmp_path / "nvidia")],
-                          capture_output=True, text=True, timeout=120, check=True)
-    report = json.loads(done.stdout)
-    assert report["loaded"] == report["mapped"] == ["libcublasLt.so.13"]
-    if report["cuda"] is None:
-        assert report["here"] == []

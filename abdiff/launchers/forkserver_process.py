@@ -2,8 +2,7 @@
 
 A run starts dozens of worker processes, and each imports torch: on a 2-core
 machine that import was more than half of a run's wall time. This process
-imports torch once (standby_worker.prepare: nothing of either checkout) and, on a
-GPU host, the CUDA libraries torch opens lazily (load_cuda_libraries), then
+imports torch once (standby_worker.prepare: nothing of either checkout), then
 forks one worker per job; the fork becomes the job (standby_worker.become) in
 a process group of its own. While workers measure, it only sleeps: unlike a
 worker started ahead (standby.py), it takes no core from the timed work.
@@ -40,7 +39,7 @@ import time
 from pathlib import Path
 
 from abdiff.launchers.guard import Confinement, arm_parent_death, narrow, not_dumpable
-from abdiff.launchers.standby_worker import become, load_cuda_libraries, prepare
+from abdiff.launchers.standby_worker import become, prepare
 
 
 def tell(message: dict) -> None:
@@ -187,7 +186,6 @@ def serve() -> dict | None:
     server when it is done."""
     not_dumpable()  # its workers run the benchmark: they must not reach into the server
     prepare()
-    load_cuda_libraries()  # before the checkout's code runs here (the preimport)
     unsafe = unsafe_to_fork()
     if unsafe:
         tell({"error": f"after importing torch: {unsafe}; forking is unsafe"})

@@ -12,8 +12,6 @@ before the job names the checkout: standard library and torch only until then.
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import json
 import os
 import runpy
@@ -29,45 +27,11 @@ from abdiff.launchers.guard import (
 )
 from abdiff.store.files import open_for_worker
 
-# the CUDA libraries of torch's wheels (nvidia/<library>/lib) that torch or a library of
-# them opens only at its first call in a process (cuDNN's engines, cuBLAS, NVRTC, ...)
-LAZY_CUDA_LIBRARIES = ("cudnn", "cublas", "nvrtc", "cusparse", "cufft")
-NVIDIA_DRIVER_NODES = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
-
 
 def prepare() -> None:
     """What every worker of the run does first: import torch. Not the CUDA context: creating
     one while another process times its replays is a GPU-side event; it waits for the job."""
     import torch  # noqa: F401 - the import is the work
-
-
-def load_cuda_libraries() -> list[str]:
-    """On a host with an NVIDIA driver, load the LAZY_CUDA_LIBRARIES of torch's CUDA wheels
-    from the `nvidia` folder beside torch's own package (what torch itself loads): a fork
-    server does, before its first fork, so that its workers find them loaded instead of
-    each loading them at its first call (docs/performance.md: 0.07 s a GPU worker).
-    Returns their file names; none where torch's CUDA libraries are not pip wheels."""
-    import torch
-
-    if not torch.version.cuda or not any(os.path.exists(n) for n in NVIDIA_DRIVER_NODES):
-        return []
-    return load_libraries(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)),
-                                       "nvidia"))
-
-
-def load_libraries(wheels: str) -> list[str]:
-    """dlopen (no CUDA call: no context) each of LAZY_CUDA_LIBRARIES in `wheels`
-    (<library>/lib/lib*.so*); the file names of those loaded."""
-    loaded = []
-    for path in sorted(glob.glob(os.path.join(wheels, "*", "lib", "lib*.so*"))):
-        name = os.path.basename(path)
-        if any(library in name for library in LAZY_CUDA_LIBRARIES):
-            try:
-                ctypes.CDLL(path)
-            except OSError:
-                continue  # one that cannot load here is left to whoever needs it
-            loaded.append(name)
-    return loaded
 
 
 def become(job: dict) -> None:
