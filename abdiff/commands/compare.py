@@ -14,7 +14,7 @@ from abdiff.commands.common import (
 )
 from abdiff.errors import InputError
 from abdiff.store.baselines import drift_allowance, interleaved
-from abdiff.store.records import RunFile, decode_json, load_run_file, parse_run_file
+from abdiff.store.records import RunFile, load_run_file, run_file_of
 from abdiff.suites import builtin_suites, load_suite
 from abdiff.targets.command.files import (
     benchmark_file_note,
@@ -58,7 +58,7 @@ def load_side(path: Path) -> RunFile:
                              "trust out of the cache and compare that")
         # the text that was authenticated: a second read could find another file
         text = files[Path(path).absolute()]
-        return parse_run_file(decode_json(text, str(path)), str(path))
+        return run_file_of(text, Path(path))
     return load_run_file(path)
 
 

@@ -66,9 +66,8 @@ from abdiff.store.records import (
     RoundRecord,
     RunFile,
     SideTime,
-    decode_json,
     dump_json,
-    parse_run_file,
+    run_file_of,
 )
 from abdiff.store.sides import SideFolders, WorkerFolders
 from abdiff.store.state import stored_state, write_state
@@ -167,8 +166,7 @@ class RunState:
                     if saved.name not in state.files:
                         continue
                     # the bytes whose hash was checked: no second read a benchmark could change
-                    old = parse_run_file(decode_json(state.files[saved.name], str(saved)),
-                                         str(saved))
+                    old = run_file_of(state.files[saved.name], saved)
                     for config in side.run.configs:
                         kept = old.config(config.id)
                         if kept is not None:

@@ -24,9 +24,8 @@ from abdiff.store.baselines import interleaved
 from abdiff.store.records import (
     ConfigRuns,
     RunFile,
-    decode_json,
     load_run_file,
-    parse_run_file,
+    run_file_of,
 )
 from abdiff.store.state import authenticated_run_files
 from abdiff.verdict.compare import latency_samples, side_facts, side_kernels, side_status
@@ -105,6 +104,14 @@ def setup_of(run: RunFile) -> str:
     return ", ".join(str(p) for p in parts if p)
 
 
+def _run_folders(runs: Path) -> list[Path]:
+    """The run folders of the cache's `runs/` (a link there, which a benchmark could have
+    planted, is none); none where `runs/` is missing or a link."""
+    if not runs.is_dir() or runs.is_symlink():
+        return []
+    return [path for path in runs.iterdir() if path.is_dir() and not path.is_symlink()]
+
+
 def _sources(baselines: Path, runs: Path, skipped: list[str]
              ) -> list[tuple[Literal["baseline", "run"], str, Path, str | None]]:
     """The baselines, and the run files of the run folders whose MAC holds, each with the
@@ -112,9 +119,7 @@ def _sources(baselines: Path, runs: Path, skipped: list[str]
     `skipped` with why)."""
     found: list[tuple[Literal["baseline", "run"], str, Path, str | None]] = [
         ("baseline", f"baseline {p.stem}", p, None) for p in sorted(baselines.glob("*.json"))]
-    folders = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()) \
-        if runs.is_dir() and not runs.is_symlink() else []
-    for folder in folders:
+    for folder in sorted(_run_folders(runs)):
         files = authenticated_run_files(folder)
         if isinstance(files, str):
             skipped.append(f"{folder.name}: {files}")
@@ -141,12 +146,10 @@ def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Pat
     (its benchmark reports them) lend no noise to a later run, where one config's noise
     made wide would hide its next change; nor, once merged, do those of its commits
     (a merge brings them in off the first-parent chain)."""
-    if not runs.is_dir() or runs.is_symlink():
-        return []
     folders: list[tuple[float, Path]] = []
-    for path in runs.iterdir():
+    for path in _run_folders(runs):
         try:
-            if path.is_dir() and not path.is_symlink() and path.resolve() != current.resolve():
+            if path.resolve() != current.resolve():
                 folders.append((path.stat().st_mtime, path))
         except OSError:
             continue  # removed meanwhile (`abdiff cache clean`)
@@ -161,8 +164,8 @@ def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Pat
         if "a.json" not in texts or "b.json" not in texts:
             continue
         try:
-            run_a, run_b = (parse_run_file(decode_json(texts[name], str(folder / name)),
-                                           str(folder / name)) for name in ("a.json", "b.json"))
+            run_a, run_b = (run_file_of(texts[name], folder / name)
+                            for name in ("a.json", "b.json"))
         except InputError:
             continue  # a damaged or foreign file has no noise to lend
         if (run_a.sha in chain and run_b.sha in chain and interleaved(run_a, run_b)
@@ -196,7 +199,7 @@ def collect(repo_root: Path, baselines: Path, runs: Path, config_ids: list[str],
     for kind, source, path, text in _sources(baselines, runs, skipped):
         try:  # a run folder's file as it was authenticated: not read a second time
             loaded.append((kind, source, load_run_file(path) if text is None
-                           else parse_run_file(decode_json(text, str(path)), str(path))))
+                           else run_file_of(text, path)))
         except InputError:
             continue  # a damaged or foreign file is not this history's concern
     ours = commits_in(repo_root, {run.sha for _, _, run in loaded if run.sha != "WORKTREE"})

@@ -395,6 +395,12 @@ def load_run_file(path: Path) -> RunFile:
     return parse_run_file(read_json(path, "run file"), str(path))
 
 
+def run_file_of(text: str, path: Path) -> RunFile:
+    """The run file in `text`, as read (and authenticated) from `path` already: a cache's
+    run file is parsed from the bytes whose MAC held, never read a second time."""
+    return parse_run_file(decode_json(text, str(path)), str(path))
+
+
 def parse_result(data: Any, where: str) -> Result:
     """Validate a decoded `abdiff.result/1` or `/2` document; every problem is one InputError.
     A /1 document is read as written: its verdicts stay what /1 said they were.
