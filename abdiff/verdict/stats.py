@@ -290,6 +290,13 @@ def trigamma_inverse(y: np.ndarray) -> np.ndarray:
     return x
 
 
+def corrected_log(variance: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """log s^2 - digamma(d/2) + log(d/2): the log of a variance on `df` degrees of freedom,
+    its bias taken off (limma's e; a variance of 0 counts as 1e-300)."""
+    return (np.log(np.maximum(variance, 1e-300)) - _special().digamma(df / 2)
+            + np.log(df / 2))
+
+
 def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """limma's fitFDist over the last axis: the prior (d0, s0^2) of the variances.
 
@@ -297,8 +304,7 @@ def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.nda
     trigamma(d/2) is trigamma(d0/2); s0^2 = exp(mean e + digamma(d0/2) - log(d0/2)).
     No excess: d0 = inf and s0^2 = the mean variance.
     """
-    v = np.maximum(variance, 1e-300)
-    e = np.log(v) - _special().digamma(df / 2) + np.log(df / 2)
+    e = corrected_log(variance, df)
     excess = e.var(axis=-1, ddof=1) - _special().polygamma(1, df / 2).mean(axis=-1)
     positive = excess > 0
     d0 = np.full(excess.shape, np.inf)
@@ -306,7 +312,7 @@ def fit_f_dist(variance: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.nda
         d0[positive] = 2 * trigamma_inverse(excess[positive])
     with np.errstate(over="ignore", invalid="ignore"):
         s0 = np.exp(e.mean(axis=-1) + _special().digamma(d0 / 2) - np.log(d0 / 2))
-    s0 = np.where(positive, s0, v.mean(axis=-1))
+    s0 = np.where(positive, s0, np.maximum(variance, 1e-300).mean(axis=-1))
     return d0, s0
 
 
@@ -331,10 +337,6 @@ def borrow(variance: np.ndarray, df: np.ndarray, earlier: np.ndarray, earlier_df
     if not has.any():
         return posterior, posterior_df
     special = _special()
-
-    def corrected_log(v: np.ndarray, k: np.ndarray) -> np.ndarray:
-        return np.log(np.maximum(v, 1e-300)) - special.digamma(k / 2) + np.log(k / 2)
-
     # the factor from the configs whose own rounds vary at all (a config whose pairs tie
     # would pull every other config's prior to nothing), its centre the median: one
     # config's odd history cannot move the others'
