@@ -250,12 +250,10 @@ def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_line(
     folder("pull-request", side(old, "s8"), side(pr, "s8"))
     forged = folder("forged", side(old, "s7"), side(main, "s7"))
     (forged / "b.json").write_text(json.dumps(side(old, "s7").to_json()))
-    found = earlier_paired_runs(tmp_path / "runs", now, side(merged, "s0"), repo, merged)
+    found = earlier_paired_runs(tmp_path / "runs", now, side(merged, "s0"), repo)
     assert [(a.sha, b.sha, b.sessions) for a, b in found] == [(old, main, {"s1": {}})]
     # a run whose A is the pull request's commit: its own line holds that run's sides
-    found = earlier_paired_runs(tmp_path / "runs", now, side(pr, "s0"), repo, pr)
+    found = earlier_paired_runs(tmp_path / "runs", now, side(pr, "s0"), repo)
     assert [b.sessions for _, b in found] == [{"s8": {}}]
-    assert earlier_paired_runs(tmp_path / "runs", now, side(merged, "s0"), repo,
-                               "WORKTREE") == []
-    assert earlier_paired_runs(tmp_path / "nothing", now, side(merged, "s0"), repo,
-                               merged) == []
+    assert earlier_paired_runs(tmp_path / "runs", now, side("WORKTREE", "s0"), repo) == []
+    assert earlier_paired_runs(tmp_path / "nothing", now, side(merged, "s0"), repo) == []

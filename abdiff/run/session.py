@@ -409,7 +409,7 @@ def borrowing_noise(first_round: Callable[[], None], bench: Bench, where: Path,
         if run_b.earlier_noise:
             return
         earlier = earlier_paired_runs(bench.cache_dir / "runs", where, run_a,
-                                      bench.cache.repo_root, run_a.sha)
+                                      bench.cache.repo_root)
         run_b.earlier_noise = earlier_noise(earlier, run_b.configs, bench.settings.run_times)
         recorded = list(run_b.earlier_noise.values())
         lent = [n for n, used in zip(recorded, borrowing(recorded), strict=True) if used]

@@ -135,14 +135,14 @@ a config's rounds of one session, and the family's factor in stats.borrow follow
 noisy the machine is now."""
 
 
-def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Path, base: str
+def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Path
                         ) -> list[tuple[RunFile, RunFile]]:
     """The (A, B) run files of the newest EARLIER_RUNS run folders in `runs` (not
     `current`) whose MAC holds, that measured A and B interleaved with `like`'s target, in
     its repository, on its machine and set-up (`machine_of`, `setup_of`; `like` is the
     new run's A and the key is read from each run's A: a pull request's worker reports
     B's environment and could name another machine's runs), both sides
-    commits of `base`'s first-parent chain in `repo_root`. A pull request's own rounds
+    commits of `like`'s first-parent chain in `repo_root`. A pull request's own rounds
     (its benchmark reports them) lend no noise to a later run, where one config's noise
     made wide would hide its next change; nor, once merged, do those of its commits
     (a merge brings them in off the first-parent chain)."""
@@ -153,7 +153,7 @@ def earlier_paired_runs(runs: Path, current: Path, like: RunFile, repo_root: Pat
                 folders.append((path.stat().st_mtime, path))
         except OSError:
             continue  # removed meanwhile (`abdiff cache clean`)
-    chain = first_parent_chain(repo_root, base)
+    chain = first_parent_chain(repo_root, like.sha)
     key = (like.target, like.env.get("repository"), machine_of(like), setup_of(like))
     found: list[tuple[RunFile, RunFile]] = []
     for _, folder in sorted(folders, key=lambda f: f[0], reverse=True):
