@@ -20,6 +20,7 @@ from conftest import process_running, write_suite
 
 from abdiff.cli import main
 from abdiff.errors import InfrastructureError
+from abdiff.host import procfs
 from abdiff.launchers import forkserver
 from abdiff.launchers.forkserver import ForkServer, ForkServers
 from abdiff.launchers.local import LocalLauncher
@@ -482,6 +483,18 @@ def start():
         threading.Thread(target=burn, daemon=True).start()
 os.register_at_fork(after_in_parent=start)  # after the server's check at its first fork
 """
+# the same burn in a process of a session of its own (setsid): out of the server's
+# process group, which a stop of that group alone misses
+SESSION_BURNER = """
+import os, subprocess, sys
+started = []
+def start():
+    if not started:
+        started.append(True)
+        subprocess.Popen([sys.executable, "-c", "import time\\nend = time.time() + 60\\n"
+                          "while time.time() < end: pass"], start_new_session=True)
+os.register_at_fork(after_in_parent=start)
+"""
 BUSY = """
 import time
 end = time.perf_counter() + 0.6
@@ -490,41 +503,52 @@ while time.perf_counter() < end:
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(root: int) -> float:
+    """CPU time of `root` and every process below it, seconds."""
+    total = 0
+    for pid in procfs.below([root], procfs.children()):
+        stat = procfs.read_stat(pid)
+        total += stat.cpu_ticks if stat is not None else 0
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("held", [True, False])
+@pytest.mark.parametrize("burner", [BURNER, SESSION_BURNER], ids=["thread", "setsid"])
 def test_a_sides_server_is_stopped_while_the_other_sides_worker_runs(
-        tmp_path: Path, held: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, held: bool, burner: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Side b's preimported code starts a thread in its fork server after the first fork
-    (which the server's check at that fork cannot see) and burns the CPU while side a's
-    worker is timed. Stopped meanwhile, b's server gets no CPU time; the control, without
-    the stop, shows the attack: the thread burns through a's worker."""
+    (which the server's check at that fork cannot see), or a process in a session of its
+    own, and burns the CPU while side a's worker is timed. Stopped meanwhile, b's server
+    and all below it get no CPU time; the control, without the stop, shows the attack:
+    the burner runs through a's worker."""
     if not held:
         monkeypatch.setattr(ForkServer, "hold", lambda self, running: None)
     folders = {}
-    for name, package in (("a", ""), ("b", BURNER)):
+    for name, package in (("a", ""), ("b", burner)):
         folders[name] = tmp_path / name
         (folders[name] / "pkg").mkdir(parents=True)
         (folders[name] / "pkg" / "__init__.py").write_text(package)
         (folders[name] / "busy.py").write_text(BUSY)
     pool = ForkServers(tmp_path / "servers")
+    below: list[int] = []
     try:
         pool.prepare([folders["a"], folders["b"]], ENV, ("pkg",))
         spec = LaunchSpec([sys.executable, "-m", "busy"], folders["b"], ENV)
-        assert run(pool, spec, tmp_path / "b0").returncode == 0  # the thread starts
+        assert run(pool, spec, tmp_path / "b0").returncode == 0  # the burner starts
         pool.sweep()
         server = pool.by_checkout[folders["b"]].server
         assert server is not None
+        below = procfs.below([server.proc.pid], procfs.children())
         before = cpu_seconds(server.proc.pid)
         spec = LaunchSpec([sys.executable, "-m", "busy"], folders["a"], ENV)
         assert run(pool, spec, tmp_path / "a1").returncode == 0
         burned = cpu_seconds(server.proc.pid) - before
     finally:
         pool.close()
+        for pid in below:  # no sandbox here: a process of its own session outlives the server
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     if held:
         assert burned < 0.05
     else:

@@ -650,6 +650,25 @@ def test_csv_has_rows_a_b_and_the_comparison_per_config() -> None:
     assert render(result, "csv") == text
 
 
+def test_csv_cells_carry_no_escape_sequence_or_ci_command() -> None:
+    """The benchmark's text (an error, a fact, a kernel name: an attacker's pull request
+    wrote them) reaches a terminal that shows the file, or a CI log, with no escape
+    sequence (a clipboard write, a cleared screen), no CR and no line that is a workflow
+    command."""
+    result = _hostile_result()
+    payload = "K \x1b]52;c;ZXZpbA==\x07\x1b[2J\r::add-mask::x \u202e\n::error::y"
+    cfg = result.configs[2]
+    cfg.error_b, cfg.kernels_added = payload, {payload: 1}
+    cfg.facts_changed = {"attn_metadata.x": [payload, "@carol"]}
+    text = csv_report.render(result)
+    for bad in ("\x1b", "\x07", "\r", "\u202e"):
+        assert bad not in text
+    assert not any(line.startswith("::") for line in text.splitlines())
+    row = next(r for r in csv.DictReader(io.StringIO(text))
+               if r["config"] == cfg.id and r["side"] == "B")
+    assert row["error"].startswith("K ]52;c;ZXZpbA==[2J") and "add-mask" in row["error"]
+
+
 def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> None:
     result = make_result()
     step = ("latency undecided for 1 of the 5 configs timed on both sides, after 4 rounds per "

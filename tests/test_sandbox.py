@@ -210,18 +210,23 @@ def test_sigterm_to_the_group_reaches_the_command(tmp_path: Path) -> None:
 @needs_namespaces
 def test_the_users_credentials_are_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                           ) -> None:
-    """The real home's SSH key, .netrc and docker login: a worker's HOME is a fresh folder,
-    but it can name the real one; in the sandbox they are empty."""
+    """The real home's SSH key, .netrc, docker login and git configuration, and the
+    repository's git configuration (where actions/checkout leaves its token): a worker's
+    HOME is a fresh folder, but it can name the real one; in the sandbox they are empty."""
     home = tmp_path / "home"
+    header = "[http]\n\textraheader = AUTHORIZATION: basic hunter2\n"
     for name, text in ((".ssh/id_ed25519", "PRIVATE KEY"), (".netrc", "password hunter2"),
-                       (".docker/config.json", '{"auths": {}}')):
+                       (".docker/config.json", '{"auths": {}}'), (".gitconfig", header)):
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(text)
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "config").write_text(header)
     monkeypatch.setenv("HOME", str(home))
     state = tmp_path / "state"
     state.mkdir()
     confinement = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache", state)
-    assert {str(home / ".ssh"), str(home / ".netrc"), str(home / ".docker")} <= set(
+    assert {str(home / ".ssh"), str(home / ".netrc"), str(home / ".docker"),
+            str(home / ".gitconfig"), str(tmp_path / "repo" / "config")} <= set(
         confinement.hidden)
     read = """
     import json, sys
@@ -233,11 +238,12 @@ def test_the_users_credentials_are_hidden(tmp_path: Path, monkeypatch: pytest.Mo
             seen[path] = exc.strerror
     print(json.dumps(seen))
     """
-    paths = [str(home / n) for n in (".ssh/id_ed25519", ".netrc", ".docker/config.json")]
+    paths = [str(home / n) for n in (".ssh/id_ed25519", ".netrc", ".docker/config.json",
+                                     ".gitconfig")] + [str(tmp_path / "repo" / "config")]
     code, seen, err = finish(confined(confinement, read, *paths))
     assert code == 0, err
     assert seen == {paths[0]: "No such file or directory", paths[1]: "",
-                    paths[2]: "No such file or directory"}
+                    paths[2]: "No such file or directory", paths[3]: "", paths[4]: ""}
     assert (home / ".netrc").read_text() == "password hunter2"  # untouched outside
 
 

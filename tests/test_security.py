@@ -768,7 +768,8 @@ def test_a_benchmark_that_pries_from_inside_the_sandbox(tmp_path: Path) -> None:
                                env=env, capture_output=True, text=True, check=True).stdout.strip()
     ref, pth = repo / ".git" / "refs" / "heads" / "pr", Path(user_site) / "zz_pry.pth"
     writes = [str(tmp_path / "measure-env" / "pyvenv.cfg"), str(pth),
-              str(home / ".bashrc"), str(repo / ".git" / "config")]
+              str(home / ".bashrc"), str(repo / ".git" / "HEAD")]
+    config = (repo / ".git" / "config").read_text()  # hidden: a write to it meets /dev/null
     runner = (repo / RUNNER_PATH).read_text(encoding="utf-8")
     git(repo, "checkout", "-q", "-b", "pry", "main")
     (repo / PRY_MODULE).write_text(PRY_PY.format(
@@ -805,6 +806,7 @@ def test_a_benchmark_that_pries_from_inside_the_sandbox(tmp_path: Path) -> None:
                    for s in seen), (path, seen)
     assert all(s[writes[0]] == s[writes[2]] == "Read-only file system" for s in seen)
     assert (home / ".bashrc").read_text() == "# the user's\n"
+    assert (repo / ".git" / "config").read_text() == config
     # its stderr, a link to the user's .netrc, was not read for it: the secret is nowhere
     for text in (proc.stdout, proc.stderr, (out / "result.json").read_text(),
                  (out / "report.md").read_text(),

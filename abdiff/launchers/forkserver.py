@@ -319,18 +319,35 @@ class ForkServer:
         return message
 
     def hold(self, running: bool) -> None:
-        """Let the server's process group run (SIGCONT) or stop it (SIGSTOP). A side's
-        preimported code runs in its server and can start a thread there after the check
-        at its first fork (os.register_at_fork): stopped, it cannot burn the CPU or GPU
+        """Let the server and every process below it run (SIGCONT) or stop them (SIGSTOP).
+        A side's preimported code runs in its server and can start a thread there after the
+        check at its first fork (os.register_at_fork), or a process in a session of its own
+        (setsid: out of the server's process group): stopped, it cannot burn the CPU or GPU
         while the other side's worker is timed."""
         if self.server is not None and self.server.proc.poll() is None:
-            signal_group(self.server.proc.pid, signal.SIGCONT if running else signal.SIGSTOP)
+            signal_tree(self.server.proc.pid, signal.SIGCONT if running else signal.SIGSTOP)
 
     def _fail(self, why: str) -> None:
         """Keep the first reason; the run goes on with cold starts."""
         if not self.failure:  # `why` may hold the server's words: the side's code wrote them
             self.failure = printable(f"the fork server stopped ({why}; its output is in "
                                      f"{self.folder})", lines=False)
+
+
+def signal_tree(root: int, number: int) -> None:
+    """Send signal `number` to `root`'s process group and to every process below `root`,
+    again to those that appeared meanwhile until none did (a process forking as it was
+    listed; once stopped, none forks)."""
+    signal_group(root, number)
+    sent: set[int] = set()
+    while True:
+        todo = [pid for pid in procfs.below([root], procfs.children()) if pid not in sent]
+        if not todo:
+            return
+        for pid in todo:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
+        sent.update(todo)
 
 
 class ForkServers:

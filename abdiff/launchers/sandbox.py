@@ -55,7 +55,10 @@ PROBE = ("import ctypes, os, sys\n"
          "    sys.exit(1)\n")
 # where a user's credentials live under their home folder: hidden from the benchmark (its
 # HOME is a fresh folder already; these are the real home's, which it can still name)
-CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", ".docker",
+# git's own configuration too: a token kept as http.extraHeader or in a url (actions/checkout
+# leaves one in the repository's .git/config; `plan` hides that file as well)
+CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", ".gitconfig",
+               ".config/git/config", ".docker",
                ".aws", ".azure", ".config/gcloud", ".config/gh", ".kube", ".gnupg", ".pypirc",
                ".npmrc", ".cargo/credentials", ".cargo/credentials.toml",
                ".cache/huggingface/token", ".huggingface/token", ".config/hub")
@@ -124,7 +127,9 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
     home = Path(os.path.expanduser("~"))
     homes = [home] if home.is_absolute() else []
     hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
-                                        for name in CREDENTIALS if (h / name).exists())}
+                                        for name in CREDENTIALS if (h / name).exists()),
+              *([(git_common_dir / "config").resolve()]
+                if (git_common_dir / "config").is_file() else [])}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir,
                                        *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}

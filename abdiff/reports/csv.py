@@ -7,8 +7,10 @@ latency ratio with its interval and p). The columns are the same for every row;
 a row leaves the others' columns empty. docs/reports.md lists them.
 
 Text from the benchmark (errors, fact values, kernel names) is untrusted: a cell
-that a spreadsheet would read as a formula (`=`, `+`, `-`, `@`, tab, CR first) is
-prefixed with `'` (OWASP, "CSV injection"); numbers are written as numbers.
+is `printable` (no escape sequence reaches a terminal that shows the file, no line of
+it is a CI command), and one that a spreadsheet would read as a formula (`=`, `+`, `-`,
+`@`, tab, CR first) is prefixed with `'` (OWASP, "CSV injection"); numbers are written
+as numbers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import io
 from typing import Any
 
 from abdiff.reports.common import ordered, side_times, value_text
+from abdiff.reports.printable import printable
 from abdiff.store.records import ConfigResult, Result
 from abdiff.targets.layerwise import MATRIX_KEYS
 
@@ -30,8 +33,8 @@ FORMULA_FIRST = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _text(value: Any) -> str:
-    """A text cell no spreadsheet evaluates."""
-    text = "" if value is None else str(value)
+    """A text cell no terminal, CI log or spreadsheet acts on."""
+    text = "" if value is None else printable(value)
     return "'" + text if text.startswith(FORMULA_FIRST) else text
 
 
