@@ -257,3 +257,13 @@ def test_earlier_paired_runs_are_this_machine_s_authenticated_runs_of_a_s_line(
     assert [b.sessions for _, b in found] == [{"s8": {}}]
     assert earlier_paired_runs(tmp_path / "runs", now, side("WORKTREE", "s0"), repo) == []
     assert earlier_paired_runs(tmp_path / "nothing", now, side(merged, "s0"), repo) == []
+
+
+def test_an_html_path_that_cannot_be_written_is_refused_first(sources: dict[str, Path]) -> None:
+    """--html naming a folder, or a folder /proc will not make: one line, exit 2, before the
+    history is printed (not exit 3 after it)."""
+    for page, says in ((sources["base"], "that is a folder"),
+                       (Path("/proc/nope/h.html"), "cannot write in /proc/nope")):
+        done = history(sources, CONFIG, "--html", page)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

@@ -116,8 +116,15 @@ def test_bad_output_paths_and_rounds_are_refused_before_measuring(tmp_path: Path
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     if not os.access(locked, os.W_OK):  # root writes anywhere: nothing to refuse then
-        with pytest.raises(InputError, match="is not writable"):
+        with pytest.raises(InputError, match="cannot write in .*locked"):
             output_of(parse("--json", str(locked / "r.json")))
+    # nor anything /proc holds, root or not: refused before measuring, not after (exit 3)
+    with pytest.raises(InputError, match=r"^--json /proc/nope/r.json: cannot write in "
+                                         r"/proc/nope \(No such file or directory\)"):
+        output_of(parse("--json", "/proc/nope/r.json"))
+    with pytest.raises(InputError, match=r"^--cache-dir /proc/nope: cannot write in"):
+        execution_of(parse("--cache-dir", "/proc/nope"))
+    assert output_of(parse("--json", "/dev/stdout")).json == Path("/dev/stdout")
     # missing folders are made when the report is written (CI steps rely on it)
     assert output_of(parse("--json", str(tmp_path / "out" / "r.json"))).json == \
         tmp_path / "out" / "r.json"

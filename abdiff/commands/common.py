@@ -8,6 +8,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
@@ -22,7 +23,7 @@ from abdiff.reports.common import clip
 from abdiff.reports.printable import no_ci_commands
 from abdiff.run.devices import parse_devices
 from abdiff.run.schedule import Plan
-from abdiff.store.files import write_output
+from abdiff.store.files import write_output, written_in_place
 from abdiff.store.records import Result
 from abdiff.verdict import stats
 from abdiff.verdict.policy import NOTHING_MEASURED_EXIT, SMALL_CHANGES, parse_gates
@@ -213,7 +214,8 @@ def execution_of(args: argparse.Namespace) -> Execution:
         timeout_s=args.timeout, launcher=args.launcher, ranks=args.np, nodes=args.nodes,
         device=args.device, eager=args.eager, cpu_threads=args.cpu_threads,
         devices=args.devices, prestart=args.prestart, sandbox=args.sandbox,
-        cache_dir=args.cache_dir,
+        cache_dir=args.cache_dir and writable_folder(args.cache_dir,
+                                                     f"--cache-dir {args.cache_dir}"),
         pass_env=tuple(args.pass_env),
         unsafe_allow_secret_env=args.unsafe_allow_secret_env, max_memory_bytes=args.max_memory,
         resume=args.resume, seed=args.seed, skip_preflight=args.skip_preflight,
@@ -237,19 +239,32 @@ def statistics_of(args: argparse.Namespace) -> Statistics:
                       gates=parse_gates(args.gate))
 
 
+def writable_folder(folder: Path, what: str) -> Path:
+    """`folder`, made where missing (as CI steps expect of `--json out/result.json`) and
+    written once (a file made and removed), before anything is measured: root passes every
+    permission check, and /proc or a read-only mount refuse only a real write."""
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"{what}: {existing} is not a folder; pick another path")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write in {folder} ({exc.strerror or exc}); pick "
+                         "another path") from None
+    return folder
+
+
 def output_path(path: Path | None, option: str) -> Path | None:
     """A file the user asked abdiff to write, checked before anything is measured: not a
-    folder, and below the nearest existing folder on its path, which must be writable
-    (missing folders are made, as CI steps expect of `--json out/result.json`)."""
-    if path is None:
-        return None
+    folder, and in a folder abdiff can write (`writable_folder`); a device or pipe
+    (`--json /dev/stdout`) is written into as it is."""
+    if path is None or (written_in_place(path) and os.path.lexists(path)):
+        return path
     if path.is_dir():
         raise InputError(f"{option} {path}: that is a folder; give a file name in it")
-    existing = next(p for p in path.absolute().parents if p.exists())
-    if not existing.is_dir():
-        raise InputError(f"{option} {path}: {existing} is not a folder; pick another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path}: the folder {existing} is not writable")
+    writable_folder(path.absolute().parent, f"{option} {path}")
     return path
 
 

@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from abdiff.commands.common import output_path
     from abdiff.repo.checkouts import default_cache_dir
     from abdiff.repo.revs import open_repo
     from abdiff.reports.history import render_html, render_table
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.store.files import write_output
     from abdiff.store.history import collect
 
+    output_path(args.html, "--html")
     repo_root = open_repo(args.repo)
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,

@@ -41,6 +41,18 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def written_in_place(path: Path) -> bool:
+    """`write_output` writes into what is at `path` (a device or a pipe, or a name under /dev
+    or /proc/self/fd), not through a file of its own renamed there."""
+    named = os.path.abspath(path)
+    try:
+        mode = os.lstat(named).st_mode
+    except OSError:
+        mode = 0
+    return (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+            or named.startswith(("/dev/", "/proc/self/fd/")))
+
+
 def write_output(path: Path, text: str) -> None:
     """A file the user named (--output, --json, --html). A device or a pipe there
     (/dev/null, /dev/stdout, a named pipe) is written into, where write_atomic's rename
@@ -49,12 +61,7 @@ def write_output(path: Path, text: str) -> None:
     or /proc/self/fd. A pipe without its reader is refused, not waited for. Anything else
     as write_atomic writes."""
     named = os.path.abspath(path)
-    try:
-        mode = os.lstat(named).st_mode
-    except OSError:
-        mode = 0
-    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
-            or named.startswith(("/dev/", "/proc/self/fd/"))):
+    if not written_in_place(path):
         write_atomic(path, text)
         return
     try:  # no O_CREAT: what is not there already is not a device
