@@ -167,8 +167,15 @@ def bisect(repo: Path, tmp_path: Path, rev_range: str, *extra: object,
 def test_demo_history_fact_and_latency_culprits(history: tuple[Path, dict[str, str]],
                                                 tmp_path: Path) -> None:
     repo, shas = history
+    began = time.monotonic()
     done, data = bisect(repo, tmp_path, "main..history")
+    took = time.monotonic() - began
     assert done.returncode == 0, done.stdout + done.stderr
+    # each evidence's time split counts from its own comparison's start, not the bisect's:
+    # the comparisons ran one after another, within the command's wall time
+    walls = {c["evidence"]["time"]["wall_s"] for c in data["culprits"]
+             if c["evidence"] and c["evidence"].get("time")}
+    assert walls and sum(walls) < took, (walls, took)
     subjects = {c["commit"]["subject"]: c for c in data["culprits"]}
     facts = subjects["runner: announce MTP shapes to every backend that has "
                      "update_spec_dec_param"]

@@ -140,7 +140,7 @@ def test_the_plan_pools_both_sides_and_prices_a_round() -> None:
         "timed iterations per round from round 6 on, as the rounds before showed cheapest: "
         f"20 -> 5 for 1 config (process-to-process spread dominates), 20 -> "
         f"{plan.configs['gpu'].run_times} for 1 config (within-process spread dominates) "
-        "(a suite's `adapt_run_times: false` pins its run_times)"]
+        "(to time every round as the suite says: `adapt_run_times: false` in it)"]
     three = dataclasses.replace(plan, configs={
         "a": dataclasses.replace(plan.configs["cpu"], run_times=6),
         "b": dataclasses.replace(plan.configs["cpu"], run_times=9), "c": plan.configs["cpu"],

@@ -434,6 +434,9 @@ def test_html_is_well_formed_and_self_contained() -> None:
             '<td class="mono">None</td><td class="mono">3</td>') in text
     assert "1.043x [1.021, 1.066] p=0.003 (slower)" in body
     assert DG_ASSERT in body and "Latency B/A" in body  # the failure line and the legend
+    # the bar is the interval the table prints, at the family-wise level
+    alpha = common.percent(common.run_facts(result).alpha)
+    assert f"bar: its interval at the family-wise --alpha {alpha}" in body
     # The forest plot: one mark per decided config, coloured by direction, with the dashed
     # threshold lines at 1 +/- min_effect on each row.
     decided = [c for c in result.configs if c.latency.verdict in ("slower", "faster",
@@ -958,11 +961,28 @@ def test_spreads_and_levels_over_100_percent_are_no_latency_statement() -> None:
         return latency_words.note_parts(s, 0.02)
 
     assert undecided(1.929, 3.133) == [
-        "10 rounds resolve no change under 100%; over 100 would be needed: a quieter machine",
+        "10 rounds cannot resolve a change under 100%; over 100 would be needed: a quieter "
+        "machine",
         "A's processes sit on two levels, the slow one 4.1x the fast (6 and 4 rounds)"]
     assert undecided(0.098, 0.041) == [
         "10 rounds resolve +-9.8%; over 100 would be needed: a quieter machine",
         "A's processes sit on two levels 4.1% apart (6 and 4 rounds)"]
+
+
+def test_a_config_the_plan_stopped_is_not_told_that_more_rounds_decide_it() -> None:
+    """5 pairs cannot flag, however large the change: more rounds decide it, unless the
+    plan stopped the config there (its row says more rounds could not decide it)."""
+    from abdiff.reports import latency_words
+    from abdiff.verdict.stats import LatencyStatistics
+
+    s = LatencyStatistics("inconclusive", 5, 5, 100.0, 100.0, 1.0, 1.0, None, None,
+                          ratio=1.02, ci=(0.91, 1.14), threshold=3.0, look_rounds=5)
+    advice = "more rounds per side (--rounds, --max-rounds) decide it"
+    assert any(advice in n for n in latency_words.note_parts(s, 0.02))
+    assert any(advice in n for n in latency_words.note_parts(s, 0.02, max_rounds=5))
+    stopped = latency_words.note_parts(s, 0.02, max_rounds=15)
+    assert stopped[0] == "5 pairs have too few sign patterns to flag a change at this level, " \
+                         "however large"
 
 
 def test_compare_at_80_columns_fits_them_in_characters_and_bytes(

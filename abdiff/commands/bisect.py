@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,12 +96,17 @@ class StepRunner:
         # every finished comparison is reused: that is how a bisect resumes
         self.execution = dataclasses.replace(execution, resume=True)
         self.statistics, self.bench, self.expect = statistics, bench, expect
+        self.compared = 0
 
     def compare(self, older: Commit, newer: Commit, ids: list[str] | None = None) -> Result:
+        """One comparison; its time split counts from the command's start for the first (its
+        set-up is the bisect's), from its own start for every later one."""
         suite = self.bench.suite
         if ids is not None:
             suite = dataclasses.replace(suite, configs=[c for c in suite.configs if c.id in ids])
-        bench = dataclasses.replace(self.bench, suite=suite)
+        started = self.bench.started if not self.compared else time.monotonic()
+        self.compared += 1
+        bench = dataclasses.replace(self.bench, suite=suite, started=started)
         bench, sides = side_runs(bench, {"A": SideSpec(older.sha[:12], older.sha),
                                          "B": SideSpec(newer.sha[:12], newer.sha)})
         return run_and_compare(self.execution, self.statistics, bench, sides,

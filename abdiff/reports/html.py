@@ -198,6 +198,7 @@ def render(result: Result) -> str:
         directions=list(DIRECTION_COLOURS.items()),
         sides=list(SIDE_COLOURS.items()),
         effect=f"{effect:.1%}",
+        alpha=common.percent(facts.alpha),
         forest=forest, grid=grid, ticks=forest_ticks,
         groups=[{"verdict": verdict, "title": verdict.capitalize(),
                  "open": verdict in OPEN_VERDICTS,

@@ -51,9 +51,15 @@ def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
 
 
 def spread_text(share: float) -> str:
-    """"+-9.8%"; from 100% on no latency statement (a step cannot get 100% faster): "no
-    change under 100%" ("+-192.9%" reads as a number a reader might act on)."""
-    return f"+-{share:.1%}" if share < 1 else "no change under 100%"
+    """"+-9.8%"; from 100% on no latency statement (a step cannot get 100% faster): "over
+    100%" ("+-192.9%" reads as a number a reader might act on)."""
+    return f"+-{share:.1%}" if share < 1 else "over 100%"
+
+
+def resolve_text(what: str, share: float) -> str:
+    """"10 rounds resolve +-9.8%", or "10 rounds cannot resolve a change under 100%"."""
+    return (f"{what} resolve {spread_text(share)}" if share < 1 else
+            f"{what} cannot resolve a change under 100%")
 
 
 def levels_text(side: str, levels: stats.Levels) -> str:
@@ -78,8 +84,11 @@ def odd_pairs_text(odd_pairs: tuple[tuple[int, float], ...]) -> str:
     return f"{who} ran apart in every config ({'; '.join(parts)}): {taken} taken off before testing"
 
 
-def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
-    """The row's notes: threshold side, what would decide, the mean, the levels."""
+def note_parts(s: stats.LatencyStatistics, min_effect: float,
+               max_rounds: int | None = None) -> list[str]:
+    """The row's notes: threshold side, what would decide, the mean, the levels.
+    `max_rounds`: the adaptive plan's ceiling; a config stopped below it was futile
+    (reports.common.latency_details says so), so no note asks it for more rounds."""
     notes = []
     if s.threshold_side == "below":
         notes.append(below_threshold_note(min_effect))
@@ -89,23 +98,26 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
     if s.verdict == "inconclusive" and s.threshold is None:
         notes.append(f"needs at least {stats.MIN_ROUNDS} rounds per side (--rounds)")
     elif s.verdict == "inconclusive" and s.paired and not s.flags and s.look_rounds:
-        # the look's sign patterns, not the noise, left it open: more rounds decide it
+        # the look's sign patterns, not the noise, left it open: more rounds decide it,
+        # unless the plan found them futile
+        stopped = max_rounds is not None and rounds < max_rounds
         notes.append(f"{s.look_rounds} pairs have too few sign patterns to flag a change at "
-                     "this level, however large: more rounds per side (--rounds, "
-                     "--max-rounds) decide it")
+                     "this level, however large" + ("" if stopped else
+                                                    ": more rounds per side (--rounds, "
+                                                    "--max-rounds) decide it"))
     elif s.verdict == "inconclusive" and resolves is None:
         notes.append("too few rounds for this level: run with more --rounds")
     elif resolves is None:
         pass  # decided: nothing to resolve
     elif s.verdict == "inconclusive" and s.drift is not None and s.drift >= min_effect:
-        notes.append(f"{rounds} rounds and the drift between sessions resolve "
-                     f"{spread_text(resolves)}; the drift alone is {spread_text(s.drift)}, "
-                     f"so more rounds cannot decide +-{min_effect:.0%}")
+        notes.append(f"{resolve_text(f'{rounds} rounds and the drift between sessions', resolves)}"
+                     f"; the drift alone is {spread_text(s.drift)}, so more rounds cannot "
+                     f"decide +-{min_effect:.0%}")
     elif s.verdict == "inconclusive" and s.rounds_needed is not None:
         decide = (f"about {s.rounds_needed} would decide +-{min_effect:.0%} (--max-rounds "
                   f"{s.rounds_needed})" if s.rounds_needed <= MOST_ROUNDS_ADVISED else
                   f"over {MOST_ROUNDS_ADVISED} would be needed: a quieter machine")
-        notes.append(f"{rounds} rounds resolve {spread_text(resolves)}; {decide}")
+        notes.append(f"{resolve_text(f'{rounds} rounds', resolves)}; {decide}")
     if s.verdict == "inconclusive" and s.mean_ci and s.ci and s.mean_ratio is not None:
         robust_inside = 1 / (1 + min_effect) < s.ci[0] and s.ci[1] < 1 + min_effect
         mean_inside = 1 / (1 + min_effect) < s.mean_ci[0] and s.mean_ci[1] < 1 + min_effect
@@ -120,9 +132,10 @@ def note_parts(s: stats.LatencyStatistics, min_effect: float) -> list[str]:
     return notes
 
 
-def latency_result(s: stats.LatencyStatistics, min_effect: float, alpha: float
-                   ) -> LatencyResult:
-    """The record of one config's latency statistics, with its words."""
+def latency_result(s: stats.LatencyStatistics, min_effect: float, alpha: float,
+                   max_rounds: int | None = None) -> LatencyResult:
+    """The record of one config's latency statistics, with its words (`max_rounds`: the
+    adaptive plan's ceiling, `note_parts`)."""
     return LatencyResult(
         verdict=s.verdict,
         ratio=s.ratio,
@@ -136,7 +149,7 @@ def latency_result(s: stats.LatencyStatistics, min_effect: float, alpha: float
         a_spread_us=s.a_spread_us,
         b_spread_us=s.b_spread_us,
         detectable=s.detectable,
-        note="; ".join(note_parts(s, min_effect)) or None,
+        note="; ".join(note_parts(s, min_effect, max_rounds)) or None,
         below_threshold=s.below_threshold,
         level=s.level,
         se=s.se,

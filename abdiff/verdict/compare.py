@@ -161,7 +161,8 @@ def latency_results(
         if side_status(a.rounds)[0] == "ok" and side_status(b.rounds)[0] == "ok"
         and latency_samples(a) and latency_samples(b)
     ]
-    computed = [latency_result(s, min_effect, alpha) for s in stats.latency_verdicts(
+    ceiling = looks.max_rounds if looks is not None else None
+    computed = [latency_result(s, min_effect, alpha, ceiling) for s in stats.latency_verdicts(
         [stats.ConfigRounds(round_medians(pairs[i][0]), round_medians(pairs[i][1]),
                             earlier.get(pairs[i][1].id))
          for i in comparable],
@@ -370,7 +371,7 @@ def iterations_notes(plan: IterationPlan | None) -> list[str]:
     return [f"timed iterations per round from round {plan.from_round + 1} on, as the rounds "
             "before showed cheapest: " + ", ".join(changed)
             + (f"; {kept} kept {suite}" if kept else "")
-            + " (a suite's `adapt_run_times: false` pins its run_times)"]
+            + " (to time every round as the suite says: `adapt_run_times: false` in it)"]
 
 
 def shows_change(added: Mapping[str, int], removed: Mapping[str, int],
