@@ -5,6 +5,7 @@ and the committed baselines/reference-cpu.json against a fresh run of the demo's
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -350,3 +351,17 @@ def test_another_host_or_gpu_is_a_note_not_a_refusal() -> None:
     assert notes == ["host: 'node-1' in the baseline, 'node-2' here",
                      "gpu_uuid: 'GPU-a' in the baseline, 'GPU-b' here"]
     assert fingerprint_notes(there, {}) == []  # nothing known here: nothing to say
+
+
+def test_the_drift_alone_is_said_as_a_number_a_reader_can_act_on() -> None:
+    """`baseline show`: a small drift as +-x%, a larger one as a range of ratios, and one
+    no interval can carry (two sessions, 8% apart: 3.62e-06x to 2.76e+05x before) as
+    wider than 0.1x to 10x."""
+    from abdiff.commands.baseline import drift_alone
+    from abdiff.store.baselines import SessionDrift
+
+    def said(shared: float, sessions: int) -> str:
+        return drift_alone(SessionDrift(shared, shared, sessions, 2 * (sessions - 1), {}), 2)
+
+    assert re.fullmatch(r"\+-\d+\.\d%", said(0.002, 5))
+    assert said(0.0676, 2) == "wider than 0.1x to 10x"

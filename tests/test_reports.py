@@ -685,6 +685,20 @@ def test_inconclusive_latency_ends_with_the_next_step_in_every_text_format() -> 
     assert common.next_step(decided) is None and "next:" not in markdown.render(decided).lower()
 
 
+def test_a_config_the_baselines_drift_leaves_undecided_is_not_sent_to_more_rounds() -> None:
+    """Against a baseline whose sessions drift more than the threshold, more rounds cannot
+    decide: the next step says so and what can, as the row does."""
+    result = make_result()
+    undecided = next(c for c in result.configs if c.verdict == "inconclusive")
+    undecided.latency.drift = 1.7
+    step = common.next_step(result)
+    assert step is not None and "more rounds would decide" not in step
+    assert "the drift between the baseline's sessions alone resolves over 100%, so more " \
+           "rounds cannot decide +-2%: compare two revisions, measured interleaved (A..B)" in step
+    undecided.latency.drift = 0.01  # a drift inside the threshold: rounds still decide
+    assert "more rounds would decide them" in str(common.next_step(result))
+
+
 def test_the_result_is_valid_against_its_documented_schema() -> None:
     """docs/schemas/result.json describes what --json writes, and docs/reports.md has a
     changelog row for the version written."""

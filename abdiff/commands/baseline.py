@@ -180,6 +180,8 @@ def drift_alone(drift: SessionDrift, configs: int) -> str:
     half = drift_half_width(drift_of(drift), DEFAULT_ALPHA, configs)
     if half < math.log(2):
         return f"+-{math.expm1(half):.1%}"
+    if half > math.log(10):  # "3.62e-06x to 2.76e+05x" is no number to act on
+        return "wider than 0.1x to 10x"
     return f"{math.exp(-half):.3g}x to {math.exp(half):.3g}x"
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from abdiff.reports.latency_words import spread_text
 from abdiff.reports.printable import printable
 from abdiff.store.records import (
     DEFAULT_ALPHA,
@@ -312,11 +313,20 @@ def next_step(result: Result) -> str | None:
     facts = run_facts(result)
     if not facts.undecided:
         return None
-    projected = [c.latency.rounds_needed for c in facts.undecided if c.latency.rounds_needed]
+    drifting = [c.latency.drift for c in facts.undecided
+                if c.latency.drift is not None and c.latency.drift >= facts.min_effect]
+    projected = [c.latency.rounds_needed for c in facts.undecided if c.latency.rounds_needed
+                 and not (c.latency.drift is not None and c.latency.drift >= facts.min_effect)]
     text = f"next: {latency_undecided(result)}, after {rounds_span(facts.undecided)}"
     if facts.machine:  # the machine explains the noise: say that first
         return (f"{text}; the machine was noisy ({'; '.join(facts.machine)}): measure on an "
                 "idle machine")
+    if len(drifting) == len(facts.undecided):  # against a baseline whose sessions drift
+        return (f"{text}; the drift between the baseline's sessions alone resolves "
+                f"{spread_text(max(drifting))}, so more rounds cannot decide "
+                f"+-{facts.min_effect:.0%}: compare two revisions, measured interleaved "
+                "(A..B), or add sessions to the baseline (`abdiff baseline refresh NAME --rev "
+                "REV --append`)")
     if not projected:
         return f"{text}; more rounds would decide them: re-run with a larger --max-rounds"
     needed = max(projected)

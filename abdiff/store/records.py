@@ -186,6 +186,9 @@ class LatencyResult:
     level: float | None = None  # the family level spent up to the look that decided (p <= it)
     se: float | None = None  # standard error of log(ratio): interval = ratio * exp(+-q se)
     rounds_needed: int | None = None  # inconclusive: rounds per side that would decide it
+    # sides measured apart (a baseline): the interval's half-width the drift between
+    # sessions alone gives (fraction); from min_effect on, more rounds cannot decide
+    drift: float | None = None
     # the mean of the paired log differences (odd processes off) as a ratio, and its interval
     # at the same threshold: `unchanged` needs it inside +-min_effect too (stats)
     mean_ratio: float | None = None
