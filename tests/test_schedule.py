@@ -31,6 +31,7 @@ from abdiff.run.schedule import (
     empty_run,
 )
 from abdiff.store.records import EarlierNoise, RoundRecord, load_run_file, write_run_file
+from abdiff.store.state import stored_state
 from abdiff.suites import Config
 from abdiff.verdict.sequential import Looks
 
@@ -74,6 +75,25 @@ def test_a_finished_measurement_does_not_lend_its_seed(tmp_path: Path) -> None:
         seeds.add(run_state.seed)
         run_state.save(complete=True)
     assert len(seeds) == 3  # a fresh random order each time
+
+
+def test_measuring_a_finished_command_again_keeps_the_finished_run(tmp_path: Path) -> None:
+    """The same command measured again starts afresh and keeps the finished run beside it,
+    readable as abdiff wrote it (history shows it, later runs borrow its noise); an
+    unfinished one goes on in place, and one that fails authentication is not kept."""
+    runs = tmp_path / "runs"
+    state = runs / "key"
+    RunState.open(state, _sides(tmp_path), resume=False, seed=11).save(complete=True)
+    RunState.open(state, _sides(tmp_path), resume=False, seed=12).save(complete=True)
+    RunState.open(state, _sides(tmp_path), resume=False, seed=13).save(complete=False)
+    assert sorted(p.name for p in runs.iterdir()) == ["key", "key.1", "key.2"]
+    kept = [stored_state(runs / name) for name in ("key.1", "key.2")]
+    assert [(k.seed, k.complete, list(k.files)) for k in kept if not isinstance(k, str)] == [
+        (11, True, ["a.json"]), (12, True, ["a.json"])]
+    assert RunState.open(state, _sides(tmp_path), resume=False, seed=None).seed == 13
+    (state / "state.json").write_text("{}")  # not abdiff's: measured anew, nothing kept
+    RunState.open(state, _sides(tmp_path), resume=False, seed=14).save(complete=True)
+    assert sorted(p.name for p in runs.iterdir()) == ["key", "key.1", "key.2"]
 
 
 # ---------------------------------------------------------------- with the fake target

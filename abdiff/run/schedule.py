@@ -70,7 +70,7 @@ from abdiff.store.records import (
     run_file_of,
 )
 from abdiff.store.sides import SideFolders, WorkerFolders
-from abdiff.store.state import stored_state, write_state
+from abdiff.store.state import set_aside, stored_state, write_state
 from abdiff.suites import Config
 from abdiff.targets.base import Target
 from abdiff.verdict.sequential import DEFAULT_STEP, Looks
@@ -177,7 +177,8 @@ class RunState:
                     side.run.earlier_noise = old.earlier_noise  # what its last look borrows
                     side.run.sessions = {**old.sessions, **side.run.sessions}
                 return cls(state_dir, sides, state.seed)  # the unfinished round order goes on
-            shutil.rmtree(state_dir)
+            if set_aside(state_dir) is None:
+                shutil.rmtree(state_dir)
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         run_state = cls(state_dir, sides, seed)
         run_state.save(complete=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,3 +84,20 @@ def authenticated_run_files(state_dir: Path) -> dict[Path, str] | str:
     if state.changed:
         return f"{state.changed[0]} is not the file abdiff wrote (changed since)"
     return {state_dir / name: text for name, text in state.files.items()}
+
+
+def set_aside(state_dir: Path) -> Path | None:
+    """A finished measurement in `state_dir` moved beside it (`<name>.<n>`, signed again for
+    that name), so that measuring the same command again keeps it: `history` shows it and
+    later runs borrow its noise. None, and nothing moved, where `state_dir` holds nothing
+    finished that abdiff can prove it wrote."""
+    state = stored_state(state_dir)
+    if isinstance(state, str) or not state.complete or state.changed:
+        return None
+    number = 1
+    while os.path.lexists(kept := state_dir.with_name(f"{state_dir.name}.{number}")):
+        number += 1
+    os.rename(state_dir, kept)
+    write_state(kept, state.seed, True, {name: hashlib.sha256(text.encode()).hexdigest()
+                                         for name, text in state.files.items()})
+    return kept
