@@ -351,6 +351,16 @@ def test_cli_bad_arguments_are_exit_2(repo: str, pr: str, body_file: Path, capsy
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("code", ["-1", "256", "one"])
+def test_an_exit_code_no_process_ends_with_is_exit_2(code: str, body_file: Path,
+                                                     capsys) -> None:
+    argv = ["comment", "--repo", REPO, "--pr", str(PR), "--body", str(body_file),
+            "--exit-code", code, "--dry-run"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not an exit code (0 to 255)" in err, err
+
+
 def test_cli_posts_to_server(github: FakeGitHub, body_file: Path,
                              monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)

@@ -48,6 +48,13 @@ if TYPE_CHECKING:  # imported when rendering, like the rest of that path
 MAX_RESULT_BYTES = 16 * 2**20
 
 
+def exit_status(text: str) -> int:
+    """A process's exit status as a shell reports it: 0 to 255."""
+    if not text.isdigit() or int(text) > 255:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an exit code (0 to 255)")
+    return int(text)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "comment",
@@ -80,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--author", metavar="LOGIN",
                         help="the account whose earlier comment is updated, e.g. "
                         "github-actions[bot] (default: the token's own account)")
-    parser.add_argument("--exit-code", type=int, metavar="N",
+    parser.add_argument("--exit-code", type=exit_status, metavar="N",
                         help="the measuring step's exit code, as the trusted job recorded it: "
                         "with --result, a report is posted only for 0 or 1 and a result that "
                         "says the same; otherwise the comment says the measurement failed")

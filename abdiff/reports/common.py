@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from abdiff.reports.latency_words import spread_text
 from abdiff.reports.printable import printable
 from abdiff.store.records import (
     DEFAULT_ALPHA,
@@ -295,6 +294,12 @@ def final_line(result: Result) -> str:
         names = clip(", ".join(map(str, differs)), 400)
         head += f" (kernel-selecting environment differs: {names})"
     return f"abdiff: {head}: {measured_sentence(result)}; {verdicts} (exit {code}: {meaning})"
+
+
+def spread_text(share: float) -> str:
+    """"+-9.8%"; from 100% on no latency statement (a step cannot get 100% faster): "over
+    100%" ("+-192.9%" reads as a number a reader might act on)."""
+    return f"+-{share:.1%}" if share < 1 else "over 100%"
 
 
 def rounds_span(configs: tuple[ConfigResult, ...]) -> str:

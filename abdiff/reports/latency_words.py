@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from abdiff.reports.common import spread_text
 from abdiff.store.records import MOST_ROUNDS_ADVISED, LatencyResult, OddPair
 from abdiff.verdict import stats
 
@@ -48,12 +49,6 @@ def method_text(s: stats.LatencyStatistics, alpha: float) -> str:
     if s.looks > 1 and s.look is not None:
         text += f"; look {s.look + 1} of {s.looks} at {s.look_rounds} rounds, level {s.level:.2g}"
     return text
-
-
-def spread_text(share: float) -> str:
-    """"+-9.8%"; from 100% on no latency statement (a step cannot get 100% faster): "over
-    100%" ("+-192.9%" reads as a number a reader might act on)."""
-    return f"+-{share:.1%}" if share < 1 else "over 100%"
 
 
 def resolve_text(what: str, share: float) -> str:
