@@ -253,6 +253,7 @@ def test_a_bug_in_abdiff_is_exit_3_with_its_traceback_and_the_rounds_kept(
     # no worker, and no fork server importing torch for none (--resume re-prints fast)
     assert f"abdiff: no worker started: the rounds kept in {state} are reported" in again.stderr
     assert "forked" not in again.stderr
+    assert not (state / "pool").exists()  # the run's warm pool made no server ready
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")

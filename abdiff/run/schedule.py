@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -31,7 +32,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -332,10 +333,31 @@ def exclusive(state_dir: Path) -> Iterator[None]:
 @dataclass
 class Lane:
     """Where one stream of rounds runs: a launcher (with its own warm pool) and, with
-    `--devices`, the device its workers are given (devices.py)."""
+    `--devices`, the device its workers are given (devices.py); `ready` makes the warm
+    pools ready before the lane's first worker (`PoolsReady`)."""
 
     launcher: Launcher
     device: Device | None = None
+    ready: Callable[[], None] | None = None
+
+
+class PoolsReady:
+    """Every lane's warm pool made ready (its servers started, the target's preimport done)
+    once, when the first worker of any lane is to start, and before it: a measurement whose
+    rounds are all kept (a finished run re-reported, a bisect's finished comparison) waits
+    for no import, and no import runs beside a timed worker of another lane."""
+
+    def __init__(self, prepares: Sequence[Callable[[], None]]) -> None:
+        self.prepares = prepares
+        self.lock = threading.Lock()
+        self.done = False
+
+    def __call__(self) -> None:
+        with self.lock:
+            if not self.done:
+                for prepare in self.prepares:
+                    prepare()
+                self.done = True
 
 
 @dataclass
@@ -381,6 +403,8 @@ class LaneRounds:
                 if not todo:
                     self.progress.step(len(self.configs), None)
                     continue
+            if self.lane.ready is not None:
+                self.lane.ready()
             started = time.monotonic()
             work_dir = self.prepare(side, round_index)
             output = self.run_round(side, round_index, todo, work_dir)
@@ -389,6 +413,8 @@ class LaneRounds:
     def capture_times(self, side: str, configs: list[Config]) -> None:
         """Kernel times of `configs` on one side (rounds.capture_kernel_times), put into
         the records of the side's kernel round, saved."""
+        if self.lane.ready is not None:
+            self.lane.ready()
         started = time.monotonic()
         work_dir = self.prepare(side, KERNEL_TIMES)
         side_run, lane = self.run_state.sides[side], self.lane
@@ -635,7 +661,8 @@ def run_plan(
 
 def start_pools(stack: contextlib.ExitStack, run_state: RunState, lanes: list[Lane],
                 target: Target, settings: RoundSettings) -> list[WorkerPool | None]:
-    """Each lane's warm pool (pooled) for as long as `stack` holds, its servers ready."""
+    """Each lane's warm pool (pooled) for as long as `stack` holds, its servers made ready
+    before the first worker of any lane (`PoolsReady`, the lanes' `ready`)."""
     pools = [stack.enter_context(pooled(
         lane.launcher, settings.worker_start,
         run_state.state_dir / ("pool" if n == 0 else f"pool{n}")))
@@ -650,13 +677,18 @@ def start_pools(stack: contextlib.ExitStack, run_state: RunState, lanes: list[La
             rounds = own_folder(run_state.side_rounds(name))
             shared = side.checkout in folders
             folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
-    for lane, pool in zip(lanes, pools, strict=True):
-        if pool is not None and env is not None:
-            # both sides' servers ready (and the target's preimport done) before
-            # the first worker: no import runs beside a timed one
-            pool.prepare([side.checkout for side in run_state.sides.values()],
-                         {**env, **(lane.device.env if lane.device else {})},
-                         target.preimport, folders)
+    prepares = [functools.partial(pool.prepare,
+                                  [side.checkout for side in run_state.sides.values()],
+                                  {**env, **(lane.device.env if lane.device else {})},
+                                  target.preimport, folders)
+                for lane, pool in zip(lanes, pools, strict=True)
+                if pool is not None and env is not None]
+    if prepares:
+        # both sides' servers ready (and the target's preimport done) before the first
+        # worker: no import runs beside a timed one
+        ready = PoolsReady(prepares)
+        for lane in lanes:
+            lane.ready = ready
     return pools
 
 
