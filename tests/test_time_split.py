@@ -50,6 +50,28 @@ def test_a_workers_life_is_split_by_its_events(tmp_path: Path) -> None:
     assert read_round_log(path).malformed  # the done line is refused, not parsed
 
 
+def test_a_config_that_hangs_until_the_timeout_is_its_set_up_not_the_ending(
+        tmp_path: Path) -> None:
+    """c1 done, c2 begun and never done (killed at the timeout, 8 s later): the 8 s are
+    c2's, not the worker's ending."""
+    path = tmp_path / "records.jsonl"
+    writer = RecordWriter(path)
+    writer.env({"device": "cpu"})
+    writer.start("c1")
+    writer.done("c1", RoundRecord("ok", None, [100_000.0] * 5, warmup={"seconds": 0.25}))
+    writer.start("c2")
+    writer.close()
+    import json
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for event, t in zip(events, [10.5, 11.0, 12.5, 12.5], strict=True):
+        event["t"] = t
+        event.pop("m", None)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    spent = worker_time(path, handed=Instant(10.0, 0.0), ended=Instant(20.5, 10.5))
+    assert spent == SideTime(workers=1, start_s=1.0, setup_s=0.75 + 8.0, warmup_s=0.25,
+                             timed_s=0.5, exit_s=0.0)
+
+
 def test_a_clock_step_during_a_worker_moves_no_part_of_its_split(tmp_path: Path) -> None:
     """The VM's wall clock stepped 40 s forward while a worker set its config up (seen on
     the 2-core VM: a run's line said set-up 44.6 s in a run of 32.6 s): its events are read

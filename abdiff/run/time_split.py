@@ -92,6 +92,9 @@ def worker_time(record_path: Path, handed: Instant, ended: Instant) -> SideTime:
         warmup += config_warm
         setup += spent - config_timed - config_warm
         last_done = max(last_done, t)
+    if starts:  # a config begun and never done (hung until the timeout, or crashed): its
+        # time to the worker's end is its set-up, not the worker's ending
+        setup += max(0.0, handed_at + life - max(starts.values()))
     captures = [t for e, t in stamped if e.get("event") == "kernels"]
     capture = max(0.0, max(captures) - last_done) if captures else 0.0
     parts = [start_s, setup, warmup, timed, capture]
