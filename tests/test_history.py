@@ -83,7 +83,7 @@ def test_the_table_shows_each_point_and_what_changed(sources: dict[str, Path]) -
     lines = done.stdout.splitlines()
     assert all(len(line) <= 100 for line in lines), max(lines, key=len)
     assert " ".join(" ".join(lines[:2]).split()).startswith(
-        "abdiff history: 6 baselines and recorded runs (")
+        "abdiff history: 6 points: 2 baselines, 4 sides of 2 recorded runs (")
     start = lines.index(f"{CONFIG}: 6 points on 3 commits")
     block = lines[start:lines.index("", start)]
     # grouped by commit, in the order first measured: main's three points (a baseline, the

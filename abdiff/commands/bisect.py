@@ -163,7 +163,8 @@ def _search_path(result: BisectResult, path: list[Commit], steps: StepRunner,
     culprit against its parent (the sandwich check); fills `result`."""
 
     def test(commit: Commit, ids: list[str]) -> dict[str, Outcome]:
-        say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} configs)")
+        say(f"abdiff bisect: testing {commit.sha[:12]} {commit.subject} ({len(ids)} config"
+            f"{'s' * (len(ids) != 1)})")
         against_a = {c.id: c for c in steps.compare(path[0], commit, ids).configs}
         moving = [i for i in ids if signatures[i].latency]
         against_b = {c.id: c for c in steps.compare(commit, path[-1], moving).configs} \

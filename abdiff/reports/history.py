@@ -115,11 +115,24 @@ def _when(iso: str) -> str:
     return iso[:16].replace("T", " ") if iso else "?"
 
 
+def points_text(points: tuple[Point, ...]) -> str:
+    """"6 points: 2 baselines, 4 sides of 2 recorded runs"."""
+    baselines = sum(p.kind == "baseline" for p in points)
+    sides = [p.source.split()[1] for p in points if p.kind == "run"]
+    runs = len(set(sides))
+
+    def many(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    return (f"{many(len(points), 'point')}: {many(baselines, 'baseline')}, "
+            f"{many(len(sides), 'side')} of {many(runs, 'recorded run')}")
+
+
 def render_table(history: History, width: int) -> str:
     """A block per config, and in it a block per commit (its rev and sha once, then a line
     per point of that commit: when, source, status, time, how it was measured), each point
     followed by what changed (`_series`), indented; every line wrapped to `width`."""
-    lines = table.wrap([f"abdiff history: {len(history.points)} baselines and recorded runs "
+    lines = table.wrap([f"abdiff history: {points_text(history.points)} "
                         f"({history.searched})"], width, "    ")
     header = ("measured", "source", "status", "time per step", "measured as")
     for config_id in history.config_ids:

@@ -124,8 +124,10 @@ def _sources(baselines: Path, runs: Path, skipped: list[str]
         if isinstance(files, str):
             skipped.append(f"{folder.name}: {files}")
             continue
+        # the key's first 8 digits, and the number of a run kept beside it (`KEY.1`)
+        key, dot, kept = folder.name.partition(".")
         for path, text in files.items():
-            found.append(("run", f"run {folder.name[:8]} {path.stem.upper()}", path, text))
+            found.append(("run", f"run {key[:8]}{dot}{kept} {path.stem.upper()}", path, text))
     return found
 
 
