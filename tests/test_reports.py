@@ -697,6 +697,9 @@ def test_a_config_the_baselines_drift_leaves_undecided_is_not_sent_to_more_round
            "rounds cannot decide +-2%: compare two revisions, measured interleaved (A..B)" in step
     undecided.latency.drift = 0.01  # a drift inside the threshold: rounds still decide
     assert "more rounds would decide them" in str(common.next_step(result))
+    undecided.latency.rounds_needed = 6376  # as the row says it: over 100, not the number
+    assert "(over 100 rounds per side would be needed, as their rows say)" in str(
+        common.next_step(result))
 
 
 def test_the_result_is_valid_against_its_documented_schema() -> None:

@@ -343,8 +343,9 @@ def next_step(result: Result) -> str | None:
         return (f"{text}; about {needed} rounds per side would decide them at the spread "
                 f"measured: re-run with --max-rounds {needed} (a config whose spread grows "
                 "stops early and says so)")
-    return (f"{text}; their rounds vary too much to decide here (about {needed} rounds): "
-            "measure on an idle machine (the notes say how much rounds vary)")
+    return (f"{text}; their rounds vary too much to decide here (over {MOST_ROUNDS_ADVISED} "
+            "rounds per side would be needed, as their rows say): measure on an idle machine "
+            "(the notes say how much rounds vary)")
 
 
 def exit_code(result: Result) -> int:
