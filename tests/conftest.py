@@ -23,6 +23,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,6 +156,24 @@ def abdiff_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ABDIFF_STATE_DIR", str(state))
         yield
+
+
+WORKER_WRITABLE: list[Path] = []  # `worker_writable_folder`'s, removed at the session's end
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What abdiff makes in the temporary folder (a primed fork server's folder, kept when
+    it failed or abdiff was killed) goes to a folder of this session, not the machine's
+    /tmp; the folders tests made under /dev/shm (`worker_writable_folder`: memory) are
+    removed at the session's end."""
+    folder = tmp_path_factory.mktemp("tmpdir")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+        yield
+    for made in WORKER_WRITABLE:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -366,6 +385,7 @@ def worker_writable_folder(name: str) -> Path:
     shm = Path("/dev/shm")
     folder = Path(tempfile.mkdtemp(prefix=f"abdiff-test-{name}-",
                                    dir=shm if shm.is_dir() else None))
+    WORKER_WRITABLE.append(folder)
     return folder
 
 

@@ -263,7 +263,7 @@ def test_an_html_path_that_cannot_be_written_is_refused_first(sources: dict[str,
     """--html naming a folder, or a folder /proc will not make: one line, exit 2, before the
     history is printed (not exit 3 after it)."""
     for page, says in ((sources["base"], "that is a folder"),
-                       (Path("/proc/nope/h.html"), "cannot write in /proc/nope")):
+                       (Path("/proc/nope/h.html"), "cannot write in /proc (")):
         done = history(sources, CONFIG, "--html", page)
         assert done.returncode == 2 and done.stdout == "", done.stderr
         assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

@@ -120,7 +120,7 @@ def test_bad_output_paths_and_rounds_are_refused_before_measuring(tmp_path: Path
             output_of(parse("--json", str(locked / "r.json")))
     # nor anything /proc holds, root or not: refused before measuring, not after (exit 3)
     with pytest.raises(InputError, match=r"^--json /proc/nope/r.json: cannot write in "
-                                         r"/proc/nope \(No such file or directory\)"):
+                                         r"/proc \("):
         output_of(parse("--json", "/proc/nope/r.json"))
     with pytest.raises(InputError, match=r"^--cache-dir /proc/nope: cannot write in"):
         execution_of(parse("--cache-dir", "/proc/nope"))

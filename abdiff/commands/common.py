@@ -240,18 +240,18 @@ def statistics_of(args: argparse.Namespace) -> Statistics:
 
 
 def writable_folder(folder: Path, what: str) -> Path:
-    """`folder`, made where missing (as CI steps expect of `--json out/result.json`) and
-    written once (a file made and removed), before anything is measured: root passes every
-    permission check, and /proc or a read-only mount refuse only a real write."""
+    """`folder`, checked before anything is measured or made: its nearest existing folder
+    is written once (a file made and removed; missing folders are made when written, as
+    CI steps expect of `--json out/result.json`): root passes every permission check, and
+    /proc or a read-only mount refuse only a real write."""
     existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
     if not existing.is_dir():
         raise InputError(f"{what}: {existing} is not a folder; pick another path")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        raise InputError(f"{what}: cannot write in {folder} ({exc.strerror or exc}); pick "
+        raise InputError(f"{what}: cannot write in {existing} ({exc.strerror or exc}); pick "
                          "another path") from None
     return folder
 
