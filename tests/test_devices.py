@@ -4,11 +4,13 @@ devices with every pair on one device, recorded in the run file."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_abdiff, write_suite
 from fake_target import CONFIGS, FakeLauncher, fake_measurement
 
 from abdiff.errors import InputError
@@ -95,3 +97,22 @@ def test_a_cold_worker_is_pinned_to_its_cpu_set(tmp_path: Path) -> None:
     outcome = run_process(spec, tmp_path / "log", tmp_path / "log" / "progress", 60)
     assert outcome.returncode == 0
     assert (tmp_path / "log" / "stdout.txt").read_text().strip() == f"[{cpu}]"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_every_lane_forks_its_workers_from_servers_that_stay_up(faulty_repo: Path,
+                                                                tmp_path: Path) -> None:
+    """Two CPU sets, the default warm start: every worker of both lanes is forked, and no
+    fork server is killed between the waves (servers started from a lane's thread got
+    that thread's parent-death signal when it ended, and the workers after went cold)."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    done = run_abdiff("main..pr", "--configs", write_suite(tmp_path / "s.yaml", [1]),
+                      "--repo", faulty_repo, "--cache-dir", tmp_path / "cache", "--target",
+                      "reference", "--rounds", 4, "--max-rounds", 4, "--devices",
+                      f"{cpus[0]}:{cpus[1]}", "--prestart", "fork", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "fork server stopped" not in done.stderr, done.stderr
+    line = next(ln for ln in done.stderr.splitlines() if "worker processes this run" in ln)
+    workers, forked = re.search(r"(\d+) worker processes this run \((\d+) forked", line).groups()
+    assert workers == forked, line

@@ -345,7 +345,8 @@ class PoolsReady:
     """Every lane's warm pool made ready (its servers started, the target's preimport done)
     once, when the first worker of any lane is to start, and before it: a measurement whose
     rounds are all kept (a finished run re-reported, a bisect's finished comparison) waits
-    for no import, and no import runs beside a timed worker of another lane."""
+    for no import, and no import runs beside a timed worker of another lane. Called in the
+    measuring thread only (run_wave calls it before its lane threads start)."""
 
     def __init__(self, prepares: Sequence[Callable[[], None]]) -> None:
         self.prepares = prepares
@@ -391,15 +392,19 @@ class LaneRounds:
         """Whether abdiff's own stop ended the lanes (a spread's only)."""
         return self.spread is not None and self.spread.stop.is_set()
 
+    def todo(self, side: str, round_index: int) -> list[Config]:
+        """The configs that still lack this slot's round."""
+        return [c for c in self.configs
+                if not self.run_state.has_round(side, c.id, round_index)
+                and not self.run_state.settled_failure(side, c.id)
+                and not self.run_state.never_paired(side, c.id)]
+
     def run(self, slots: list[tuple[str, int]]) -> None:
         for side, round_index in slots:
             if self.stopped():
                 return
             with self.guard():
-                todo = [c for c in self.configs
-                        if not self.run_state.has_round(side, c.id, round_index)
-                        and not self.run_state.settled_failure(side, c.id)
-                        and not self.run_state.never_paired(side, c.id)]
+                todo = self.todo(side, round_index)
                 if not todo:
                     self.progress.step(len(self.configs), None)
                     continue
@@ -542,6 +547,14 @@ def run_wave(run_state: RunState, work: list[tuple[Lane, list[tuple[str, int]]]]
         refresh = run_state.sides[side].refresh
         if refresh is not None:
             run_state.sides[side].checkout = refresh()
+    # the warm pools made ready here, in the measuring thread, where a worker is to start:
+    # a process started from a lane's thread would get its parent-death signal when that
+    # thread ends (PR_SET_PDEATHSIG follows the thread that forked it)
+    for lane, slots in work:
+        lanes = LaneRounds(run_state, configs, target, settings, progress, lane, spread)
+        if lane.ready is not None and any(lanes.todo(*slot) for slot in slots):
+            lane.ready()
+            break
     failures: list[BaseException] = []
 
     def lane_work(lane: Lane, slots: list[tuple[str, int]]) -> None:
