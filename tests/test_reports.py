@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html as html_lib
 import io
 import json
@@ -695,6 +696,15 @@ def test_a_config_the_baselines_drift_leaves_undecided_is_not_sent_to_more_round
     assert step is not None and "more rounds would decide" not in step
     assert "the drift between the baseline's sessions alone resolves over 100%, so more " \
            "rounds cannot decide +-2%: compare two revisions, measured interleaved (A..B)" in step
+    other = dataclasses.replace(undecided, id="other", latency=dataclasses.replace(
+        undecided.latency, drift=None, rounds_needed=40))
+    result.configs.append(other)  # one config rounds can decide, beside the drifting one
+    step = str(common.next_step(result))
+    assert "resolves over 100% for 1 of them, so more rounds cannot decide +-2%" in step
+    assert step.endswith("; for the others, about 40 rounds per side would decide them at "
+                         "the spread measured: re-run with --max-rounds 40 (a config whose "
+                         "spread grows stops early and says so)"), step
+    result.configs.remove(other)
     undecided.latency.drift = 0.01  # a drift inside the threshold: rounds still decide
     assert "more rounds would decide them" in str(common.next_step(result))
     undecided.latency.rounds_needed = 6376  # as the row says it: over 100, not the number

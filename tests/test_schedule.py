@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
 import subprocess
 import sys
@@ -84,9 +85,12 @@ def test_measuring_a_finished_command_again_keeps_the_finished_run(tmp_path: Pat
     runs = tmp_path / "runs"
     state = runs / "key"
     RunState.open(state, _sides(tmp_path), resume=False, seed=11).save(complete=True)
+    os.utime(state / "state.json", (1e9, 1e9))  # measured long ago: it stays as old
     RunState.open(state, _sides(tmp_path), resume=False, seed=12).save(complete=True)
     RunState.open(state, _sides(tmp_path), resume=False, seed=13).save(complete=False)
     assert sorted(p.name for p in runs.iterdir()) == ["key", "key.1", "key.2"]
+    assert (runs / "key.1").stat().st_mtime == (runs / "key.1" / "state.json").stat().st_mtime \
+        == 1e9
     kept = [stored_state(runs / name) for name in ("key.1", "key.2")]
     assert [(k.seed, k.complete, list(k.files)) for k in kept if not isinstance(k, str)] == [
         (11, True, ["a.json"]), (12, True, ["a.json"])]

@@ -326,24 +326,29 @@ def next_step(result: Result) -> str | None:
     if facts.machine:  # the machine explains the noise: say that first
         return (f"{text}; the machine was noisy ({'; '.join(facts.machine)}): measure on an "
                 "idle machine")
-    if len(drifting) == len(facts.undecided):  # against a baseline whose sessions drift
-        return (f"{text}; the drift between the baseline's sessions alone resolves "
-                f"{spread_text(max(drifting))}, so more rounds cannot decide "
-                f"+-{facts.min_effect:.0%}: compare two revisions, measured interleaved "
-                "(A..B), or add sessions to the baseline (`abdiff baseline refresh NAME --rev "
-                "REV --append`)")
+    if drifting:  # against a baseline whose sessions drift: rounds cannot decide those
+        who = "" if len(drifting) == len(facts.undecided) else f" for {len(drifting)} of them"
+        text += (f"; the drift between the baseline's sessions alone resolves "
+                 f"{spread_text(max(drifting))}{who}, so more rounds cannot decide "
+                 f"+-{facts.min_effect:.0%}: compare two revisions, measured interleaved "
+                 "(A..B), or add sessions to the baseline (`abdiff baseline refresh NAME "
+                 "--rev REV --append`)")
+        if len(drifting) == len(facts.undecided):
+            return text
+        text += "; for the others"
+    sep = ", " if drifting else "; "
     if not projected:
-        return f"{text}; more rounds would decide them: re-run with a larger --max-rounds"
+        return f"{text}{sep}more rounds would decide them: re-run with a larger --max-rounds"
     needed = max(projected)
     if facts.max_rounds and needed <= facts.max_rounds:  # advice this run already followed
-        return (f"{text}; the --max-rounds {facts.max_rounds} of this run already allowed "
+        return (f"{text}{sep}the --max-rounds {facts.max_rounds} of this run already allowed "
                 f"the {needed} rounds their spread asks for: it grew as rounds came in, "
                 "measure on an idle machine")
     if needed <= MOST_ROUNDS_ADVISED:
-        return (f"{text}; about {needed} rounds per side would decide them at the spread "
+        return (f"{text}{sep}about {needed} rounds per side would decide them at the spread "
                 f"measured: re-run with --max-rounds {needed} (a config whose spread grows "
                 "stops early and says so)")
-    return (f"{text}; their rounds vary too much to decide here (over {MOST_ROUNDS_ADVISED} "
+    return (f"{text}{sep}their rounds vary too much to decide here (over {MOST_ROUNDS_ADVISED} "
             "rounds per side would be needed, as their rows say): measure on an idle machine "
             "(the notes say how much rounds vary)")
 

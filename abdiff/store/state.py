@@ -97,7 +97,12 @@ def set_aside(state_dir: Path) -> Path | None:
     number = 1
     while os.path.lexists(kept := state_dir.with_name(f"{state_dir.name}.{number}")):
         number += 1
+    # when it was last written stays its age (earlier runs are taken newest first, and
+    # `abdiff cache --runs --older-than` reads it)
+    written = os.stat(state_dir / "state.json")
     os.rename(state_dir, kept)
     write_state(kept, state.seed, True, {name: hashlib.sha256(text.encode()).hexdigest()
                                          for name, text in state.files.items()})
+    for path in (kept / "state.json", kept):
+        os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns))
     return kept
