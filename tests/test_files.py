@@ -53,3 +53,15 @@ def test_a_report_goes_into_a_device_or_pipe_the_user_named_never_through_a_link
     write_output(link, "<html>")
     assert not link.is_symlink() and link.read_text() == "<html>"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_a_new_file_in_a_folder_under_dev_is_a_file() -> None:
+    """`--json /dev/shm/result.json` (missing): written as any file, not opened as a device
+    that is not there (refused after the measurement before)."""
+    path = Path("/dev/shm") / f"abdiff-test-{os.getpid()}.json"
+    try:
+        write_output(path, "{}\n")
+        assert path.read_text() == "{}\n" and path.is_file()
+    finally:
+        path.unlink(missing_ok=True)

@@ -244,7 +244,12 @@ def writable_folder(folder: Path, what: str) -> Path:
     is written once (a file made and removed; missing folders are made when written, as
     CI steps expect of `--json out/result.json`): root passes every permission check, and
     /proc or a read-only mount refuse only a real write."""
-    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    try:
+        existing = next(p for p in (folder.absolute(), *folder.absolute().parents)
+                        if p.exists())
+    except OSError as exc:  # a folder on the way the user may not enter
+        raise InputError(f"{what}: cannot reach {folder} ({exc.strerror or exc}); pick "
+                         "another path") from None
     if not existing.is_dir():
         raise InputError(f"{what}: {existing} is not a folder; pick another path")
     try:

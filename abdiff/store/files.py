@@ -42,24 +42,26 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def written_in_place(path: Path) -> bool:
-    """`write_output` writes into what is at `path` (a device or a pipe, or a name under /dev
-    or /proc/self/fd), not through a file of its own renamed there."""
+    """`write_output` writes into what is at `path` (a device or a pipe; a link under /dev,
+    as /dev/stdout; a name under /proc/self/fd or /dev/fd), not through a file of its own
+    renamed there. A file in a folder under /dev (/dev/shm) is a file."""
     named = os.path.abspath(path)
     try:
         mode = os.lstat(named).st_mode
     except OSError:
         mode = 0
     return (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
-            or named.startswith(("/dev/", "/proc/self/fd/")))
+            or (stat.S_ISLNK(mode) and named.startswith("/dev/"))
+            or named.startswith(("/proc/self/fd/", "/dev/fd/")))
 
 
 def write_output(path: Path, text: str) -> None:
     """A file the user named (--output, --json, --html). A device or a pipe there
     (/dev/null, /dev/stdout, a named pipe) is written into, where write_atomic's rename
     would replace it (as root, /dev/null itself): the path itself is one (never through
-    a link a checkout may hold: that is replaced, as any file), or it is named under /dev
-    or /proc/self/fd. A pipe without its reader is refused, not waited for. Anything else
-    as write_atomic writes."""
+    a link a checkout may hold: that is replaced, as any file), or a link under /dev, or
+    it is named under /proc/self/fd (`written_in_place`). A pipe without its reader is
+    refused, not waited for. Anything else as write_atomic writes."""
     named = os.path.abspath(path)
     if not written_in_place(path):
         write_atomic(path, text)
