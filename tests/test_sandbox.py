@@ -219,15 +219,22 @@ def test_the_users_credentials_are_hidden(tmp_path: Path, monkeypatch: pytest.Mo
                        (".docker/config.json", '{"auths": {}}'), (".gitconfig", header)):
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(text)
-    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "modules" / "sub").mkdir(parents=True)
     (tmp_path / "repo" / "config").write_text(header)
+    # a submodule's configuration with a token in its url; one without any stays readable
+    (tmp_path / "repo" / "modules" / "sub" / "config").write_text(
+        '[remote "origin"]\n\turl = https://x-access-token:hunter2@github.com/o/r\n')
+    (tmp_path / "repo" / "modules" / "plain").mkdir()
+    (tmp_path / "repo" / "modules" / "plain" / "config").write_text(
+        "[extensions]\n\tpartialClone = origin\n")
     monkeypatch.setenv("HOME", str(home))
     state = tmp_path / "state"
     state.mkdir()
     confinement = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache", state)
     assert {str(home / ".ssh"), str(home / ".netrc"), str(home / ".docker"),
-            str(home / ".gitconfig"), str(tmp_path / "repo" / "config")} <= set(
-        confinement.hidden)
+            str(home / ".gitconfig"), str(tmp_path / "repo" / "config"),
+            str(tmp_path / "repo" / "modules" / "sub" / "config")} <= set(confinement.hidden)
+    assert str(tmp_path / "repo" / "modules" / "plain" / "config") not in confinement.hidden
     read = """
     import json, sys
     seen = {}
@@ -239,11 +246,14 @@ def test_the_users_credentials_are_hidden(tmp_path: Path, monkeypatch: pytest.Mo
     print(json.dumps(seen))
     """
     paths = [str(home / n) for n in (".ssh/id_ed25519", ".netrc", ".docker/config.json",
-                                     ".gitconfig")] + [str(tmp_path / "repo" / "config")]
+                                     ".gitconfig")] + [
+        str(tmp_path / "repo" / n) for n in ("config", "modules/sub/config",
+                                             "modules/plain/config")]
     code, seen, err = finish(confined(confinement, read, *paths))
     assert code == 0, err
     assert seen == {paths[0]: "No such file or directory", paths[1]: "",
-                    paths[2]: "No such file or directory", paths[3]: "", paths[4]: ""}
+                    paths[2]: "No such file or directory", paths[3]: "", paths[4]: "",
+                    paths[5]: "", paths[6]: "[extensions]\n\tpartialClone = origin\n"}
     assert (home / ".netrc").read_text() == "password hunter2"  # untouched outside
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import site
 import subprocess
 import sys
@@ -55,8 +56,7 @@ PROBE = ("import ctypes, os, sys\n"
          "    sys.exit(1)\n")
 # where a user's credentials live under their home folder: hidden from the benchmark (its
 # HOME is a fresh folder already; these are the real home's, which it can still name)
-# git's own configuration too: a token kept as http.extraHeader or in a url (actions/checkout
-# leaves one in the repository's .git/config; `plan` hides that file as well)
+# git's own configuration too: a token kept as http.extraHeader or in a url
 CREDENTIALS = (".ssh", ".netrc", ".git-credentials", ".config/git/credentials", ".gitconfig",
                ".config/git/config", ".docker",
                ".aws", ".azure", ".config/gcloud", ".config/gh", ".kube", ".gnupg", ".pypirc",
@@ -112,14 +112,36 @@ def python_folders() -> set[Path]:
     return folders
 
 
+# what makes a repository's git configuration a credential (actions/checkout leaves its token
+# as http.<url>.extraheader in .git/config and in each submodule's): such a file is hidden
+# (git in a worker then reads none: its extensions, a partial clone's or sha256, are lost
+# with it); one without a credential stays, as git needs it
+CREDENTIAL_CONFIG = re.compile(r"extraheader|^\s*\[credential|://[^/\s@]+@",
+                               re.IGNORECASE | re.MULTILINE)
+
+
+def git_configs_with_credentials(git_common_dir: Path) -> list[Path]:
+    """The configuration files of the repository and of its submodules that hold one."""
+    found = []
+    for path in [git_common_dir / "config", *sorted(git_common_dir.glob("modules/**/config"))]:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")[:1 << 20]
+        except OSError:
+            continue
+        if CREDENTIAL_CONFIG.search(text):
+            found.append(path.resolve())
+    return found
+
+
 def _under(path: Path, folders: set[Path]) -> bool:
     return any(path == folder or folder in path.parents for folder in folders)
 
 
 def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
          state_folder: Path) -> Confinement:
-    """The sandbox of a measurement: abdiff's state folder and the user's credentials
-    (CREDENTIALS) hidden; every mount read-only, and by name (strictly) the repository (its
+    """The sandbox of a measurement: abdiff's state folder, the user's credentials
+    (CREDENTIALS) and the repository's git configurations that hold one
+    (`git_configs_with_credentials`) hidden; every mount read-only, and by name (strictly) the repository (its
     working tree and its git common dir), the cache folder, the user's home folder (a
     .bashrc runs later too) and abdiff's Python environment. What a worker may write is
     added per worker (`guard_options`): its round's folder and its side's folders."""
@@ -128,8 +150,7 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
     homes = [home] if home.is_absolute() else []
     hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
                                         for name in CREDENTIALS if (h / name).exists()),
-              *([(git_common_dir / "config").resolve()]
-                if (git_common_dir / "config").is_file() else [])}
+              *git_configs_with_credentials(git_common_dir)}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir,
                                        *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
