@@ -141,10 +141,11 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
          state_folder: Path) -> Confinement:
     """The sandbox of a measurement: abdiff's state folder, the user's credentials
     (CREDENTIALS) and the repository's git configurations that hold one
-    (`git_configs_with_credentials`) hidden; every mount read-only, and by name (strictly) the repository (its
-    working tree and its git common dir), the cache folder, the user's home folder (a
-    .bashrc runs later too) and abdiff's Python environment. What a worker may write is
-    added per worker (`guard_options`): its round's folder and its side's folders."""
+    (`git_configs_with_credentials`) hidden; every mount read-only, and by name (strictly)
+    the repository (its working tree and its git common dir), the cache folder, the user's
+    home folder (a .bashrc runs later too) and abdiff's Python environment. What a worker
+    may write is added per worker (`guard_options`): its round's folder and its side's
+    folders."""
     # the home folder by $HOME, as Python finds it; an empty or relative one names none
     home = Path(os.path.expanduser("~"))
     homes = [home] if home.is_absolute() else []
