@@ -25,6 +25,7 @@ import contextlib
 import difflib
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -152,6 +153,24 @@ def _error(exc: BaseException) -> None:
     print(text, file=sys.stderr)
 
 
+# a share's value may start with "-" (`--min-effect -2%`): argparse reads such a word as an
+# option and says "expected one argument"; joined to its option, the value's own check
+# says what is wrong with it
+SHARE_OPTIONS = ("--min-effect", "--alpha")
+SIGNED_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)%?")
+
+
+def _values_joined(argv: list[str]) -> list[str]:
+    """`argv` with a share option and its signed value as one word (`--alpha=-1%`)."""
+    joined: list[str] = []
+    for word in argv:
+        if joined and joined[-1] in SHARE_OPTIONS and SIGNED_NUMBER.fullmatch(word):
+            joined[-1] = f"{joined[-1]}={word}"
+        else:
+            joined.append(word)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # the command's wall time: its imports below are its own
     _report_to_stderr()
@@ -159,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         from abdiff.completion import complete
 
         complete(build_parser)
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _values_joined(list(sys.argv[1:] if argv is None else argv))
     try:
         with _stop_on_signals():
             # `abdiff A..B ...` has no subcommand word: the range is the command.

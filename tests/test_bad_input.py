@@ -207,6 +207,8 @@ OPTION_CASES = {
     "--max-memory unit": (["--max-memory", "12Q"], r"is not a size like 4G"),
     "--min-effect 150": (["--min-effect", "150"], r"--min-effect: '150' is 15000%"),
     "--min-effect 2 (a fraction: 200%)": (["--min-effect", "2"], r"write 2% or 0.02"),
+    # a signed value is the option's, not another option: its range is what is wrong
+    "--min-effect -2%": (["--min-effect", "-2%"], r"--min-effect: '-2%' is -2%, outside"),
     "--target unknown": (["--target", "tensorflow"], r"--target 'tensorflow' is unknown"),
     "--format unknown": (["--format", "pdf"], r"invalid choice: 'pdf'"),
     "unknown option": (["--colour"], r"unrecognized arguments: --colour"),
