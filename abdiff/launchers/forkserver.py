@@ -30,7 +30,12 @@ from typing import Any
 
 from abdiff.errors import InfrastructureError
 from abdiff.host import procfs
-from abdiff.launchers.pool import StartedProcess, python_module_job, signal_group
+from abdiff.launchers.pool import (
+    StartedProcess,
+    python_module_job,
+    signal_each,
+    signal_group,
+)
 from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
@@ -344,10 +349,7 @@ def signal_tree(root: int, number: int) -> None:
         todo = [pid for pid in procfs.below([root], procfs.children()) if pid not in sent]
         if not todo:
             return
-        for pid in todo:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, number)
-        sent.update(todo)
+        sent.update(signal_each(todo, number))
 
 
 class ForkServers:

@@ -37,6 +37,15 @@ class WorkerProcess(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
+def signal_each(pids: list[int], number: int) -> list[int]:
+    """Send signal `number` to each of `pids` that is still there (and still one this user
+    may signal: a pid reused since is another's); returns `pids`."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, number)
+    return pids
+
+
 def signal_group(pid: int, number: int) -> None:
     """Send signal `number` to the process group led by `pid`, if it is still there (a pid
     below 1 is a worker whose pid is unknown because it has ended: nothing to signal)."""

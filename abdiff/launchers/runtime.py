@@ -30,17 +30,10 @@ from pathlib import Path
 from types import TracebackType
 
 from abdiff.host import procfs
-from abdiff.launchers.pool import WorkerPool
+from abdiff.launchers.pool import WorkerPool, signal_each
 from abdiff.launchers.sandbox import NO_SANDBOX, Sandbox
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
-
-
-def _kill(pids: list[int]) -> list[int]:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return pids
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -108,7 +101,7 @@ class Leftovers:
                  if procfs.namespace_pid(child) == 1]
         inside = [pid for init in inits for pid in procfs.below(table.get(init, []), table)
                   if procfs.namespace_pid(pid) != 2]
-        killed = _kill(procfs.below(adopted + inside, table))
+        killed = signal_each(procfs.below(adopted + inside, table), signal.SIGKILL)
         for pid in adopted:  # abdiff's children now: reaped here, or they stay zombies
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
@@ -122,8 +115,9 @@ class Leftovers:
         since, self.adopted_at = self.adopted_at, None
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         ours = os.getpid()
-        return _kill([pid for pid in procfs.below([ours], procfs.children())
-                      if pid != ours and (_start_ticks(pid) or -1) >= since])
+        return signal_each([pid for pid in procfs.below([ours], procfs.children())
+                            if pid != ours and (_start_ticks(pid) or -1) >= since],
+                           signal.SIGKILL)
 
 
 @dataclass
