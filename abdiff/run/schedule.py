@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import hashlib
 import json
 import logging
@@ -260,6 +259,13 @@ class RunState:
         return config is not None and len(config.rounds) >= FAILURE_REPEATS and any(
             self.settled_failure(other, config_id) for other in self.sides if other != side)
 
+    def todo(self, side: str, round_index: int, configs: list[Config]) -> list[Config]:
+        """Which of `configs` still need this side's round `round_index`."""
+        return [c for c in configs
+                if not self.has_round(side, c.id, round_index)
+                and not self.settled_failure(side, c.id)
+                and not self.never_paired(side, c.id)]
+
     def unpaired(self, side: str, configs: list[Config]) -> frozenset[str]:
         """Which of `configs` the other side's rounds will not pair (settled failures)."""
         others = [other for other in self.sides if other != side]
@@ -345,8 +351,9 @@ class PoolsReady:
     """Every lane's warm pool made ready (its servers started, the target's preimport done)
     once, when the first worker of any lane is to start, and before it: a measurement whose
     rounds are all kept (a finished run re-reported, a bisect's finished comparison) waits
-    for no import, and no import runs beside a timed worker of another lane. Called in the
-    measuring thread only (run_wave calls it before its lane threads start)."""
+    for no import, and no import runs beside a timed worker of another lane. Made ready in
+    the measuring thread: run_wave calls it before its lane threads start, and theirs find
+    it done."""
 
     def __init__(self, prepares: Sequence[Callable[[], None]]) -> None:
         self.prepares = prepares
@@ -392,19 +399,12 @@ class LaneRounds:
         """Whether abdiff's own stop ended the lanes (a spread's only)."""
         return self.spread is not None and self.spread.stop.is_set()
 
-    def todo(self, side: str, round_index: int) -> list[Config]:
-        """The configs that still lack this slot's round."""
-        return [c for c in self.configs
-                if not self.run_state.has_round(side, c.id, round_index)
-                and not self.run_state.settled_failure(side, c.id)
-                and not self.run_state.never_paired(side, c.id)]
-
     def run(self, slots: list[tuple[str, int]]) -> None:
         for side, round_index in slots:
             if self.stopped():
                 return
             with self.guard():
-                todo = self.todo(side, round_index)
+                todo = self.run_state.todo(side, round_index, self.configs)
                 if not todo:
                     self.progress.step(len(self.configs), None)
                     continue
@@ -550,11 +550,10 @@ def run_wave(run_state: RunState, work: list[tuple[Lane, list[tuple[str, int]]]]
     # the warm pools made ready here, in the measuring thread, where a worker is to start:
     # a process started from a lane's thread would get its parent-death signal when that
     # thread ends (PR_SET_PDEATHSIG follows the thread that forked it)
-    for lane, slots in work:
-        lanes = LaneRounds(run_state, configs, target, settings, progress, lane, spread)
-        if lane.ready is not None and any(lanes.todo(*slot) for slot in slots):
-            lane.ready()
-            break
+    ready = work[0][0].ready if work else None  # the lanes share one (start_pools)
+    if ready is not None and any(run_state.todo(side, round_index, configs)
+                                 for _, slots in work for side, round_index in slots):
+        ready()
     failures: list[BaseException] = []
 
     def lane_work(lane: Lane, slots: list[tuple[str, int]]) -> None:
@@ -690,10 +689,9 @@ def start_pools(stack: contextlib.ExitStack, run_state: RunState, lanes: list[La
             rounds = own_folder(run_state.side_rounds(name))
             shared = side.checkout in folders
             folders[side.checkout] = WorkerFolders(side.folders, logs if shared else rounds)
-    prepares = [functools.partial(pool.prepare,
-                                  [side.checkout for side in run_state.sides.values()],
-                                  {**env, **(lane.device.env if lane.device else {})},
-                                  target.preimport, folders)
+    prepares = [partial(pool.prepare, [side.checkout for side in run_state.sides.values()],
+                        {**env, **(lane.device.env if lane.device else {})},
+                        target.preimport, folders)
                 for lane, pool in zip(lanes, pools, strict=True)
                 if pool is not None and env is not None]
     if prepares:
