@@ -318,15 +318,17 @@ def next_step(result: Result) -> str | None:
     facts = run_facts(result)
     if not facts.undecided:
         return None
-    drifting = [c.latency.drift for c in facts.undecided
-                if c.latency.drift is not None and c.latency.drift >= facts.min_effect]
-    projected = [c.latency.rounds_needed for c in facts.undecided if c.latency.rounds_needed
-                 and not (c.latency.drift is not None and c.latency.drift >= facts.min_effect)]
+    # against a baseline whose sessions drift beyond the threshold, rounds cannot decide
+    by_drift = {c.id: c.latency.drift for c in facts.undecided
+                if c.latency.drift is not None and c.latency.drift >= facts.min_effect}
+    drifting = list(by_drift.values())
+    projected = [c.latency.rounds_needed for c in facts.undecided
+                 if c.latency.rounds_needed and c.id not in by_drift]
     text = f"next: {latency_undecided(result)}, after {rounds_span(facts.undecided)}"
     if facts.machine:  # the machine explains the noise: say that first
         return (f"{text}; the machine was noisy ({'; '.join(facts.machine)}): measure on an "
                 "idle machine")
-    if drifting:  # against a baseline whose sessions drift: rounds cannot decide those
+    if drifting:
         who = "" if len(drifting) == len(facts.undecided) else f" for {len(drifting)} of them"
         text += (f"; the drift between the baseline's sessions alone resolves "
                  f"{spread_text(max(drifting))}{who}, so more rounds cannot decide "

@@ -118,7 +118,7 @@ def _when(iso: str) -> str:
 def points_text(points: tuple[Point, ...]) -> str:
     """"6 points: 2 baselines, 4 sides of 2 recorded runs"."""
     baselines = sum(p.kind == "baseline" for p in points)
-    sides = [p.source.split()[1] for p in points if p.kind == "run"]
+    sides = [p.run for p in points if p.run is not None]
     runs = len(set(sides))
 
     def many(count: int, word: str) -> str:

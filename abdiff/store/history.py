@@ -70,6 +70,12 @@ class Point:
     configs: dict[str, Snapshot]
     setup: str = ""  # how it was measured: "local, cpu, eager" (`setup_of`)
 
+    @property
+    def run(self) -> str | None:
+        """The run a side belongs to, as `source` names it ("56468474", "56468474.1");
+        None for a baseline."""
+        return self.source.split()[1] if self.kind == "run" else None
+
 
 @dataclass(frozen=True)
 class History:
