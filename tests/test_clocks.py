@@ -96,6 +96,9 @@ class RefusingNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object) -> int:  # noqa: N802
         raise self.NVMLError("Not Supported")
 
+    def nvmlSystemGetDriverVersion(self) -> bytes:  # noqa: N802
+        raise self.NVMLError("Not Supported")
+
 
 def test_a_refused_reading_is_kept_and_does_not_fail_the_config() -> None:
     reading = GpuSensor(RefusingNvml(), handle=None).read()
@@ -103,3 +106,33 @@ def test_a_refused_reading_is_kept_and_does_not_fail_the_config() -> None:
     assert throttled({"start": reading, "end": reading}) == []
     refused = run([reading] * 3)
     assert clock_notes(refused, refused) == []  # no numbers, no claim
+
+
+class AnsweringNvml(RefusingNvml):
+    """NVML's answers as nvidia-ml-py gives them (bytes in older releases)."""
+
+    NVML_CLOCK_GRAPHICS = 0
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:  # noqa: N802
+        return b"580.159.04"
+
+    def nvmlDeviceGetUUID(self, handle: object) -> str:  # noqa: N802
+        return "GPU-87b0482f-151b-e54c-2146-22b683d6ea8f"
+
+    def nvmlDeviceGetApplicationsClock(self, handle: object, clock: int) -> int:  # noqa: N802
+        assert clock == self.NVML_CLOCK_GRAPHICS  # nvidia-smi's clocks.applications.graphics
+        return 1755
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: object, clock: int) -> int:  # noqa: N802
+        assert clock == self.NVML_CLOCK_SM
+        return 1980
+
+
+def test_the_identity_has_nvidia_smis_words() -> None:
+    assert GpuSensor(AnsweringNvml(), handle=None).identity() == {
+        "driver": "580.159.04", "gpu_uuid": "GPU-87b0482f-151b-e54c-2146-22b683d6ea8f",
+        "clock_policy": "application clock 1755 MHz of max 1980 MHz"}
+
+
+def test_a_refused_identity_is_empty() -> None:
+    assert GpuSensor(RefusingNvml(), handle=None).identity() == {}

@@ -135,3 +135,14 @@ def test_a_preimport_that_creates_a_cuda_context_leaves_that_side_cold(tmp_path:
         assert said is not None and "a CUDA context exists" in said
     finally:
         pool.close()
+
+
+def test_the_gpu_identity_read_through_nvml_says_what_nvidia_smi_says() -> None:
+    """A worker reads its GPU's driver and clock policy through the NVML sensor it opens
+    anyway; the words must be nvidia-smi's, which runs recorded before used."""
+    from abdiff.worker.measure import current_gpu_uuid, gpu_identity, gpu_sensor
+
+    sensor, _ = gpu_sensor("cuda")
+    if sensor is None:
+        pytest.skip("nvidia-ml-py is not installed")
+    assert sensor.identity() == gpu_identity(current_gpu_uuid())

@@ -51,6 +51,21 @@ class GpuSensor:
             "throttle": [name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit],
         }
 
+    def identity(self) -> dict[str, str]:
+        """Driver version, UUID and clock policy, as `nvidia-smi --query-gpu=driver_version,
+        uuid,clocks.applications.graphics,clocks.max.sm` says them (the same words, so runs
+        recorded either way compare), without starting nvidia-smi in every worker; {} where
+        NVML refuses one."""
+        nvml, handle = self._nvml, self._handle
+        try:
+            driver, uuid = nvml.nvmlSystemGetDriverVersion(), nvml.nvmlDeviceGetUUID(handle)
+            app_clock = nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_GRAPHICS)
+            max_clock = nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)
+        except self._nvml.NVMLError:
+            return {}
+        return {"driver": _text(driver), "gpu_uuid": _text(uuid),
+                "clock_policy": f"application clock {app_clock} MHz of max {max_clock} MHz"}
+
     def pinning(self) -> dict[str, int]:
         """SM clocks that show whether they are pinned: the application clock in force, its
         default, and the maximum (MHz)."""
@@ -59,6 +74,11 @@ class GpuSensor:
                 "default_mhz": nvml.nvmlDeviceGetDefaultApplicationsClock(handle,
                                                                           nvml.NVML_CLOCK_SM),
                 "max_mhz": nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)}
+
+
+def _text(value: str | bytes) -> str:
+    """NVML's strings: bytes from older nvidia-ml-py releases, str from newer ones."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 NO_PACKAGE = "nvidia-ml-py is not installed (pip install nvidia-ml-py)"

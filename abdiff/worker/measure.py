@@ -18,9 +18,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abdiff.run.protocol import KernelProfile
+
+if TYPE_CHECKING:
+    from abdiff.host.clocks import GpuSensor
 
 FACT_TEXT_LIMIT = 200
 # CPU operators that only make views, allocate or reshape: no compute runs, and
@@ -366,7 +369,7 @@ def gpu_identity(gpu: str) -> dict[str, str]:
             "clock_policy": f"application clock {app_clock} MHz of max {max_clock} MHz"}
 
 
-def gpu_sensor(device: str) -> tuple[Any, dict[str, Any]]:
+def gpu_sensor(device: str) -> tuple[GpuSensor | None, dict[str, Any]]:
     """The clock sensor of torch's current GPU (clocks.GpuSensor, or None) and the env
     entry saying whether it reads: {"clocks": "NVML"} or why not; (None, {}) off CUDA."""
     if device != "cuda":
@@ -384,8 +387,10 @@ def current_gpu_uuid() -> str:
     return f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
 
 
-def environment(device: str) -> dict[str, Any]:
-    """The machine a round ran on: the environment fingerprint of run files and baselines."""
+def environment(device: str, sensor: GpuSensor | None = None) -> dict[str, Any]:
+    """The machine a round ran on: the environment fingerprint of run files and baselines.
+    `sensor` (gpu_sensor's): the GPU's driver and clock policy read through it, else from
+    nvidia-smi (a process of its own, in every worker)."""
     import platform
 
     import torch
@@ -406,6 +411,7 @@ def environment(device: str) -> dict[str, Any]:
             device_count=torch.cuda.device_count(),
             cuda=torch.version.cuda,
             # by UUID: CUDA_VISIBLE_DEVICES renumbers torch's devices, not nvidia-smi's
-            **gpu_identity(current_gpu_uuid()),
+            **((sensor.identity() if sensor is not None else {})
+               or gpu_identity(current_gpu_uuid())),
         )
     return env

@@ -214,8 +214,9 @@ def main(job_path: str) -> int:
     writer = RecordWriter(rank_record_path(job.record_path, rank))
     timing = timing_kind(device, job.cuda_graph)
     sensor, clocks_env = gpu_sensor(device)
-    writer.env({**environment(device), "cuda_graph": timing == "graph replay", "timing": timing,
-                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {}), **clocks_env})
+    writer.env({**environment(device, sensor), "cuda_graph": timing == "graph replay",
+                "timing": timing, **clocks_env,
+                **({"cpu_threads": job.cpu_threads} if device == "cpu" else {})})
     runner_cls = _import_runner(Path.cwd())
     order = shuffled(job.configs, job.order_seed)
     writer.order(job.order_seed, [config["id"] for config in order])

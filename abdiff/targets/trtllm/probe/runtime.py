@@ -246,7 +246,7 @@ class Probe:
         self.sensor, clocks_env = gpu_sensor(self.device)  # as the reference worker does
         if self.writer:
             module = sys.modules.get(PACKAGE)
-            env = {**environment(self.device), **self.plan.env,
+            env = {**environment(self.device, self.sensor), **self.plan.env,
                    "tensorrt_llm": getattr(module, "__version__", None),
                    "tensorrt_llm_file": getattr(module, "__file__", None),
                    "world_size": _env_int(SIZE_VARS, 1), "cuda_graph": self.plan.cuda_graph,
