@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import resource
 import signal
@@ -166,14 +167,17 @@ def _in_slow_config(state: Path, slow: int) -> Path | None:
 
 
 def seed_timing_bs1_first(slow: int) -> int:
-    """A --seed whose B worker of round 0 times bs1 before the slow config: workers time
-    their configs in a seeded shuffled order (rounds.order_seed, worker.shuffled)."""
+    """A --seed whose round 0 runs A before B, and whose workers of round 0 time bs1
+    before the slow config: workers time their configs in a seeded shuffled order
+    (rounds.order_seed, worker.shuffled), the same on both sides of a round."""
     from abdiff.run.rounds import order_seed
+    from abdiff.run.schedule import abba_slots
     from abdiff.targets.reference.worker import shuffled
 
     configs = [{"id": config_id(1)}, {"id": config_id(slow)}]
     return next(seed for seed in range(1000)
-                if shuffled(configs, order_seed(seed, "B", 0, 0))[0]["id"] == config_id(1))
+                if abba_slots(1, random.Random(seed))[0][0] == "A"
+                and shuffled(configs, order_seed(seed, 0, 0))[0]["id"] == config_id(1))
 
 
 def _start_and_stop_midway(args: list[object], cache: Path, sig: int, slow: int,

@@ -467,7 +467,7 @@ class LaneRounds:
             output = run_round(self.target, lane.launcher, side_run.checkout, todo,
                                self.settings, round_index, work_dir,
                                partial(self.keep, side),
-                               partial(order_seed, self.run_state.seed, side, round_index),
+                               partial(order_seed, self.run_state.seed, round_index),
                                lane.device, side_run.folders, self.run_state.iterations,
                                self.run_state.unpaired(side, todo))
         except BaseException:

@@ -23,12 +23,13 @@ iterations.
 
 from __future__ import annotations
 
+import hashlib
 import os
-import random
 import resource
 import sys
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,13 +135,17 @@ def run_config(
 def shuffled(configs: list[dict], seed: int | None) -> list[dict]:
     """The configs in the order a worker with this seed times them (None: as given): those
     the other side pairs first, then those marked `last` (RoundJob.configs), each group
-    shuffled, so a paired config is timed after the same kinds of configs on both sides."""
-    rng = random.Random(seed)
-    groups = ([c for c in configs if not c.get("last")], [c for c in configs if c.get("last")])
-    for group in groups:
-        if seed is not None:
-            rng.shuffle(group)
-    return groups[0] + groups[1]
+    in an order drawn from the seed config by config (a hash of the seed and the id), so
+    two workers of one seed time the configs they share in the same order, whatever
+    else either has: the paired configs sit at the same positions on both sides."""
+    groups = [c for c in configs if not c.get("last")], [c for c in configs if c.get("last")]
+    if seed is None:
+        return groups[0] + groups[1]
+    return [config for group in groups for config in sorted(group, key=partial(_draw, seed))]
+
+
+def _draw(seed: int, config: dict) -> bytes:
+    return hashlib.sha256(f"{seed}:{config['id']}".encode()).digest()
 
 
 def failure_reason(exc: BaseException) -> str:
