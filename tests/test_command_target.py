@@ -735,6 +735,20 @@ def test_two_real_gbench_files_compare_directly(tmp_path: Path, real_gbench: Non
     assert mixed.returncode == 2 and len(unwrapped(mixed.stderr)) == 1, mixed.stderr
 
 
+def test_a_gbench_document_nested_past_the_stack_is_read_to_its_last_whole_row() -> None:
+    """The benchmark writes its own output: a row of 100000 nested arrays raised
+    RecursionError out of abdiff's reading (an internal error, exit 3); it ends the rows
+    there now, as a cut does."""
+    from abdiff.targets.command.formats import gbench_document
+
+    row = {"name": "BM_a", "run_name": "BM_a", "run_type": "iteration", "real_time": 10,
+           "cpu_time": 9, "time_unit": "ns"}
+    text = ('{"context": {}, "benchmarks": [' + json.dumps(row) + ", "
+            + "[" * 100_000 + "]" * 100_000 + "]}")
+    document, complete = gbench_document(text)
+    assert not complete and document["benchmarks"] == [row]
+
+
 def test_a_cut_gbench_document_is_read_to_its_last_whole_benchmark() -> None:
     """What a process that died leaves: every whole row before the cut; the last benchmark
     only when all its repetitions are there."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from abdiff.errors import InputError
-from abdiff.store.files import remove_path, write_output
+from abdiff.store.files import remove_path, worker_json, write_output
 
 
 def test_what_the_benchmark_planted_where_a_round_goes_is_removed(tmp_path: Path) -> None:
@@ -65,3 +65,21 @@ def test_a_new_file_in_a_folder_under_dev_is_a_file() -> None:
         assert path.read_text() == "{}\n" and path.is_file()
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_json_the_benchmark_wrote_is_decoded_or_refused_with_a_value_error() -> None:
+    assert worker_json('{"a": [1, 2.5]}') == {"a": [1, 2.5]}
+    for text in ("{", "1" * 5000, "[" * 100_000 + "]" * 100_000):
+        with pytest.raises(ValueError):
+            worker_json(text)
+
+
+def test_a_worker_file_is_read_up_to_the_limit(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from abdiff.store import files
+
+    monkeypatch.setattr(files, "WORKER_FILE_LIMIT", 10)
+    path = tmp_path / "records.jsonl"
+    path.write_text("0123456789abcdef")
+    assert files.read_worker_file(path) == "0123456789"
+    assert files.read_worker_file(path, tail=4) == "cdef"

@@ -127,6 +127,26 @@ def test_a_hostile_record_log_cannot_make_the_split_longer_than_the_life_or_cras
         assert abs(spent.total_s - 3.5) < 1e-9 and spent.timed_s <= 1.0 + 1e-9, parts
 
 
+def test_a_line_abdiff_cannot_decode_is_malformed_not_a_crash(tmp_path: Path) -> None:
+    """JSON that Python refuses: an integer of 5000 digits (ValueError from the int
+    conversion) and 100000 nested arrays (RecursionError). Either is a malformed line of
+    the config it came in, and the time split reads past it; abdiff ended with an internal
+    error (exit 3) on both before."""
+    path = tmp_path / "records.jsonl"
+    writer = RecordWriter(path)
+    writer.env({})
+    writer.start("c1")
+    with open(path, "a", encoding="utf-8") as log:
+        log.write('{"event": "facts", "id": "c1", "facts": {"x": ' + "1" * 5000 + "}}\n")
+        log.write("[" * 100_000 + "]" * 100_000 + "\n")
+    writer.done("c1", RoundRecord("ok", latency_us=[1.0, 2.0], round=0))
+    writer.close()
+    log = read_round_log(path)
+    assert "c1" in log.malformed and "not JSON" in log.malformed["c1"]
+    spent = worker_time(path, Instant.now(), Instant(time.time() + 1, time.monotonic() + 1))
+    assert spent.workers == 1 and math.isfinite(spent.total_s)
+
+
 def test_a_measured_run_carries_its_split_into_the_result_and_the_report(
         tmp_path: Path) -> None:
     started = time.monotonic()

@@ -40,6 +40,7 @@ from abdiff.launchers.process import pipe, start_process, worker_environment
 from abdiff.launchers.runtime import Runtime
 from abdiff.launchers.spec import LaunchSpec
 from abdiff.reports.printable import printable
+from abdiff.store.files import worker_json
 from abdiff.store.sides import WorkerFolders
 
 SERVER_MODULE = "abdiff.launchers.forkserver_process"
@@ -297,7 +298,7 @@ class ForkServer:
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
         try:
-            message = json.loads(line)
+            message = worker_json(line)
         except ValueError:
             message = None
         if not isinstance(message, dict):

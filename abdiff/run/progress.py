@@ -20,7 +20,6 @@ Shown on a terminal only; logs and pipes get nothing, and `--quiet` silences it.
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import threading
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from abdiff.reports.printable import printable
-from abdiff.store.files import read_worker_file
+from abdiff.store.files import read_worker_file, worker_json
 
 WATCH_INTERVAL_S = 0.5
 TAIL_BYTES = 16384  # the end of a record log holds its latest start event
@@ -56,7 +55,7 @@ def latest_started(folder: Path) -> str | None:
         if '"start"' not in line:
             continue
         try:
-            event = json.loads(line)
+            event = worker_json(line)
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("event") == "start":

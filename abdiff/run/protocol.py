@@ -140,7 +140,9 @@ def load_event(line: str) -> Any:
     """One line of a worker's record log. NaN and infinities are refused (not JSON): a
     worker writes the log, and an infinite warm-up or time stamp would reach the plan of
     timed iterations and the time split as numbers."""
-    return json.loads(line, parse_constant=_not_a_number)
+    from abdiff.store.files import worker_json
+
+    return worker_json(line, parse_constant=_not_a_number)
 
 
 class RecordWriter:
@@ -228,7 +230,7 @@ def read_round_log(path: Path) -> RoundLog:
             continue
         try:
             event = load_event(line)
-        except json.JSONDecodeError:
+        except ValueError:
             if number == len(lines):
                 continue  # torn final write
             log.malformed[log.started[-1] if log.started else "?"] = f"line {number}: not JSON"

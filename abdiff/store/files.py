@@ -7,13 +7,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from abdiff.errors import InfrastructureError, InputError
 
@@ -97,11 +99,16 @@ def own_folder(folder: Path) -> Path:
     return folder
 
 
+WORKER_FILE_LIMIT = 256 * 2**20
+"""The most of a worker's file abdiff reads (its first bytes): a record log of thousands of
+rounds is a few MB, and a benchmark that writes gigabytes must not take abdiff's memory."""
+
+
 def read_worker_file(path: Path, tail: int | None = None) -> str:
     """The text of a file a worker wrote, its last `tail` bytes if given ("" when there is
-    none). Read without following a link (or opening a FIFO): the benchmark can replace its
-    own output by a link to a file of abdiff's user that its sandbox hides from it, which
-    abdiff would then read for it."""
+    none), at most WORKER_FILE_LIMIT bytes. Read without following a link (or opening a
+    FIFO): the benchmark can replace its own output by a link to a file of abdiff's user
+    that its sandbox hides from it, which abdiff would then read for it."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # missing, or a link (ELOOP)
@@ -112,7 +119,20 @@ def read_worker_file(path: Path, tail: int | None = None) -> str:
             return ""
         if tail is not None:
             opened.seek(max(0, status.st_size - tail))
-        return opened.read().decode("utf-8", errors="replace")
+        return opened.read(min(WORKER_FILE_LIMIT, tail or WORKER_FILE_LIMIT)).decode(
+            "utf-8", errors="replace")
+
+
+def worker_json(text: str | bytes, parse_constant: Callable[[str], Any] | None = None) -> Any:
+    """JSON that the benchmark's code could have written (a record log's line, a fork
+    server's message, a benchmark's output), decoded. Whatever abdiff cannot hold raises
+    ValueError, as text that is not JSON does: a number of more digits than Python
+    converts (that is a ValueError already) and nesting deeper than the interpreter's stack
+    (a RecursionError otherwise, which no caller expects)."""
+    try:
+        return json.loads(text, parse_constant=parse_constant)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than abdiff reads") from None
 
 
 def open_for_worker(path: Path) -> int:

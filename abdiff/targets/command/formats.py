@@ -30,6 +30,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from abdiff.store.files import worker_json
+
 Format = Literal["gbench", "nvbench"]
 # Google Benchmark's time units, in microseconds
 TIME_UNIT_US = MappingProxyType({"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6})
@@ -101,7 +103,7 @@ def gbench_document(text: str) -> tuple[dict[str, Any], bool]:
     (the reporter flushes after each one): the context and every whole row before the cut
     are read, and the document says it is incomplete."""
     try:
-        document = json.loads(text)
+        document = worker_json(text)
     except ValueError:
         pass
     else:
@@ -111,7 +113,8 @@ def gbench_document(text: str) -> tuple[dict[str, Any], bool]:
     position = 0
     opening = re.search(r'"context"\s*:\s*', text)
     if opening is not None:
-        with contextlib.suppress(ValueError):  # cut inside the context: no context
+        # cut inside the context: no context (nested past the stack: none either)
+        with contextlib.suppress(ValueError, RecursionError):
             context, position = decoder.raw_decode(text, opening.end())
     rows: list[Any] = []
     array = re.compile(r'"benchmarks"\s*:\s*\[').search(text, position)
@@ -121,7 +124,7 @@ def gbench_document(text: str) -> tuple[dict[str, Any], bool]:
             position = separator.match(text, position).end()  # type: ignore[union-attr]
             try:
                 row, position = decoder.raw_decode(text, position)
-            except ValueError:
+            except (ValueError, RecursionError):
                 break
             rows.append(row)
     if opening is None and array is None:
@@ -309,7 +312,7 @@ def read_report(fmt: Format, text: str, facts: Sequence[str],
     """A benchmark's JSON output -> (what it reported, whether the document was whole).
     Google Benchmark's is read up to its cut (`gbench_document`); nvbench's must be whole."""
     if fmt == "nvbench":
-        return nvbench_report(json.loads(text), facts, folder), True
+        return nvbench_report(worker_json(text), facts, folder), True
     document, complete = gbench_document(text)
     return gbench_report(document, facts, metrics, complete), complete
 
