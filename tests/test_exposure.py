@@ -20,7 +20,11 @@ from abdiff.host.exposure import resume_key, secret_looking, secret_names, state
                                   "DB_PASSWORD", "CI_JOB_JWT_V2", "OPENAI_API_KEY", "GH_PAT",
                                   "DEPLOY_PRIVATE_KEY", "GOOGLE_APPLICATION_CREDENTIALS",
                                   "DOCKER_AUTH_CONFIG", "SLACK_WEBHOOK_URL", "SENTRY_DSN",
-                                  "NPM_AUTH", "SESSION_COOKIE", "STRIPE_APIKEY"])
+                                  "NPM_AUTH", "SESSION_COOKIE", "STRIPE_APIKEY",
+                                  # names a review found missed
+                                  "MYSQL_PWD", "DB_PASS", "DOCKERHUB_PASS", "STRIPE_KEY",
+                                  "OPENAI_KEY", "WANDB_KEY", "NGC_KEY",
+                                  "AZURE_STORAGE_CONNECTION_STRING"])
 def test_secret_looking_names(name: str) -> None:
     assert secret_looking(name)
 
@@ -28,7 +32,7 @@ def test_secret_looking_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["PATH", "HOME", "TOKENIZERS_PARALLELISM", "HF_HOME",
                                   "CUDA_VISIBLE_DEVICES", "AWS_CA_BUNDLE", "PIP_CERT",
                                   "KEYBOARD", "SSL_CERT_FILE", "GIT_AUTHOR_NAME", "AUTHOR",
-                                  "PIP_INDEX_URL"])
+                                  "PIP_INDEX_URL", "GPG_KEY", "OLDPWD", "PWD"])
 def test_ordinary_names(name: str) -> None:
     assert not secret_looking(name)
 
@@ -93,3 +97,11 @@ def test_an_ancestor_holding_a_token_is_named(tmp_path: Path) -> None:
                           timeout=60, check=False)
     assert proc.returncode == 1
     assert "GITHUB_TOKEN (in process " in proc.stderr and ", bash, above abdiff)" in proc.stderr
+
+
+def test_credentials_a_review_found_missed_are_seen_by_their_values() -> None:
+    env = {"REDIS_URL": "redis://:hunter2@cache:6379", "HOOK": "https://hooks.slack.com/"
+           "services/T0/B0/xyz", "STORE": "DefaultEndpointsProtocol=https;AccountKey=abc==",
+           "BILLING": "sk_live_" + "a" * 24, "LLM": "sk-proj-" + "b" * 30,
+           "PLAIN_URL": "redis://cache:6379", "PATH": "/bin"}
+    assert secret_names(env) == ["BILLING", "HOOK", "LLM", "REDIS_URL", "STORE"]

@@ -257,6 +257,83 @@ def test_the_users_credentials_are_hidden(tmp_path: Path, monkeypatch: pytest.Mo
     assert (home / ".netrc").read_text() == "password hunter2"  # untouched outside
 
 
+@needs_namespaces
+def test_a_socket_a_process_of_the_user_listens_on_is_out_of_reach(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tmux server, an ssh-agent, git's credential cache listen on a socket by path; a
+    read-only mount does not stop a connect(), and the server answers as the user outside
+    the sandbox (a hostile pull request had tmux run a shell that wrote the other side's
+    caches). A server planted for real, as tmux's would be: it runs what it is sent."""
+    import socket
+    import threading
+
+    folder = tmp_path / "tmux-0"
+    folder.mkdir(mode=0o700)
+    path = folder / "default"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+    escaped = tmp_path / "escaped"
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                if conn.recv(100) == b"run":
+                    escaped.write_text("ran outside")
+
+    threading.Thread(target=serve, daemon=True).start()
+    monkeypatch.setattr(sandbox, "SOCKET_FOLDERS", (str(tmp_path),))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    state = tmp_path / "state"
+    state.mkdir()
+    confinement = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache", state)
+    assert str(path) in confinement.hidden
+    attack = """
+    import json, socket, sys
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.connect(sys.argv[1])
+        client.sendall(b"run")
+        print(json.dumps({"connect": "done"}))
+    except OSError as exc:
+        print(json.dumps({"connect": exc.strerror}))
+    """
+    try:
+        code, seen, err = finish(confined(confinement, attack, str(path)))
+        assert code == 0, err
+        assert seen["connect"] == "Connection refused" and not escaped.exists()
+        # without the sandbox the same connect runs the server's command
+        code, seen, err = finish(confined(Confinement(), attack, str(path)))
+        assert seen["connect"] == "done", err
+        deadline = time.monotonic() + 10
+        while not escaped.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert escaped.read_text() == "ran outside"
+    finally:
+        server.close()
+
+
+def test_nvidias_sockets_stay_reachable(tmp_path: Path) -> None:
+    import socket
+
+    made = []
+    for name in ("nvidia-mps/control", "nvidia-persistenced/socket", "ssh-x/agent.1"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(tmp_path / name))
+        made.append(listener)
+    try:
+        assert sandbox.listening_sockets([tmp_path]) == [tmp_path / "ssh-x" / "agent.1"]
+        assert sandbox.listening_sockets([tmp_path], depth=1) == []
+    finally:
+        for listener in made:
+            listener.close()
+
+
 def test_the_plan(tmp_path: Path) -> None:
     repo, state = tmp_path / "repo", tmp_path / "state"
     cache = repo / ".abdiff"
@@ -317,13 +394,17 @@ def test_where_namespaces_are_refused(mode: str, faulty_repo: Path, tmp_path: Pa
 
 
 @needs_namespaces
-def test_the_trial_says_why_it_failed(tmp_path: Path) -> None:
-    """A folder to hide that does not exist: the trial start fails and says which mount."""
+def test_the_trial_says_why_it_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                      ) -> None:
+    """A folder to keep read-only that does not exist: the trial start fails and says which
+    mount. (One to hide that is gone is skipped: a socket whose server ended.)"""
     missing = tmp_path / "missing"
-    why = sandbox.trial(Confinement(hidden=(str(missing),)))
-    assert why == f"mount {missing}: No such file or directory"
+    failing = Confinement(read_only=(str(missing),))
+    assert sandbox.trial(failing) == f"mount {missing}: No such file or directory"
+    assert sandbox.trial(Confinement(hidden=(str(missing),))) is None
+    monkeypatch.setattr(sandbox, "plan", lambda *args: failing)
     with pytest.raises(InfrastructureError):
-        sandbox.start("on", tmp_path, tmp_path, tmp_path, missing)
+        sandbox.start("on", tmp_path, tmp_path, tmp_path, tmp_path / "state")
 
 
 LEAVER = r"""

@@ -34,15 +34,20 @@ log = logging.getLogger(__name__)
 # Names of variables that hold credentials (case-insensitive). `*TOKEN*` would also take
 # TOKENIZERS_PARALLELISM (Hugging Face), hence the underscores.
 SECRET_NAME_PATTERNS = ("*_TOKEN", "TOKEN", "*_TOKEN_*", "*SECRET*", "*PASSWORD*", "*PASSWD*",
-                        "*_PAT", "*JWT*", "*_API_KEY", "*APIKEY*", "*PRIVATE_KEY*",
-                        "*ACCESS_KEY*", "*CREDENTIAL*", "*_AUTH", "*_AUTH_*", "AUTH_*",
-                        "*WEBHOOK*", "*COOKIE*", "*_DSN")
+                        "*_PASS", "*_PWD", "*_PAT", "*JWT*", "*_KEY", "*APIKEY*",
+                        "*PRIVATE_KEY*", "*ACCESS_KEY*", "*CREDENTIAL*", "*_AUTH", "*_AUTH_*",
+                        "AUTH_*", "*WEBHOOK*", "*COOKIE*", "*_DSN", "*CONNECTION_STRING*")
+# Names that match a pattern and hold no secret: the official Python images' GPG_KEY is the
+# public fingerprint of the key that signed the interpreter's release.
+PUBLIC_NAMES = frozenset({"GPG_KEY"})
 # Values that are credentials whatever their variable is called: a URL with a password
 # (PIP_INDEX_URL=https://user:pass@host), a private key, and tokens with a known prefix.
 SECRET_VALUE_RE = re.compile(
-    r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@|-----BEGIN [A-Z ]*PRIVATE KEY|"
+    r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@|-----BEGIN [A-Z ]*PRIVATE KEY|"
+    r"AccountKey=|hooks\.slack\.com/services/|"
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{20,}|"
-    r"xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,})", re.IGNORECASE)
+    r"xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}|hf_[A-Za-z0-9]{30,}|sk_live_\w{10,}|"
+    r"sk-[\w-]{20,})", re.IGNORECASE)
 # Switches whose names end like a secret's (HF_HUB_DISABLE_IMPLICIT_TOKEN=1) hold no secret.
 _FLAG_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
 UNSAFE_FLAG = "--unsafe-allow-secret-env"
@@ -52,7 +57,8 @@ _KEY_BYTES = 32
 
 def secret_looking(name: str) -> bool:
     upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in SECRET_NAME_PATTERNS)
+    return upper not in PUBLIC_NAMES and any(fnmatch.fnmatchcase(upper, pattern)
+                                             for pattern in SECRET_NAME_PATTERNS)
 
 
 def secret_names(environ: Mapping[str, str], pass_env: list[str] | None = None) -> list[str]:

@@ -166,6 +166,8 @@ def confine_mounts(confinement: Confinement) -> None:
                    + [(path, "writable") for path in confinement.writable],
                    key=lambda step: step[0].rstrip("/").count("/"))
     for path, kind in steps:
+        if kind == "hide" and not os.path.lexists(path):
+            continue  # gone since the plan (a socket whose server ended): nothing to hide
         if kind == "hide" and os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
                    "size=4k,mode=555")

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -112,6 +113,43 @@ def python_folders() -> set[Path]:
     return folders
 
 
+# where processes of the user listen on a socket by path (tmux, screen, ssh-agent, git's
+# credential cache, D-Bus, docker, systemd): a read-only mount does not stop a connect(),
+# and what answers runs outside the sandbox, as the user. The user's home is searched too.
+SOCKET_FOLDERS = ("/tmp", "/var/tmp", "/run")
+SOCKET_DEPTH = 4  # folders below each (tmux: /tmp/tmux-UID/default; ssh: /tmp/ssh-X/agent.N)
+SOCKET_SCAN_LIMIT = 20_000  # entries looked at in all: a home of millions stays fast
+# NVIDIA's own, which CUDA and NVML talk to: MPS's control pipe, the persistence daemon
+GPU_SOCKETS = re.compile(r"nvidia-mps|nvidia-persistenced")
+
+
+def listening_sockets(folders: list[Path], depth: int = SOCKET_DEPTH,
+                      limit: int = SOCKET_SCAN_LIMIT) -> list[Path]:
+    """The sockets by path under `folders`, `depth` folders down, of the first `limit`
+    entries (never through a link), but NVIDIA's (GPU_SOCKETS)."""
+    found: list[Path] = []
+    todo = [(folder, 0) for folder in folders]
+    seen = 0
+    while todo and seen < limit:
+        folder, level = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries[:limit - seen]:
+            seen += 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if level + 1 < depth:
+                        todo.append((Path(entry.path), level + 1))
+                elif (stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
+                      and not GPU_SOCKETS.search(entry.path)):
+                    found.append(Path(entry.path))
+            except OSError:
+                continue
+    return found
+
+
 # what makes a repository's git configuration a credential (actions/checkout leaves its token
 # as http.<url>.extraheader in .git/config and in each submodule's): such a file is hidden
 # (git in a worker then reads none: its extensions, a partial clone's or sha256, are lost
@@ -140,18 +178,21 @@ def _under(path: Path, folders: set[Path]) -> bool:
 def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
          state_folder: Path) -> Confinement:
     """The sandbox of a measurement: abdiff's state folder, the user's credentials
-    (CREDENTIALS) and the repository's git configurations that hold one
-    (`git_configs_with_credentials`) hidden; every mount read-only, and by name (strictly)
-    the repository (its working tree and its git common dir), the cache folder, the user's
-    home folder (a .bashrc runs later too) and abdiff's Python environment. What a worker
-    may write is added per worker (`guard_options`): its round's folder and its side's
-    folders."""
+    (CREDENTIALS), the repository's git configurations that hold one
+    (`git_configs_with_credentials`) and the sockets processes of the user listen on
+    (`listening_sockets`: a connect() would reach outside) hidden; every mount read-only,
+    and by name (strictly) the repository (its working tree and its git common dir), the
+    cache folder, the user's home folder (a .bashrc runs later too) and abdiff's Python
+    environment. What a worker may write is added per worker (`guard_options`): its
+    round's folder and its side's folders."""
     # the home folder by $HOME, as Python finds it; an empty or relative one names none
     home = Path(os.path.expanduser("~"))
     homes = [home] if home.is_absolute() else []
     hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
                                         for name in CREDENTIALS if (h / name).exists()),
-              *git_configs_with_credentials(git_common_dir)}
+              *git_configs_with_credentials(git_common_dir),
+              *(path.resolve() for path in listening_sockets(
+                  [*map(Path, SOCKET_FOLDERS), *homes]))}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir,
                                        *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
