@@ -97,6 +97,12 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
     assert {r.session for c in appended.configs for r in c.rounds} == set(appended.sessions)
     # every session's workers and the order each timed its configs in are kept
     assert {order["round"] for order in appended.orders} == {0, 1, 2, 3}
+    # another commit is refused before anything is measured (it measured a session first)
+    measured = set((cache / "runs").iterdir())
+    done = run_abdiff("baseline", "refresh", "rel-1", "--rev", "pr", *AHEAD, "--rounds", 1,
+                      "--append", "--sessions", 1, *common)
+    assert done.returncode == 2 and "--append: the baseline holds" in done.stderr, done.stderr
+    assert set((cache / "runs").iterdir()) == measured
 
     listed = run_abdiff("baseline", "list", "--repo", demo, "--baselines-dir", folder)
     assert listed.returncode == 0 and "rel-1" in listed.stdout and "main" in listed.stdout

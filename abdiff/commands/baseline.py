@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from abdiff.commands.common import add_measure_options, measuring, positive_int
-from abdiff.repo.revs import open_repo
+from abdiff.repo.revs import open_repo, resolve_rev
 from abdiff.reports.common import clip
 from abdiff.reports.table import say
 from abdiff.run.session import run_one_side
@@ -27,6 +27,7 @@ from abdiff.store.baselines import (
     fingerprint,
     list_baselines,
     load_baseline,
+    same_commit,
     session_drift,
     sessions_with_rounds,
 )
@@ -81,10 +82,13 @@ def refresh(args: argparse.Namespace) -> int:
     fork server, workers and seed), written to the baseline after each so that a failure
     keeps the sessions before it; `--append` adds them to the stored ones."""
     selection, execution = measuring(args)  # before any git command
-    folder = baselines_dir(open_repo(args.repo), args.baselines_dir)
+    repo_root = open_repo(args.repo)
+    folder = baselines_dir(repo_root, args.baselines_dir)
     path = baseline_path(folder, args.name)
     stored: RunFile | None = load_baseline(folder, args.name) \
         if args.append and path.exists() else None
+    if stored is not None:
+        same_commit(stored, resolve_rev(repo_root, args.rev).sha)
     for number in range(args.sessions):
         if number:
             if not args.quiet:

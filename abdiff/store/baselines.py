@@ -281,14 +281,20 @@ def parse_baseline_range(text: str) -> tuple[str, str] | None:
     return name, rev_b
 
 
+def same_commit(old: RunFile, sha: str) -> None:
+    """`--append` pools the rounds of one commit only: InputError for another (asked before
+    anything is measured, and of what was)."""
+    if old.sha != sha:
+        raise InputError(f"--append: the baseline holds {old.sha[:12]}, this run {sha[:12]}; "
+                         "refresh without --append to replace it")
+
+
 def append_rounds(old: RunFile, new: RunFile) -> RunFile:
     """`--append`: the old baseline's rounds followed by the new ones, renumbered.
 
     Only rounds of the same commit on the same machine may be pooled.
     """
-    if old.sha != new.sha:
-        raise InputError(f"--append: the baseline holds {old.sha[:12]}, this run {new.sha[:12]}; "
-                         "refresh without --append to replace it")
+    same_commit(old, new.sha)
     differences = fingerprint_differences(fingerprint(old), fingerprint(new))
     if differences:
         raise InputError("--append: the environment differs from the baseline's: "
