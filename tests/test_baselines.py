@@ -103,6 +103,13 @@ def test_refresh_list_show_append_and_compare(demo: Path, tmp_path: Path) -> Non
                       "--append", "--sessions", 1, *common)
     assert done.returncode == 2 and "--append: the baseline holds" in done.stderr, done.stderr
     assert set((cache / "runs").iterdir()) == measured
+    # a suite the baseline holds none of: refused before B is measured
+    other = write_suite(tmp_path / "other.yaml", [8], ("DSA",), (1,))
+    done = run_abdiff("baseline:rel-1..pr", "--configs", other, "--repo", demo, "--cache-dir",
+                      cache, "--baselines-dir", folder, *AHEAD)
+    assert done.returncode == 2 and "holds none of the 1 configs of suite" in done.stderr, \
+        done.stderr
+    assert set((cache / "runs").iterdir()) == measured
 
     listed = run_abdiff("baseline", "list", "--repo", demo, "--baselines-dir", folder)
     assert listed.returncode == 0 and "rel-1" in listed.stdout and "main" in listed.stdout

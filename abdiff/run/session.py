@@ -573,7 +573,13 @@ def against_baseline(selection: Selection, execution: Execution, statistics: Sta
     bench, sides = side_runs(bench, {"B": spec_b})
     expect = expect_of(bench.suite)  # the configs are known now
     wanted = {c.id for c in bench.suite.configs}
+    held = len(run_a.configs)
     run_a.configs = [c for c in run_a.configs if c.id in wanted]
+    if not run_a.configs:
+        raise InputError(f"baseline {name!r} holds none of the {len(wanted)} configs of suite "
+                         f"{bench.suite.name!r} (it holds {held} of suite {run_a.suite!r}): "
+                         f"measure with --configs {run_a.suite}, or refresh the baseline "
+                         f"with this suite")
     # notes, each a whole sentence: a report clips a note, never mid-sentence here; what
     # the drift allows follows once B is measured (the machine it ran on decides it)
     notes = [f"side A is the stored baseline {name!r} ({run_a.rev} {run_a.sha[:12]}, "
