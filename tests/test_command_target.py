@@ -733,6 +733,10 @@ def test_two_real_gbench_files_compare_directly(tmp_path: Path, real_gbench: Non
     assert sort.rounds[0].latency_us == pytest.approx([medians["BM_sort/1024"] / 1e3])  # ns
     mixed = run_abdiff("compare", tmp_path / "a.json", out)
     assert mixed.returncode == 2 and len(unwrapped(mixed.stderr)) == 1, mixed.stderr
+    # a metric the files do not have: one line naming the ones they do, exit 2
+    typo = run_abdiff("compare", tmp_path / "a.json", tmp_path / "b.json", "--metric", "nope")
+    assert typo.returncode == 2 and len(unwrapped(typo.stderr)) == 1, typo.stderr
+    assert "no benchmark has the metric 'nope'" in typo.stderr and "cpu_time" in typo.stderr
 
 
 def test_a_gbench_document_nested_past_the_stack_is_read_to_its_last_whole_row() -> None:

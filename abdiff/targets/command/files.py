@@ -17,9 +17,14 @@ from abdiff.targets.command.formats import (
     Format,
     FormatError,
     config_params,
+    gbench_document,
     gbench_id,
     read_report,
 )
+
+# a Google Benchmark row's numbers that are no metric of its own
+NOT_METRICS = frozenset({"family_index", "per_family_instance_index", "repetitions",
+                         "repetition_index", "threads", "iterations"})
 
 
 def sniff(path: Path) -> Format | None:
@@ -42,16 +47,27 @@ def import_benchmark_file(path: Path, fmt: Format, metrics: list[str]) -> RunFil
     except (FormatError, ValueError) as exc:
         raise InputError(f"{path}: not {fmt} JSON ({exc})") from None
     configs = []
+    missing: dict[str, bool] = {}  # metric -> no benchmark of the file has it
     for config_id, result in report.results.items():
         name = config_id.removesuffix(next((f" {m}" for m in metrics[1:]
                                             if config_id.endswith(f" {m}")), ""))
         metric = next((m for m in metrics[1:] if config_id.endswith(f" {m}")), metrics[0])
+        missing[metric] = missing.get(metric, True) and (result.error or "").startswith(
+            "no counter")
         params = config_params(fmt, name, metric) if fmt == "gbench" else config_params(fmt, name)
         rounds = ([RoundRecord("ok", latency_us=[value], round=index)
                    for index, value in enumerate(result.latency_us)]
                   if result.error is None else [RoundRecord("failed", result.error, round=0)])
         configs.append(ConfigRuns(gbench_id(name, metric, metrics) if fmt == "gbench"
                                   else config_id, params, rounds))
+    absent = [metric for metric, none in missing.items() if none]
+    if absent and fmt == "gbench":
+        rows = gbench_document(text)[0]["benchmarks"]
+        has = sorted({key for row in rows if isinstance(row, dict) for key, value in row.items()
+                      if isinstance(value, int | float) and not isinstance(value, bool)
+                      and key not in NOT_METRICS})
+        raise InputError(f"{path}: no benchmark has the metric {absent[0]!r} (--metric); its "
+                         f"rows have {', '.join(has) or 'no numbers'}")
     session = hashlib.sha256(text.encode()).hexdigest()[:12]  # the file's own measurement
     env = {**report.env, "imported_from": str(path),
            **({} if complete else {"warnings": [*report.env.get("warnings", []),
