@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import h200_with_kernels, run_abdiff
 
-from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, write_run_file
+from abdiff.store.records import ConfigRuns, RoundRecord, RunFile, load_run_file, write_run_file
 from abdiff.verdict.kernel_golden import golden_path
 
 FMHA, XQA, GEMM = "fmha_v2_kernel", "xqa_kernel_spec_dec", "nvjet_gemm"
@@ -109,3 +109,18 @@ def test_the_committed_sm90_golden_file_catches_the_seed_prs_first_version(
     assert changed == ["GEN-TRTLLM-bs32-q2-kv2049", "GEN-TRTLLM-bs32-q4-kv2049",
                        "GEN-TRTLLM-bs8-q2-kv2049", "GEN-TRTLLM-bs8-q4-kv2049"]
     assert "+cudnn_generated_fort_native_sdpa_sm90_flash_fprop" in done.stdout
+
+
+def test_a_cpu_run_is_no_gpu_architectures_golden_file(tmp_path: Path) -> None:
+    """A run of the CPU names aten operators, not an architecture's kernels: refused for
+    --update (it wrote sm90's golden file from it) and for a check."""
+    path = run_file(tmp_path / "cpu.json", {FMHA: 1}, [2] * 8)
+    cpu = load_run_file(path)
+    cpu.env = {"device": "cpu"}
+    write_run_file(path, cpu)
+    for extra in (["--update"], []):
+        done = run_abdiff("check-kernels", path, "--arch", "sm90", *extra,
+                          "--baselines-dir", tmp_path / "baselines")
+        assert done.returncode == 2 and "measured on cpu, not a GPU" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "baselines").exists()
