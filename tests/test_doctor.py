@@ -149,7 +149,7 @@ def test_the_sandbox_is_checked() -> None:
     """This machine (namespaces work for root here) and one that refuses them."""
     reference = [target_class("reference")]
     here = sandbox_check(reference)
-    assert here.present and here.detail.startswith("user, mount and pid namespaces")
+    assert here.present and here.detail.startswith("user, mount, pid and network namespaces")
     row = sandbox_check(reference, Machine(sandbox=lambda: "unshare: Operation not permitted"))
     assert not row.present and row.detail == "not here: unshare: Operation not permitted " \
         "(docs/ci.md)"

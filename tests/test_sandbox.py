@@ -317,6 +317,59 @@ def test_a_socket_a_process_of_the_user_listens_on_is_out_of_reach(
         server.close()
 
 
+@needs_namespaces
+def test_services_of_this_machine_are_out_of_reach_and_localhost_is_the_sandboxs(
+        tmp_path: Path) -> None:
+    """A service listening on localhost (a cloud's metadata address is another such) or on
+    an abstract unix socket answers the benchmark outside the sandbox; inside, its network
+    is a loopback of its own: neither is reached, and ranks could still meet on localhost
+    there."""
+    import socket
+
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0abdiff-test-{os.getpid()}"
+    abstract.bind(name)
+    abstract.listen()
+    probe = """
+    import json, socket, sys
+    seen = {}
+    def attempt(what, family, address):
+        client = socket.socket(family, socket.SOCK_STREAM)
+        client.settimeout(5)
+        try:
+            client.connect(address)
+            seen[what] = "done"
+        except OSError as exc:
+            seen[what] = type(exc).__name__
+        finally:
+            client.close()
+    attempt("localhost service", socket.AF_INET, ("127.0.0.1", int(sys.argv[1])))
+    attempt("abstract socket", socket.AF_UNIX, "\\0" + sys.argv[2])
+    own = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    own.bind(("127.0.0.1", 0))
+    own.listen()
+    attempt("its own localhost", socket.AF_INET, own.getsockname())
+    print(json.dumps(seen))
+    """
+    port, bare = str(tcp.getsockname()[1]), name[1:]
+    try:
+        code, seen, err = finish(confined(Confinement(), probe, port, bare))
+        assert code == 0, err
+        assert seen == {"localhost service": "ConnectionRefusedError",
+                        "abstract socket": "ConnectionRefusedError",
+                        "its own localhost": "done"}
+        # the same without a network namespace of its own reaches both
+        code, seen, err = finish(confined(Confinement(own_net=False), probe, port, bare))
+        assert code == 0, err
+        assert seen["localhost service"] == seen["abstract socket"] == "done"
+    finally:
+        tcp.close()
+        abstract.close()
+
+
 def test_nvidias_sockets_stay_reachable(tmp_path: Path) -> None:
     import socket
 
@@ -470,7 +523,7 @@ def test_a_leftover_in_a_servers_sandbox_ends_after_the_round(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-c", LEAVER, str(tmp_path)], capture_output=True,
                           text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == "user, mount and pid namespaces"
+    assert done.stderr.strip() == "user, mount, pid and network namespaces"
     seen = json.loads(done.stdout)
     assert seen["killed"] >= 2 and seen["adopted_by"] == "1"
     assert seen["server_alive"] and not seen["outlived"]

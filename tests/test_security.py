@@ -695,7 +695,7 @@ def test_the_sandbox_stops_that_pull_request(tmp_path: Path) -> None:
     assert not (evil.loot / "outlived").exists()
     # and the run files say what the workers ran in
     run_b = json.loads(next((tmp_path / "cache" / "runs").glob("*/b.json")).read_text())
-    assert run_b["env"]["sandbox"] == "user, mount and pid namespaces"
+    assert run_b["env"]["sandbox"] == "user, mount, pid and network namespaces"
 
 
 # ---------------------------------------------------------------- prying from inside the sandbox

@@ -119,9 +119,10 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
                              "(standby: the next one starts while the current one measures), off "
                              "(every one cold); auto: fork (default auto)")
     parser.add_argument("--sandbox", choices=SANDBOX_MODES, default="auto",
-                        help="run benchmark code in user, mount and pid namespaces of its own "
-                             "(abdiff's key hidden; the repository, checkouts and Python "
-                             "environment read-only): auto uses them where they work and says "
+                        help="run benchmark code in user, mount, pid and network namespaces "
+                             "of its own (abdiff's key and the user's credentials and sockets "
+                             "hidden; the repository, checkouts and Python environment "
+                             "read-only; no network): auto uses them where they work and says "
                              "why not elsewhere, on refuses to measure without them (default "
                              "auto; docs/ci.md)")
 

@@ -153,7 +153,7 @@ def sandbox_check(targets: list[type[Target]], machine: Machine | None = None) -
     real): doctor's row; no target needs it to run, every target loses isolation."""
     why_not = (machine or Machine()).sandbox()
     return Check("sandbox", why_not is None,
-                 "user, mount and pid namespaces: --sandbox auto runs benchmarks in them"
+                 f"{sandbox.NAMESPACES}: --sandbox auto runs benchmarks in them"
                  if why_not is None else f"not here: {why_not} (docs/ci.md)",
                  {t.name: WITHOUT_SANDBOX for t in targets})
 

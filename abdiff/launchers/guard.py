@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import re
 import resource
 import signal
+import socket
+import struct
 import sys
 from dataclasses import dataclass
 
@@ -33,6 +36,8 @@ CANNOT_EXEC = 127  # what a shell returns for a command it cannot run
 CANNOT_CONFINE = 126
 CANNOT_CONFINE_LINE = "abdiff: cannot sandbox the worker: "  # and why
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000  # sched.h
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # linux/sockios.h, linux/if.h
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8  # sys/mount.h
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
@@ -73,25 +78,29 @@ class Confinement:
     """What a sandboxed worker sees: `hidden` folders are empty and hidden files read as
     empty; with `all_read_only`, every mount but /proc and /dev is read-only (as far as the
     kernel lets each be remounted); `read_only` folders cannot be written, `writable` ones
-    (under a read-only one) can; with `own_proc`, a pid namespace and a /proc of its own."""
+    (under a read-only one) can; with `own_proc`, a pid namespace and a /proc of its own;
+    with `own_net`, a network namespace of its own with a loopback only: no other host, and
+    no service of this one (a socket bound to localhost or to an abstract name, a cloud's
+    metadata address that hands out the machine's credentials)."""
 
     hidden: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     own_proc: bool = True
     all_read_only: bool = False
+    own_net: bool = True
 
     def encode(self) -> str:
         return json.dumps({"hidden": self.hidden, "read_only": self.read_only,
                            "writable": self.writable, "own_proc": self.own_proc,
-                           "all_read_only": self.all_read_only})
+                           "all_read_only": self.all_read_only, "own_net": self.own_net})
 
     @classmethod
     def decode(cls, text: str) -> Confinement:
         fields = json.loads(text)
         return cls(tuple(fields["hidden"]), tuple(fields["read_only"]),
                    tuple(fields["writable"]), bool(fields["own_proc"]),
-                   bool(fields["all_read_only"]))
+                   bool(fields["all_read_only"]), bool(fields["own_net"]))
 
 
 def _check(result: int, what: str) -> None:
@@ -107,6 +116,15 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int,
 
     _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)),
            f"mount {target}")
+
+
+def loopback_up() -> None:
+    """Bring the loopback of a new network namespace up (it starts down): ranks of one job
+    may meet on localhost there (torchrun's store), as they would outside."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(handle, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(handle, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
 
 
 def _write(path: str, text: str) -> None:
@@ -270,7 +288,10 @@ def run_confined(confinement: Confinement, command: list[str]) -> int:
     of its signal), or CANNOT_CONFINE with the reason on stderr."""
     uid, gid = os.geteuid(), os.getegid()
     try:
-        _own_user_namespace(0, 0, CLONE_NEWNS | (CLONE_NEWPID if confinement.own_proc else 0))
+        _own_user_namespace(0, 0, CLONE_NEWNS | (CLONE_NEWPID if confinement.own_proc else 0)
+                            | (CLONE_NEWNET if confinement.own_net else 0))
+        if confinement.own_net:
+            loopback_up()
         confine_mounts(confinement)
         if not confinement.own_proc:
             lock(uid, gid)

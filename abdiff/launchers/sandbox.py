@@ -5,13 +5,14 @@ abdiff's key for stored rounds (a 0600 file of that user) and the user's credent
 write the repository's `.git` (a replace ref, a moved branch), the cached checkouts,
 abdiff's own Python environment (a `.pth` file) and the home folder, and see every
 process of the user. In the sandbox (guard.py enters it before the worker's command
-starts: Linux user, mount and pid namespaces, no privilege needed) abdiff's state
+starts: Linux user, mount, pid and network namespaces, no privilege needed) abdiff's state
 folder and the credential files are empty, every file system is read-only (the cache
 folder and the temporary folders too) but, per worker, its round's folder and its side's
-folders (store/sides.py: HOME, TMPDIR, tool caches), root is nobody, and /proc shows the
-worker's own processes only. A process started ahead of its job (a fork server, a
-standby worker) may write every round's and side's folder until its job narrows it
-(`Sandbox.narrowing`, guard.narrow).
+folders (store/sides.py: HOME, TMPDIR, tool caches), root is nobody, /proc shows the
+worker's own processes only, and the network is a loopback of its own (no other host, no
+service of this one: a cloud's metadata address, a socket bound to localhost). A process
+started ahead of its job (a fork server, a standby worker) may write every round's and
+side's folder until its job narrows it (`Sandbox.narrowing`, guard.narrow).
 
 `--sandbox auto` (the default) uses it when a trial start works and says once why not
 otherwise; `on` refuses to measure without it (exit 3); `off` runs without it.
@@ -38,6 +39,7 @@ from abdiff.store.files import own_folder
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
+NAMESPACES = "user, mount, pid and network namespaces"  # the whole sandbox, in words
 # what a run without the sandbox loses, said once on stderr and recorded in its run files
 LOST_WITHOUT = ("benchmark code can write the repository's .git, abdiff's Python environment "
                 "and every folder of abdiff's cache (runs/, locks/, the other side's caches; "
@@ -259,11 +261,15 @@ def start(mode: str, repo_root: Path, git_common_dir: Path, cache_dir: Path,
         ahead = tuple(str(p.resolve()) for p in worker_folders_root(cache_dir))
         failed = trial(confinement)
         if failed is None:
-            return Sandbox("user, mount and pid namespaces", confinement, ahead)
-        without_pid = dataclasses.replace(confinement, own_proc=False)
+            return Sandbox(NAMESPACES, confinement, ahead)
+        without_net = dataclasses.replace(confinement, own_net=False)
+        if trial(without_net) is None:
+            return Sandbox(f"user, mount and pid namespaces (no network namespace: {failed})",
+                           without_net, ahead)
+        without_pid = dataclasses.replace(without_net, own_proc=False)
         if trial(without_pid) is None:
-            return Sandbox(f"user and mount namespaces (no /proc of its own: {failed})",
-                           without_pid, ahead)
+            return Sandbox(f"user and mount namespaces (no /proc or network of its own: "
+                           f"{failed})", without_pid, ahead)
         why = failed
     if mode == "on":
         fix = ("isolate them with the cluster's means (containers) and measure with --sandbox "
