@@ -111,6 +111,23 @@ def test_noise_note_on_recorded_h200_rounds() -> None:
     assert not [n for n in graph.notes if "round medians vary" in n]
 
 
+def test_the_noise_notes_range_is_of_the_sides_beyond_the_threshold() -> None:
+    """It said "vary 1.0% to 34.3% ..., more than the 2% threshold": the range now covers
+    the sides that vary more than the threshold, and says how many of all they are."""
+    def run(rev: str, phase: int) -> RunFile:
+        def rounds(step: float) -> list[RoundRecord]:
+            return [RoundRecord("ok", None, [100.0 * (1 + step * ((i + phase) % 2))] * 5, {}, {},
+                                i) for i in range(4)]
+        return RunFile(rev, rev * 40, "reference", "mtp", {"device": "cpu"},
+                       [ConfigRuns("GEN-TRTLLM-a", {}, rounds(0.3)),
+                        ConfigRuns("GEN-TRTLLM-b", {}, rounds(0.3)),
+                        ConfigRuns("GEN-TRTLLM-c", {}, rounds(0.005))])
+
+    (note,) = compare_runs(run("a", 0), run("b", 1), {}).notes
+    low = float(note.split(" vary ")[1].split("%")[0])
+    assert low > 2 and note.endswith("(4 of 6 sides; the others less)"), note
+
+
 def test_noise_note_on_the_cpu_has_no_cuda_hint() -> None:
     def noisy(rev: str, phase: int) -> RunFile:
         rounds = [RoundRecord("ok", None, [100.0 * (1 + 0.3 * ((i + phase) % 2))] * 5, {}, {}, i)

@@ -199,9 +199,12 @@ def noise_note(pairs: list[tuple[ConfigRuns, ConfigRuns]], configs: list[ConfigR
     if not spreads or float(np.median(spreads)) <= min_effect:
         return None
     # no count here: the reports count the undecided configs once, from the configs
-    note = (f"where latency is undecided, round medians vary {min(spreads):.1%} to "
-            f"{max(spreads):.1%} between worker processes, more than the "
+    over = [spread for spread in spreads if spread > min_effect]  # the median's is
+    note = (f"where latency is undecided, round medians vary {min(over):.1%} to "
+            f"{max(over):.1%} between worker processes, more than the "
             f"{min_effect * 100:g}% threshold")
+    if len(over) < len(spreads):  # the range is theirs: "1.0% to 34%, more than 2%" was not
+        note += f" ({len(over)} of {len(spreads)} sides; the others less)"
     if eager_cuda:
         note += ("; eager CUDA timing of short steps is bound by kernel launches on the host, "
                  "drop --eager to time graph replays (the default)")
