@@ -143,6 +143,11 @@ def test_doctor_checks_the_target_the_run_would_use(tmp_path: Path) -> None:
                         "pass --target trtllm or --repo PATH to check another)")
     assert lines[-1] == ("abdiff doctor: target reference: this machine can run it (no hooks "
                          "checked: give a benchmark repository and a range) (exit 0)")
+    # a target whose worker relies on no hook, with a range: not told to give one
+    done = run_abdiff("doctor", "main..pr", "--target", "command", "--repo", repo,
+                      "--cache-dir", tmp_path / "cache")
+    assert unwrapped(done.stdout)[-1] == ("abdiff doctor: target command: this machine can run "
+                                          "it (its worker relies on no hook in the code) (exit 0)")
 
 
 def test_the_sandbox_is_checked() -> None:

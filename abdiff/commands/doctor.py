@@ -80,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
     reports = _hook_reports(args, repo_root, target, explicit)
     code = exit_code(checks, target_cls.name, reports)
     code = 3 if code == 0 and suite_failed else code
+    unchecked = ("its worker relies on no hook in the code" if not target.hooks else
+                 "no hooks checked: give a benchmark repository and a range")
     meaning = DOCTOR_EXITS[code] if reports or code else \
-        "this machine can run it (no hooks checked: give a benchmark repository and a range)"
+        f"this machine can run it ({unchecked})"
     _say(f"\nabdiff doctor: target {target_cls.name}: {meaning} (exit {code})")
     return code
 
