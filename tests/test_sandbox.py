@@ -290,8 +290,13 @@ def test_a_socket_a_process_of_the_user_listens_on_is_out_of_reach(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     state = tmp_path / "state"
     state.mkdir()
+    (tmp_path / "cache").mkdir()
+    own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # a worker's, in the cache
+    own.bind(str(tmp_path / "cache" / "worker.sock"))
     confinement = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache", state)
+    own.close()
     assert str(path) in confinement.hidden
+    assert str(tmp_path / "cache" / "worker.sock") not in confinement.hidden
     attack = """
     import json, socket, sys
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

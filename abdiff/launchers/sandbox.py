@@ -193,8 +193,11 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
     hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
                                         for name in CREDENTIALS if (h / name).exists()),
               *git_configs_with_credentials(git_common_dir),
+              # but the workers' own, in the cache (sandboxed too): one they bind again
+              # at its path must not find a mount there
               *(path.resolve() for path in listening_sockets(
-                  [*map(Path, SOCKET_FOLDERS), *homes]))}
+                  [*map(Path, SOCKET_FOLDERS), *homes])
+                if not _under(path.resolve(), {cache_dir.resolve()}))}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir,
                                        *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
