@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
         steps = StepRunner(execution, statistics, bench, expect)
 
         say: Callable[[str], None] = (lambda text: None) if execution.quiet else table.say
-        say(f"abdiff bisect: {len(path) - 1} commits from {spec_a.rev} to {spec_b.rev}; "
+        commits = len(path) - 1
+        say(f"abdiff bisect: {commits} commit{'s' * (commits != 1)} from {spec_a.rev} to "
+            f"{spec_b.rev}; "
             f"measuring {spec_a.rev}..{spec_b.rev}")
         ends = steps.compare(path[0], path[-1], args.config or None)
         signatures = result_signatures(ends, args.config)

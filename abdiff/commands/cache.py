@@ -79,7 +79,8 @@ def clean_runs_folder(runs_dir: Path, older_than: float | None, repo: Path | Non
     if older_than is not None and not (older_than >= 0):
         raise InputError(f"--older-than {older_than:g}: give a number of days >= 0")
     removed, kept = clean_runs(runs_dir, older_than)
-    age = f" older than {older_than:g} days" if older_than is not None else ""
+    age = (f" older than {older_than:g} day{'s' * (older_than != 1)}"
+           if older_than is not None else "")
     print(f"abdiff: removed {removed} run folder{'s' if removed != 1 else ''}{age} "
           f"from {runs_dir}" + (f"; kept {kept} in use by a running abdiff" if kept else ""))
     return 0
