@@ -267,3 +267,11 @@ def test_an_html_path_that_cannot_be_written_is_refused_first(sources: dict[str,
         done = history(sources, CONFIG, "--html", page)
         assert done.returncode == 2 and done.stdout == "", done.stderr
         assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+
+
+def test_an_unknown_target_is_refused_with_the_known_ones(sources: dict[str, Path]) -> None:
+    """It printed an empty history; `abdiff A..B` and doctor answer the same typo so."""
+    done = history(sources, CONFIG, "--target", "refernce")
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "--target 'refernce' is unknown; choose one of" in done.stderr
+    assert "reference" in done.stderr and done.stderr.count("\n") == 1

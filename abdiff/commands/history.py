@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from abdiff.commands.common import output_path
+    from abdiff.errors import InputError
     from abdiff.repo.checkouts import default_cache_dir
     from abdiff.repo.revs import open_repo
     from abdiff.reports.history import render_html, render_table
@@ -39,8 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.store.baselines import baselines_dir
     from abdiff.store.files import write_output
     from abdiff.store.history import collect
+    from abdiff.targets import registered
 
     output_path(args.html, "--html")
+    if args.target is not None and args.target not in registered():
+        raise InputError(f"--target {args.target!r} is unknown; choose one of "
+                         f"{', '.join(sorted(registered()))}")
     repo_root = open_repo(args.repo)
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,
