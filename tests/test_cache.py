@@ -113,3 +113,11 @@ def test_older_than_needs_runs(tmp_path: Path) -> None:
     assert done.returncode == 2 and "add --runs" in one_line(done.stderr)
     done = run_abdiff("cache", "clean", "--runs", "--older-than", -1, "--cache-dir", tmp_path)
     assert done.returncode == 2 and "days >= 0" in one_line(done.stderr)
+
+
+def test_a_cache_folder_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    """It said "removed 0 cached checkouts from /nonexistent" (a typo looked like a clean
+    cache)."""
+    for extra in ([], ["--runs"], ["--caches"]):
+        done = run_abdiff("cache", "clean", *extra, "--cache-dir", tmp_path / "nope")
+        assert done.returncode == 2 and "no such folder" in one_line(done.stderr), done.stderr

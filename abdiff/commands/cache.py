@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--older-than DAYS selects run folders: add --runs")
     if args.runs and args.caches:
         raise InputError("--runs and --caches clean one kind each: run them one after the other")
+    if args.cache_dir is not None and not args.cache_dir.is_dir():
+        raise InputError(f"--cache-dir {args.cache_dir}: no such folder (a cache is the folder "
+                         "abdiff's --cache-dir named when it measured)")
     if args.runs:
         return clean_runs_folder(cache_dir / "runs", args.older_than, args.repo)
     if args.caches:
