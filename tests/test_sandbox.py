@@ -286,17 +286,16 @@ def test_a_socket_a_process_of_the_user_listens_on_is_out_of_reach(
                     escaped.write_text("ran outside")
 
     threading.Thread(target=serve, daemon=True).start()
-    monkeypatch.setattr(sandbox, "SOCKET_FOLDERS", (str(tmp_path),))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     state = tmp_path / "state"
     state.mkdir()
-    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "sides").mkdir(parents=True)
     own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # a worker's, in the cache
-    own.bind(str(tmp_path / "cache" / "worker.sock"))
+    own.bind(str(tmp_path / "cache" / "sides" / "worker.sock"))
     confinement = sandbox.plan(tmp_path / "repo", tmp_path / "repo", tmp_path / "cache", state)
     own.close()
-    assert str(path) in confinement.hidden
-    assert str(tmp_path / "cache" / "worker.sock") not in confinement.hidden
+    assert str(path) in confinement.hidden  # as deep as it may be: the kernel lists it
+    assert str(tmp_path / "cache" / "sides" / "worker.sock") not in confinement.hidden
     attack = """
     import json, socket, sys
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -375,18 +374,42 @@ def test_services_of_this_machine_are_out_of_reach_and_localhost_is_the_sandboxs
         abstract.close()
 
 
-def test_nvidias_sockets_stay_reachable(tmp_path: Path) -> None:
+@needs_namespaces
+def test_a_path_to_hide_swapped_for_a_link_hides_nothing(tmp_path: Path) -> None:
+    """Another user can swap their socket under /tmp, listed by the plan, for a link to a
+    file of ours before a worker starts: the hiding must not follow it there."""
+    data = tmp_path / "weights.bin"
+    data.write_text("model")
+    swapped = tmp_path / "their.sock"
+    swapped.symlink_to(data)
+    read = """
+    import json, sys
+    print(json.dumps({"read": open(sys.argv[1]).read()}))
+    """
+    code, seen, err = finish(confined(Confinement(hidden=(str(swapped),)), read, str(data)))
+    assert code == 0, err
+    assert seen == {"read": "model"}
+
+
+def test_nvidias_sockets_stay_reachable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    """MPS's pipe folder (CUDA_MPS_PIPE_DIRECTORY, a device plugin's own) and the
+    persistence daemon's are NVIDIA's: hidden, a worker's CUDA context would fail."""
     import socket
 
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "mps-0"))
+    kept = sandbox.gpu_socket_folders()
+    assert tmp_path / "mps-0" in kept and Path("/run/nvidia-persistenced") in kept
     made = []
-    for name in ("nvidia-mps/control", "nvidia-persistenced/socket", "ssh-x/agent.1"):
+    for name in ("mps-0/control", "deep/a/b/c/d/e/agent.1", "nvidia-mps-look-alike/s"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(tmp_path / name))
         made.append(listener)
     try:
-        assert sandbox.listening_sockets([tmp_path]) == [tmp_path / "ssh-x" / "agent.1"]
-        assert sandbox.listening_sockets([tmp_path], depth=1) == []
+        found = [p for p in sandbox.listening_sockets(kept) if tmp_path in p.parents]
+        assert sorted(found) == [tmp_path / "deep/a/b/c/d/e/agent.1",
+                                 tmp_path / "nvidia-mps-look-alike/s"]
     finally:
         for listener in made:
             listener.close()

@@ -27,6 +27,7 @@ import re
 import resource
 import signal
 import socket
+import stat
 import struct
 import sys
 from dataclasses import dataclass
@@ -184,13 +185,8 @@ def confine_mounts(confinement: Confinement) -> None:
                    + [(path, "writable") for path in confinement.writable],
                    key=lambda step: step[0].rstrip("/").count("/"))
     for path, kind in steps:
-        if kind == "hide" and not os.path.lexists(path):
-            continue  # gone since the plan (a socket whose server ended): nothing to hide
-        if kind == "hide" and os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                   "size=4k,mode=555")
-        elif kind == "hide":  # a file reads as empty
-            _mount(os.devnull, path, None, MS_BIND)
+        if kind == "hide":
+            _hide(path)
         elif kind == "read_only":
             if path != "/":  # nothing is mounted over / (a user namespace made on top of
                 _mount(path, path, None, MS_BIND | MS_REC)  # that would be refused: EPERM)
@@ -199,6 +195,28 @@ def confine_mounts(confinement: Confinement) -> None:
             _mount(f"/proc/self/fd/{sources[path]}", path, None, MS_BIND | MS_REC)
             _remount(path, read_only=False)
     for handle in sources.values():
+        os.close(handle)
+
+
+def _hide(path: str) -> None:
+    """A folder becomes an empty one, anything else reads as empty (a socket refuses a
+    connect()). Through a handle of the very path the plan named: a path gone since (a
+    socket whose server ended), or a link now (another user's socket under /tmp swapped
+    for one), is skipped, never mounted over where it points."""
+    try:
+        handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        here = f"/proc/self/fd/{handle}"
+        if os.readlink(here) != path:  # a folder on the way became a link
+            return
+        if stat.S_ISDIR(os.fstat(handle).st_mode):
+            _mount("tmpfs", here, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                   "size=4k,mode=555")
+        else:
+            _mount(os.devnull, here, None, MS_BIND)
+    finally:
         os.close(handle)
 
 

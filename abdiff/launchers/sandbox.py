@@ -115,41 +115,46 @@ def python_folders() -> set[Path]:
     return folders
 
 
-# where processes of the user listen on a socket by path (tmux, screen, ssh-agent, git's
-# credential cache, D-Bus, docker, systemd): a read-only mount does not stop a connect(),
-# and what answers runs outside the sandbox, as the user. The user's home is searched too.
-SOCKET_FOLDERS = ("/tmp", "/var/tmp", "/run")
-SOCKET_DEPTH = 4  # folders below each (tmux: /tmp/tmux-UID/default; ssh: /tmp/ssh-X/agent.N)
-SOCKET_SCAN_LIMIT = 20_000  # entries looked at in all: a home of millions stays fast
-# NVIDIA's own, which CUDA and NVML talk to: MPS's control pipe, the persistence daemon
-GPU_SOCKETS = re.compile(r"nvidia-mps|nvidia-persistenced")
+# The sockets bound to a path in this network namespace, as the kernel lists them (a walk of
+# the folders would miss those deeper than it looks or past its budget): tmux, screen,
+# ssh-agent, git's credential cache, D-Bus, docker. A read-only mount does not stop a
+# connect(), and what answers runs outside the sandbox, as the user.
+UNIX_SOCKETS = Path("/proc/net/unix")
+MOST_SOCKETS = 1000  # each is a mount at every worker's start, and a path in its argv
+# NVIDIA's own, which CUDA and NVML talk to: MPS's pipe folder, the persistence daemon's
+GPU_SOCKET_FOLDERS = ("/run/nvidia-persistenced", "/var/run/nvidia-persistenced")
+DEFAULT_MPS_FOLDER = "/tmp/nvidia-mps"
 
 
-def listening_sockets(folders: list[Path], depth: int = SOCKET_DEPTH,
-                      limit: int = SOCKET_SCAN_LIMIT) -> list[Path]:
-    """The sockets by path under `folders`, `depth` folders down, of the first `limit`
-    entries (never through a link), but NVIDIA's (GPU_SOCKETS)."""
+def gpu_socket_folders() -> list[Path]:
+    """Where NVIDIA's services listen: the persistence daemon and MPS (CUDA's clients find
+    it by CUDA_MPS_PIPE_DIRECTORY, else the default folder)."""
+    mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_FOLDER
+    return [Path(folder).resolve() for folder in (*GPU_SOCKET_FOLDERS, mps)]
+
+
+def listening_sockets(kept: list[Path], listing: Path = UNIX_SOCKETS) -> list[Path]:
+    """The sockets bound to a path that this user can connect to (write permission on the
+    socket), as they are seen here, but those under `kept` (NVIDIA's, the workers' own):
+    at most MOST_SOCKETS, the kernel's first."""
+    try:
+        lines = listing.read_text(encoding="utf-8", errors="replace").splitlines()[1:]
+    except OSError:
+        return []
     found: list[Path] = []
-    todo = [(folder, 0) for folder in folders]
-    seen = 0
-    while todo and seen < limit:
-        folder, level = todo.pop()
+    for line in lines:
+        fields = line.split(maxsplit=7)
+        if len(fields) < 8 or not fields[7].startswith("/"):
+            continue  # unbound, or an abstract name (the network namespace takes those)
+        path = Path(os.path.realpath(fields[7]))  # /var/run/x is /run/x, as mounts see it
         try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries[:limit - seen]:
-            seen += 1
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if level + 1 < depth:
-                        todo.append((Path(entry.path), level + 1))
-                elif (stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)
-                      and not GPU_SOCKETS.search(entry.path)):
-                    found.append(Path(entry.path))
-            except OSError:
+            if not stat.S_ISSOCK(path.lstat().st_mode) or not os.access(path, os.W_OK):
                 continue
-    return found
+        except OSError:
+            continue  # gone, or bound in another mount namespace
+        if path not in found and not _under(path, set(kept)):
+            found.append(path)
+    return found[:MOST_SOCKETS]
 
 
 # what makes a repository's git configuration a credential (actions/checkout leaves its token
@@ -193,11 +198,10 @@ def plan(repo_root: Path, git_common_dir: Path, cache_dir: Path,
     hidden = {state_folder.resolve(), *((h / name).resolve() for h in homes
                                         for name in CREDENTIALS if (h / name).exists()),
               *git_configs_with_credentials(git_common_dir),
-              # but the workers' own, in the cache (sandboxed too): one they bind again
-              # at its path must not find a mount there
-              *(path.resolve() for path in listening_sockets(
-                  [*map(Path, SOCKET_FOLDERS), *homes])
-                if not _under(path.resolve(), {cache_dir.resolve()}))}
+              # but the workers' own (sandboxed too: one they bind again at its path must
+              # not find a mount there) and NVIDIA's
+              *listening_sockets([*(p.resolve() for p in worker_folders_root(cache_dir)),
+                                  *gpu_socket_folders()])}
     read_only = {p.resolve() for p in (repo_root, git_common_dir, cache_dir,
                                        *homes, *python_folders())}
     read_only = {p for p in read_only if p.is_dir() and not _under(p, hidden)}
