@@ -32,7 +32,8 @@ def test_secret_looking_names(name: str) -> None:
 @pytest.mark.parametrize("name", ["PATH", "HOME", "TOKENIZERS_PARALLELISM", "HF_HOME",
                                   "CUDA_VISIBLE_DEVICES", "AWS_CA_BUNDLE", "PIP_CERT",
                                   "KEYBOARD", "SSL_CERT_FILE", "GIT_AUTHOR_NAME", "AUTHOR",
-                                  "PIP_INDEX_URL", "GPG_KEY", "OLDPWD", "PWD"])
+                                  "PIP_INDEX_URL", "GPG_KEY", "OLDPWD", "PWD",
+                                  "BUILDKITE_STEP_KEY"])
 def test_ordinary_names(name: str) -> None:
     assert not secret_looking(name)
 

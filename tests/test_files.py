@@ -74,12 +74,12 @@ def test_json_the_benchmark_wrote_is_decoded_or_refused_with_a_value_error() -> 
             worker_json(text)
 
 
-def test_a_worker_file_is_read_up_to_the_limit(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from abdiff.store import files
+def test_a_worker_file_is_read_up_to_the_limit(tmp_path: Path) -> None:
+    from abdiff.store.files import WORKER_FILE_LIMIT, read_worker_file
 
-    monkeypatch.setattr(files, "WORKER_FILE_LIMIT", 10)
+    assert WORKER_FILE_LIMIT == 256 * 2**20
     path = tmp_path / "records.jsonl"
     path.write_text("0123456789abcdef")
-    assert files.read_worker_file(path) == "0123456789"
-    assert files.read_worker_file(path, tail=4) == "cdef"
+    assert read_worker_file(path, limit=10) == "0123456789"
+    assert read_worker_file(path, tail=4) == "cdef"
+    assert read_worker_file(path, limit=None) == "0123456789abcdef"

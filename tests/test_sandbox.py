@@ -475,6 +475,30 @@ def test_where_namespaces_are_refused(mode: str, faulty_repo: Path, tmp_path: Pa
 
 
 @needs_namespaces
+def test_where_a_network_namespace_is_refused_the_rest_stays_and_says_so(tmp_path: Path
+                                                                          ) -> None:
+    """The kernel refusing network namespaces (for real: their count set to 0 in a user
+    namespace around abdiff) leaves the sandbox's other namespaces, and abdiff says so."""
+    probe = textwrap.dedent("""
+        import logging, sys
+        from pathlib import Path
+        from abdiff.launchers import sandbox
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        here = Path(sys.argv[1])
+        print(sandbox.start("auto", here, here, here, here / "state").words)
+        """)
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c",
+         'echo 0 > /proc/sys/user/max_net_namespaces && exec "$@"', "sh",
+         sys.executable, "-c", probe, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False, env=git_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("user, mount and pid namespaces (no network namespace: "
+                                  "unshare: No space left on device)"), done.stdout
+    assert "note: the benchmark's sandbox is partial here" in done.stderr
+
+
+@needs_namespaces
 def test_the_trial_says_why_it_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                       ) -> None:
     """A folder to keep read-only that does not exist: the trial start fails and says which

@@ -124,3 +124,8 @@ def test_a_cpu_run_is_no_gpu_architectures_golden_file(tmp_path: Path) -> None:
         assert done.returncode == 2 and "measured on cpu, not a GPU" in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "baselines").exists()
+    cpu.env = {}  # upstream's run folders, imported, name no device: taken as they are
+    write_run_file(path, cpu)
+    done = run_abdiff("check-kernels", path, "--arch", "sm90", "--update",
+                      "--baselines-dir", tmp_path / "baselines")
+    assert done.returncode == 0, done.stderr

@@ -38,8 +38,9 @@ SECRET_NAME_PATTERNS = ("*_TOKEN", "TOKEN", "*_TOKEN_*", "*SECRET*", "*PASSWORD*
                         "*PRIVATE_KEY*", "*ACCESS_KEY*", "*CREDENTIAL*", "*_AUTH", "*_AUTH_*",
                         "AUTH_*", "*WEBHOOK*", "*COOKIE*", "*_DSN", "*CONNECTION_STRING*")
 # Names that match a pattern and hold no secret: the official Python images' GPG_KEY is the
-# public fingerprint of the key that signed the interpreter's release.
-PUBLIC_NAMES = frozenset({"GPG_KEY"})
+# public fingerprint of the key that signed the interpreter's release; Buildkite's step and
+# group keys name a step of the pipeline.
+PUBLIC_NAMES = frozenset({"GPG_KEY", "BUILDKITE_STEP_KEY", "BUILDKITE_GROUP_KEY"})
 # Values that are credentials whatever their variable is called: a URL with a password
 # (PIP_INDEX_URL=https://user:pass@host), a private key, and tokens with a known prefix.
 SECRET_VALUE_RE = re.compile(

@@ -44,7 +44,10 @@ class TorchrunLauncher(Launcher):
         python, *_ = spec.argv
         argv = [python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                 "--nproc-per-node", str(self.ranks), "--no-python", *spec.argv]
-        return LaunchSpec(argv, spec.cwd, dict(spec.env))
+        # the ranks meet on this host's loopback, not at its name: in the sandbox's network
+        # namespace the name may resolve to an address it does not have (torchrun's
+        # --local-addr, by its variable: a torch without the option ignores it)
+        return LaunchSpec(argv, spec.cwd, {**spec.env, "PET_LOCAL_ADDR": "127.0.0.1"})
 
     def launch_failure(self, stderr_text: str) -> str | None:
         for line in stderr_text.splitlines():

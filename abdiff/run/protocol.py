@@ -137,9 +137,10 @@ def _not_a_number(name: str) -> Any:
 
 
 def load_event(line: str) -> Any:
-    """One line of a worker's record log. NaN and infinities are refused (not JSON): a
+    """One line of a worker's record log. NaN and Infinity are refused (not JSON): a
     worker writes the log, and an infinite warm-up or time stamp would reach the plan of
-    timed iterations and the time split as numbers."""
+    timed iterations and the time split as numbers (a number past a float's range, 1e999,
+    still reads as infinite: the readers keep finite numbers only)."""
     from abdiff.store.files import worker_json
 
     return worker_json(line, parse_constant=_not_a_number)

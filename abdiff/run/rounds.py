@@ -125,12 +125,15 @@ def _size_text(size: int) -> str:
     return str(size)
 
 
+STDERR_TAIL = 4 * 2**20  # what a launcher's failure or a rank's death is read from: the end
+
+
 def _could_not_start(outcome: ProcessOutcome, settings: RoundSettings, round_index: int,
                      attempt: Path, launcher: Launcher) -> str:
     """A worker that never created its record log did not get as far as abdiff's code in
     it (python, the job file, torch, the device): nothing of the benchmark ran, so this is
     the tool failing to run, not a status of the configs."""
-    stderr = read_worker_file(outcome.stderr_path)
+    stderr = read_worker_file(outcome.stderr_path, tail=STDERR_TAIL)
     reason = launcher.launch_failure(stderr)
     if reason:
         return (f"{launcher.name} could not launch the worker: {reason}; `abdiff doctor "
@@ -151,7 +154,7 @@ def name_dead_rank(outcome: ProcessOutcome, launcher: Launcher, record_path: Pat
     """Fill in which rank died of which signal, from the launcher's exit code and stderr."""
     if outcome.returncode <= 0 or outcome.timed_out:
         return
-    stderr = read_worker_file(outcome.stderr_path)
+    stderr = read_worker_file(outcome.stderr_path, tail=STDERR_TAIL)
     death = launcher.rank_death(outcome.returncode, stderr)
     if death is not None:
         outcome.rank, outcome.rank_signal = death

@@ -104,11 +104,13 @@ WORKER_FILE_LIMIT = 256 * 2**20
 rounds is a few MB, and a benchmark that writes gigabytes must not take abdiff's memory."""
 
 
-def read_worker_file(path: Path, tail: int | None = None) -> str:
+def read_worker_file(path: Path, tail: int | None = None,
+                     limit: int | None = WORKER_FILE_LIMIT) -> str:
     """The text of a file a worker wrote, its last `tail` bytes if given ("" when there is
-    none), at most WORKER_FILE_LIMIT bytes. Read without following a link (or opening a
-    FIFO): the benchmark can replace its own output by a link to a file of abdiff's user
-    that its sandbox hides from it, which abdiff would then read for it."""
+    none), at most `limit` bytes (None: all, for abdiff's own files in a folder a worker
+    could reach). Read without following a link (or opening a FIFO): the benchmark can
+    replace its own output by a link to a file of abdiff's user that its sandbox hides from
+    it, which abdiff would then read for it."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # missing, or a link (ELOOP)
@@ -119,8 +121,8 @@ def read_worker_file(path: Path, tail: int | None = None) -> str:
             return ""
         if tail is not None:
             opened.seek(max(0, status.st_size - tail))
-        return opened.read(min(WORKER_FILE_LIMIT, tail or WORKER_FILE_LIMIT)).decode(
-            "utf-8", errors="replace")
+        most = min((size for size in (tail, limit) if size is not None), default=-1)
+        return opened.read(most).decode("utf-8", errors="replace")
 
 
 def worker_json(text: str | bytes, parse_constant: Callable[[str], Any] | None = None) -> Any:
@@ -130,9 +132,17 @@ def worker_json(text: str | bytes, parse_constant: Callable[[str], Any] | None =
     converts (that is a ValueError already) and nesting deeper than the interpreter's stack
     (a RecursionError otherwise, which no caller expects)."""
     try:
-        return json.loads(text, parse_constant=parse_constant)
+        return json.loads(text, parse_constant=parse_constant, parse_int=_bounded_int)
     except RecursionError:
         raise ValueError("JSON nested deeper than abdiff reads") from None
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of JSON, refused beyond 4300 digits as Python 3.11 refuses it (3.10.0-6,
+    or PYTHONINTMAXSTRDIGITS=0, would take it, and its conversion time is quadratic)."""
+    if len(text.lstrip("-")) > 4300:
+        raise ValueError("an integer of more than 4300 digits")
+    return int(text)
 
 
 def open_for_worker(path: Path) -> int:

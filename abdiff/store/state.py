@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abdiff.host.exposure import authentic, authenticate
-from abdiff.store.files import read_worker_file, write_atomic
+from abdiff.store.files import read_worker_file, worker_json, write_atomic
 
 
 def write_state(state_dir: Path, seed: int, complete: bool, files: dict[str, str | None]
@@ -50,10 +50,10 @@ def stored_state(state_dir: Path) -> StoredState | str:
     """What abdiff stored in a state folder and can prove it wrote (the MAC of state.json
     under the key the benchmark never gets, the hash of each run file), else why not. Each
     file is read once, without following links: what is parsed is what was hashed."""
-    text = read_worker_file(state_dir / "state.json")
+    text = read_worker_file(state_dir / "state.json", limit=None)
     try:
-        state = json.loads(text)
-    except (ValueError, RecursionError):
+        state = worker_json(text)
+    except ValueError:
         state = None
     if not isinstance(state, dict):
         return "no readable state.json" if text else "no state.json"
@@ -64,7 +64,7 @@ def stored_state(state_dir: Path) -> StoredState | str:
     found: dict[str, str] = {}
     changed = []
     for name in ("a.json", "b.json"):
-        data = read_worker_file(state_dir / name)
+        data = read_worker_file(state_dir / name, limit=None)  # abdiff's own: whole
         if files.get(name) is None and not data:
             continue
         if files.get(name) == hashlib.sha256(data.encode()).hexdigest():

@@ -137,7 +137,9 @@ def shuffled(configs: list[dict], seed: int | None) -> list[dict]:
     the other side pairs first, then those marked `last` (RoundJob.configs), each group
     in an order drawn from the seed config by config (a hash of the seed and the id), so
     two workers of one seed time the configs they share in the same order, whatever
-    else either has: the paired configs sit at the same positions on both sides."""
+    else either has: where both pair the same configs (the others come last) those sit
+    at the same positions on both sides (a worker restarted after a crash starts them
+    again from the first position, with a seed of its own)."""
     groups = [c for c in configs if not c.get("last")], [c for c in configs if c.get("last")]
     if seed is None:
         return groups[0] + groups[1]
