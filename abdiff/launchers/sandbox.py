@@ -120,7 +120,7 @@ def python_folders() -> set[Path]:
 # ssh-agent, git's credential cache, D-Bus, docker. A read-only mount does not stop a
 # connect(), and what answers runs outside the sandbox, as the user.
 UNIX_SOCKETS = Path("/proc/net/unix")
-MOST_SOCKETS = 1000  # each is a mount at every worker's start, and a path in its argv
+MOST_SOCKETS = 500  # each is a mount at every worker's start, and a path in its argv (128 KiB)
 # NVIDIA's own, which CUDA and NVML talk to: MPS's pipe folder, the persistence daemon's
 GPU_SOCKET_FOLDERS = ("/run/nvidia-persistenced", "/var/run/nvidia-persistenced")
 DEFAULT_MPS_FOLDER = "/tmp/nvidia-mps"
