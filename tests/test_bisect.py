@@ -150,7 +150,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
 # spread on 2 cores: at a 10-20% threshold an unchanged commit then once stayed
 # `inconclusive` after five rounds).
 # 8 pairs: enough sign patterns for the family test at 1% (2**8 * 0.01 >= 2)
-SPEED = ("--rounds", 8, "--max-rounds", 8, "--min-effect", "50%", "--prestart", "on")
+SPEED = ("--rounds", 8, "--max-rounds", 8, "--min-effect", "50%")
 
 
 def bisect(repo: Path, tmp_path: Path, rev_range: str, *extra: object,
