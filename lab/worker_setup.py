@@ -99,19 +99,26 @@ def child(configs: list[dict], runner_cls: type, out: int) -> None:
     os.write(out, json.dumps(steps).encode())
 
 
+def demo_suite(suite: str, prefix: str) -> tuple[Path, list[dict]]:
+    """The demo repository at `pr` in a new temporary folder, and `suite`'s configs (id,
+    params) as a worker's job lists them (also lab/worker_teardown.py's)."""
+    from abdiff.demo.builder import build_demo_repo
+    from abdiff.suites.loader import load_suite
+
+    repo = Path(tempfile.mkdtemp(prefix=prefix)) / "demo"
+    build_demo_repo(repo)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "pr"], check=True)
+    return repo, [{"id": c.id, "params": c.params} for c in load_suite(suite).configs]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="mtp")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from abdiff.demo.builder import build_demo_repo
-    from abdiff.suites.loader import load_suite
     from abdiff.targets.reference.worker import _import_runner
 
-    repo = Path(tempfile.mkdtemp(prefix="worker-setup.")) / "demo"
-    build_demo_repo(repo)
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "pr"], check=True)
-    configs = [{"id": c.id, "params": c.params} for c in load_suite(args.suite).configs]
+    repo, configs = demo_suite(args.suite, "worker-setup.")
     started = time.perf_counter()
     runner_cls = _import_runner(repo)  # torch and the harness, as a fork server imports them
     print(f"parent: torch and the harness imported in {time.perf_counter() - started:.2f} s")

@@ -24,10 +24,7 @@ import json
 import os
 import signal
 import statistics
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 
 def child(configs: list[dict], runner_cls: type, out: int) -> None:
@@ -79,14 +76,11 @@ def main() -> None:
     parser.add_argument("--suite", default="mtp")
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
-    from abdiff.demo.builder import build_demo_repo
-    from abdiff.suites.loader import load_suite
+    from worker_setup import demo_suite
+
     from abdiff.targets.reference.worker import _import_runner
 
-    repo = Path(tempfile.mkdtemp(prefix="worker-teardown.")) / "demo"
-    build_demo_repo(repo)
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "pr"], check=True)
-    configs = [{"id": c.id, "params": c.params} for c in load_suite(args.suite).configs]
+    repo, configs = demo_suite(args.suite, "worker-teardown.")
     runner_cls = _import_runner(repo)
     rows: dict[str, dict[str, list[float]]] = {
         mode: {"ending": [], "start to context": [], "done to next context": []}
