@@ -43,9 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from abdiff.targets import registered
 
     output_path(args.html, "--html")
-    if args.target is not None and args.target not in registered():
+    known = registered()
+    if args.target is not None and args.target not in known:
         raise InputError(f"--target {args.target!r} is unknown; choose one of "
-                         f"{', '.join(sorted(registered()))}")
+                         f"{', '.join(sorted(known))}")
     repo_root = open_repo(args.repo)
     runs = (args.cache_dir or default_cache_dir()).resolve() / "runs"
     history = collect(repo_root, baselines_dir(repo_root, args.baselines_dir), runs,

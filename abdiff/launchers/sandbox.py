@@ -142,6 +142,7 @@ def listening_sockets(kept: list[Path], listing: Path = UNIX_SOCKETS) -> list[Pa
     except OSError:
         return []
     found: list[Path] = []
+    keep = set(kept)
     for line in lines:
         fields = line.split(maxsplit=7)
         if len(fields) < 8 or not fields[7].startswith("/"):
@@ -152,7 +153,7 @@ def listening_sockets(kept: list[Path], listing: Path = UNIX_SOCKETS) -> list[Pa
                 continue
         except OSError:
             continue  # gone, or bound in another mount namespace
-        if path not in found and not _under(path, set(kept)):
+        if path not in found and not _under(path, keep):
             found.append(path)
     return found[:MOST_SOCKETS]
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from abdiff.store.files import read_worker_file, worker_json
 from abdiff.store.records import RoundRecord
 
 # Written to stderr as each config starts: a death's reason is read from the
@@ -141,8 +142,6 @@ def load_event(line: str) -> Any:
     worker writes the log, and an infinite warm-up or time stamp would reach the plan of
     timed iterations and the time split as numbers (a number past a float's range, 1e999,
     still reads as infinite: the readers keep finite numbers only)."""
-    from abdiff.store.files import worker_json
-
     return worker_json(line, parse_constant=_not_a_number)
 
 
@@ -221,7 +220,6 @@ class RoundLog:
 def read_round_log(path: Path) -> RoundLog:
     """Parse a record log; a torn last line (process killed mid-write) is ignored."""
     from abdiff.errors import InputError
-    from abdiff.store.files import read_worker_file
     from abdiff.store.records import parse_round
 
     log = RoundLog()
